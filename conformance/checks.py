@@ -1,0 +1,73 @@
+"""The check contract: id, severity, title, rationale, remediation and source, next to the assertion.
+
+    @check("KUBELET-CPU-POLICY", "critical", title=..., rationale=..., remediation=..., source=...)
+    def test_cpu_manager_policy(kubelet_config, profile, evidence): ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, TypeVar
+
+SEVERITIES = ("critical", "high", "medium", "low")
+BLOCKING = ("critical", "high")
+OUTCOMES = ("passed", "failed", "error", "skipped", "waived")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    id: str
+    severity: str
+    title: str
+    rationale: str
+    remediation: str
+    source: str
+    family: str
+
+    def to_json(self) -> dict[str, str]:
+        return asdict(self)
+
+
+REGISTRY: dict[str, CheckSpec] = {}
+
+
+def check(
+    id: str, severity: str, *, title: str, rationale: str, remediation: str, source: str
+) -> Callable[[F], F]:
+    """Declare a pytest test function as the check `id`."""
+    if severity not in SEVERITIES:
+        raise ValueError(f"check {id}: severity {severity!r} is not one of {SEVERITIES}")
+
+    def deco(fn: F) -> F:
+        family = fn.__module__.rsplit(".", 1)[-1].removeprefix("test_")
+        spec = CheckSpec(id, severity, title, " ".join(rationale.split()), " ".join(remediation.split()), source, family)
+        other = REGISTRY.get(id)
+        if other is not None and other != spec:
+            raise ValueError(f"check id {id} is declared twice")
+        REGISTRY[id] = spec
+        fn._conformance_check = spec  # type: ignore[attr-defined]
+        return fn
+
+    return deco
+
+
+def spec_of(obj: Any) -> CheckSpec | None:
+    return getattr(obj, "_conformance_check", None)
+
+
+@dataclass
+class Evidence:
+    """What a check looked at: where the fact came from and the raw lines that decided it."""
+
+    source: str | None = None
+    lines: list[str] = field(default_factory=list)
+
+    def add(self, *lines: str) -> None:
+        self.lines.extend(lines)
+
+    def from_setting(self, setting: Any) -> None:
+        self.source = setting.source
+        self.lines.append(setting.describe())

@@ -1,0 +1,205 @@
+"""The `conformance` command: run, collect, checks.
+
+Exit codes, the same for every command: 0 every node accepted (or the command succeeded),
+1 a node rejected or unreachable, 2 interrupted, 4 usage, inventory or profile error."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import textwrap
+from datetime import UTC, datetime
+from pathlib import Path
+
+from conformance import __version__
+from conformance.errors import UsageError
+
+EXIT_OK, EXIT_REJECTED, EXIT_INTERRUPTED, EXIT_USAGE = 0, 1, 2, 4
+SUITE_MODULES = ("test_kubelet", "test_cgroup_runtime", "test_sysctl", "test_node_hardware")
+
+
+def suites_dir() -> Path:
+    here = Path(__file__).resolve().parent.parent / "suites"
+    if not (here / "__init__.py").is_file():
+        raise UsageError(f"the check suites were not found at {here}; reinstall gpu-node-conformance")
+    return here
+
+
+def _default_output() -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return Path("reports") / stamp
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="conformance",
+        formatter_class=_Formatter,
+        description="Conformance checks for Kubernetes GPU nodes: CPU pinning, NUMA locality, cgroups, runtime, sysctls.",
+        epilog=textwrap.dedent("""\
+            examples:
+              conformance run                                  # audit this machine
+              conformance run --inventory inventory/example.yaml --output reports/today
+              conformance checks
+
+            exit codes: 0 all nodes accepted, 1 a node rejected or unreachable, 2 interrupted, 4 usage error"""),
+    )
+    p.add_argument("--version", action="version", version=f"gpu-node-conformance {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser(
+        "run", formatter_class=_Formatter, help="audit nodes and write report.html, junit.xml, results.json",
+        description="Collect each node's facts (one remote execution per node), run the checks and write the reports.",
+        epilog=textwrap.dedent("""\
+            examples:
+              conformance run                                   # this machine, local transport
+              conformance run --inventory nodes.yaml --profile default --output reports/acceptance
+              conformance run --snapshot snapshots/ --output reports/replay
+              conformance run --inventory nodes.yaml -- -k KUBELET   # extra pytest arguments after --"""),
+    )
+    run.add_argument("--inventory", metavar="FILE", help="inventory YAML (default: this machine)")
+    run.add_argument("--profile", metavar="NAME|FILE", help="profile for every node (default: per inventory, else 'default')")
+    run.add_argument("--output", metavar="DIR", help="output folder (default: a new timestamped folder under reports/)")
+    run.add_argument("--snapshot", metavar="DIR", help="evaluate snapshots saved by 'conformance collect' (offline)")
+    run.add_argument("--host-root", metavar="DIR", default="", help="with no inventory: read this machine below DIR")
+    run.add_argument("--parallel", type=int, default=16, metavar="N", help="nodes collected at once (default 16)")
+    run.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS", help="per-node collection timeout")
+    run.add_argument("-v", "--verbose", action="count", default=0, help="more detail (progress, each check)")
+    run.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="extra arguments for pytest")
+
+    col = sub.add_parser(
+        "collect", formatter_class=_Formatter, help="save each node's raw facts (a snapshot) without judging",
+        epilog="example:\n  conformance collect --inventory nodes.yaml --output snapshots/2026-12-02",
+    )
+    col.add_argument("--inventory", metavar="FILE", help="inventory YAML (default: this machine)")
+    col.add_argument("--output", metavar="DIR", required=True, help="folder for <node>.json snapshots")
+    col.add_argument("--host-root", metavar="DIR", default="")
+    col.add_argument("--parallel", type=int, default=16, metavar="N")
+    col.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS")
+    col.add_argument("-v", "--verbose", action="count", default=0)
+
+    chk = sub.add_parser(
+        "checks", formatter_class=_Formatter, help="list every check (id, severity, family, title)",
+        epilog="examples:\n  conformance checks\n  conformance checks --json | jq -r '.[].id'",
+    )
+    chk.add_argument("--json", action="store_true", help="print JSON with rationale and remediation")
+    return p
+
+
+def load_registry() -> dict:
+    from conformance.checks import REGISTRY
+
+    suites_dir()
+    for mod in SUITE_MODULES:
+        importlib.import_module(f"suites.{mod}")
+    return REGISTRY
+
+
+def cmd_checks(args: argparse.Namespace) -> int:
+    registry = load_registry()
+    specs = sorted(registry.values(), key=lambda s: (s.family, s.id))
+    if args.json:
+        print(json.dumps([s.to_json() for s in specs], indent=2))
+        return EXIT_OK
+    width = max(len(s.id) for s in specs)
+    for s in specs:
+        print(f"{s.id:<{width}}  {s.severity:<8}  {s.family:<16}  {s.title}")
+    return EXIT_OK
+
+
+def _inventory(args: argparse.Namespace):
+    from conformance.inventory import load_inventory, local_inventory
+
+    return load_inventory(args.inventory) if args.inventory else local_inventory(args.host_root)
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    from conformance.collect import collect_all, stderr_progress
+    from conformance.session import write_snapshots
+
+    inv = _inventory(args)
+    bundles = collect_all(inv.nodes, args.parallel, args.timeout, stderr_progress(args.verbose > 0))
+    files = write_snapshots(bundles, args.output)
+    bad = 0
+    for b, f in zip(bundles.values(), files, strict=True):
+        if b.error:
+            bad += 1
+            print(f"{b.node}: unreachable ({b.error_kind}): {b.error}")
+        else:
+            print(f"{b.node}: {len(b.records)} records in {b.duration_s:.2f} s -> {f}")
+    return EXIT_REJECTED if bad else EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import pytest
+
+    out = Path(args.output) if args.output else _default_output()
+    out.mkdir(parents=True, exist_ok=True)
+    results = out / "results.json"
+    pargs = [
+        str(suites_dir()),
+        "--rootdir", str(suites_dir().parent),
+        "-p", "no:cacheprovider",
+        f"--results-json={results}",
+        f"--junitxml={out / 'junit.xml'}",
+        "-o", "junit_family=xunit1",
+        f"--html={out / 'report.html'}",
+        "--self-contained-html",
+        f"--parallel={args.parallel}",
+        f"--collect-timeout={args.timeout}",
+    ]
+    if args.inventory:
+        pargs.append(f"--inventory={args.inventory}")
+    if args.profile:
+        pargs.append(f"--profile={args.profile}")
+    if args.snapshot:
+        pargs.append(f"--snapshot={args.snapshot}")
+    if args.host_root:
+        pargs.append(f"--host-root={args.host_root}")
+    pargs += ["-v"] * args.verbose if args.verbose else ["-q", "--no-header", "-rN", "--tb=no", "-p", "no:warnings"]
+    pargs += args.pytest_args
+    rc = pytest.main(pargs)
+    if rc == pytest.ExitCode.USAGE_ERROR:
+        return EXIT_USAGE
+    if not results.is_file():
+        print(f"error: pytest ended with exit code {int(rc)} and wrote no results", file=sys.stderr)
+        return EXIT_INTERRUPTED if rc == pytest.ExitCode.INTERRUPTED else EXIT_USAGE
+    doc = json.loads(results.read_text(encoding="utf-8"))
+    print()
+    for n in doc["nodes"]:
+        c = n["counts"]
+        line = (f"{n['name']:<24} {n['verdict'].upper():<11} {c['passed']} passed, {c['failed']} failed, "
+                f"{c['error']} errors, {c['skipped']} skipped, {c['waived']} waived (profile {n['profile']})")
+        reason = ", ".join(n["blocking"]) or (n.get("collection") or {}).get("error") or ""
+        print(line + (f"  - {reason}" if n["verdict"] != "accepted" and reason else ""))
+    print(f"\nreport:  {out / 'report.html'}\nresults: {results}\njunit:   {out / 'junit.xml'}")
+    if rc == pytest.ExitCode.INTERRUPTED or not doc.get("complete", True):
+        return EXIT_INTERRUPTED
+    if not doc["nodes"] or any(n["verdict"] != "accepted" for n in doc["nodes"]):
+        return EXIT_REJECTED
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return {"run": cmd_run, "collect": cmd_collect, "checks": cmd_checks}[args.command](args)
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Gathering: one remote execution per node, run concurrently across nodes with a bound."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from datetime import UTC, datetime
+from importlib import resources
+
+from conformance.bundle import Bundle, parse_wire
+from conformance.errors import ParseError, TransportError
+from conformance.inventory import NodeSpec
+from conformance.transports.local import LocalTransport
+from conformance.transports.ssh import SshTarget, SshTransport
+
+MAX_BYTES = 4 * 1024 * 1024
+
+
+def collector_script() -> bytes:
+    return resources.files("conformance").joinpath("collector.sh").read_bytes()
+
+
+def transport_for(node: NodeSpec) -> LocalTransport | SshTransport:
+    if node.transport == "local":
+        return LocalTransport(node.host_root)
+    s = node.ssh
+    return SshTransport(
+        SshTarget(
+            host=node.address or node.name,
+            port=int(s.get("port", 22)),
+            user=s.get("user", "root"),
+            identity_file=s.get("identity_file"),
+            known_hosts=s.get("known_hosts"),
+            proxy_jump=s.get("proxy_jump"),
+            ssh_config=s.get("ssh_config"),
+            insecure_accept_unknown_host_keys=bool(s.get("insecure_accept_unknown_host_keys", False)),
+            connect_timeout=float(s.get("connect_timeout", 10)),
+        )
+    )
+
+
+def collect_node(node: NodeSpec, timeout: float = 120.0, max_bytes: int = MAX_BYTES) -> Bundle:
+    """Run the collector on one node. Never raises: failures become a bundle with `error` set."""
+    started = time.monotonic()
+    when = datetime.now(UTC).isoformat(timespec="seconds")
+    try:
+        transport = transport_for(node)
+    except TransportError as e:
+        return Bundle(node=node.name, error=str(e), error_kind=e.kind, collected_at=when)
+    notes: list[str] = []
+    try:
+        result = transport.run(["sh", "-s", "--", node.host_root, str(max_bytes)], collector_script(), timeout)
+        accepted = getattr(transport, "accepted_unknown_keys", [])
+        notes = [f"accepted unknown host key (insecure opt-in): {k}" for k in accepted]
+        bundle = parse_wire(node.name, result.stdout, max_bytes)
+        if result.exit_status != 0 and not bundle.complete:
+            err = result.stderr.decode("utf-8", "replace").strip()[:500]
+            raise TransportError(f"collector exited {result.exit_status} on {transport.description}: {err}", kind="error")
+    except TransportError as e:
+        return Bundle(node=node.name, error=str(e), error_kind=e.kind, collected_at=when,
+                      duration_s=round(time.monotonic() - started, 3), executions=1)
+    except ParseError as e:
+        return Bundle(node=node.name, error=f"collector output unreadable: {e}", error_kind="error",
+                      collected_at=when, duration_s=round(time.monotonic() - started, 3), executions=1)
+    finally:
+        transport.close()
+    bundle.collected_at = when
+    bundle.duration_s = round(time.monotonic() - started, 3)
+    bundle.executions = 1
+    bundle.notes = notes
+    return bundle
+
+
+def collect_all(
+    nodes: Iterable[NodeSpec],
+    parallel: int = 16,
+    timeout: float = 120.0,
+    progress: Callable[[int, int, Bundle], None] | None = None,
+) -> dict[str, Bundle]:
+    """Collect every node with at most `parallel` at once. Returns bundles by node name."""
+    nodes = list(nodes)
+    out: dict[str, Bundle] = {}
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(nodes) or 1))) as pool:
+        futures = {pool.submit(collect_node, n, timeout): n for n in nodes}
+        for done, fut in enumerate(as_completed(futures), 1):
+            bundle = fut.result()
+            out[bundle.node] = bundle
+            if progress:
+                progress(done, len(nodes), bundle)
+    return {n.name: out[n.name] for n in nodes}
+
+
+def stderr_progress(verbose: bool) -> Callable[[int, int, Bundle], None] | None:
+    """A progress line on stderr: always on a terminal, and with -v elsewhere."""
+    if not (verbose or sys.stderr.isatty()):
+        return None
+
+    def show(done: int, total: int, bundle: Bundle) -> None:
+        state = f"error: {bundle.error}" if bundle.error else f"ok in {bundle.duration_s:.2f} s"
+        end = "\n" if verbose or done == total else ""
+        sys.stderr.write(f"\rcollecting {done}/{total} nodes  {bundle.node}: {state[:100]}\033[K{end}")
+        sys.stderr.flush()
+
+    return show

@@ -1,0 +1,137 @@
+# gpu-node-conformance collector. It is sent on stdin (`sh -s -- ROOT MAX`) and only reads:
+# it writes no file and changes nothing. Every record is one line:
+#   KIND NAME_BASE64 STATUS DATA_BASE64
+# KIND: F file, C command, D directory, G glob, P process, L symlink, M meta.
+# ROOT is a host-root prefix (e.g. /host when run in a pod with the host filesystem mounted).
+R=${1:-}
+MAX=${2:-4194304}
+set -f
+NL='
+'
+IFS=$NL
+b64() { base64 | tr -d '\n'; }
+rec() { printf '%s %s %s ' "$1" "$(printf '%s' "$2" | b64)" "$3"; }
+
+emit_file() {
+  p=$R$1
+  if [ -d "$p" ]; then rec F "$1" dir; echo
+  elif [ ! -e "$p" ]; then rec F "$1" missing; echo
+  elif [ ! -r "$p" ] || ! head -c 1 "$p" >/dev/null 2>&1; then rec F "$1" denied; echo
+  else rec F "$1" ok; head -c "$((MAX + 1))" "$p" 2>/dev/null | b64; echo
+  fi
+}
+emit_dir() { if [ -d "$R$1" ]; then rec D "$1" present; else rec D "$1" missing; fi; echo; }
+emit_glob() {  # $1 pattern on the node; emits G with the matches, then each file
+  set +f
+  m=
+  for f in $R$1; do [ -e "$f" ] && m="$m${f#"$R"}$NL"; done
+  set -f
+  rec G "$1" ok; printf '%s' "$m" | b64; echo
+  for f in $m; do emit_file "$f"; done
+}
+emit_cmd() {  # $1 label, rest: the command
+  label=$1; shift
+  out=$("$@" 2>/dev/null); rc=$?
+  rec C "$label" "$rc"; printf '%s' "$out" | b64; echo
+}
+arg_value() {  # $1 cmdline file, $2.. flag names: print the value of the last occurrence
+  tr '\0' '\n' < "$1" 2>/dev/null | awk -v names="$(printf '%s ' "$@" | cut -d' ' -f2-)" '
+    BEGIN { n = split(names, want, " "); for (i = 1; i <= n; i++) if (want[i] != "") w[want[i]] = 1 }
+    take { v = $0; take = 0; next }
+    { a = $0; sub(/^--?/, "", a); eq = index(a, "=")
+      if (eq) { if (substr(a, 1, eq - 1) in w) v = substr(a, eq + 1) }
+      else if (a in w && $0 ~ /^-/) take = 1 }
+    END { if (v != "") print v }'
+}
+containerd_imports() {
+  awk '
+    /^[ \t]*\[/ { exit }
+    /^[ \t]*imports[ \t]*=/ { grab = 1; sub(/^[^=]*=/, "") }
+    grab { line = $0
+      while (match(line, /"[^"]*"|\047[^\047]*\047/)) { print substr(line, RSTART + 1, RLENGTH - 2); line = substr(line, RSTART + RLENGTH) }
+      if (index($0, "]")) exit }' "$R$1" 2>/dev/null
+}
+read_containerd() {  # $1 path, $2 depth
+  emit_file "$1"
+  [ "$2" -ge 4 ] && return 0
+  [ -f "$R$1" ] || return 0
+  for pat in $(containerd_imports "$1"); do
+    case $pat in /*) ;; *) pat="$(dirname "$1")/$pat" ;; esac
+    set +f
+    for f in $R$pat; do [ -e "$f" ] && echo "${f#"$R"}"; done
+    set -f
+  done | while IFS= read -r f; do
+    rec G "import:$1" ok; printf '%s' "$f" | b64; echo
+    read_containerd "$f" $(($2 + 1))
+  done
+}
+
+rec M version ok; printf '1' | b64; echo
+rec M root ok; printf '%s' "$R" | b64; echo
+emit_file /proc/sys/kernel/hostname
+emit_cmd uname uname -r
+emit_cmd stat-cgroup stat -fc %T "$R/sys/fs/cgroup"
+
+# Processes of interest: kubelet and the container runtimes.
+kpid=; cpid=
+set +f
+for d in "$R"/proc/[0-9]*; do
+  c=$(cat "$d/comm" 2>/dev/null) || continue
+  case $c in
+    kubelet|containerd|crio|dockerd)
+      pid=${d##*/}
+      rec P "$c" "$pid"; echo
+      emit_file "/proc/$pid/cmdline"
+      rec L "/proc/$pid/cwd" ok; readlink "$d/cwd" 2>/dev/null | tr -d '\n' | b64; echo
+      [ "$c" = kubelet ] && [ -z "$kpid" ] && kpid=$pid
+      [ "$c" = containerd ] && [ -z "$cpid" ] && cpid=$pid ;;
+  esac
+done
+set -f
+
+# Kubelet: --config file (no default path), --config-dir drop-ins, state files under --root-dir.
+root_dir=/var/lib/kubelet
+if [ -n "$kpid" ]; then
+  cwd=$(readlink "$R/proc/$kpid/cwd" 2>/dev/null)
+  cfg=$(arg_value "$R/proc/$kpid/cmdline" config)
+  cdir=$(arg_value "$R/proc/$kpid/cmdline" config-dir)
+  rd=$(arg_value "$R/proc/$kpid/cmdline" root-dir root_dir)
+  [ -n "$rd" ] && root_dir=$rd
+  for v in cfg cdir root_dir; do
+    eval "x=\$$v"
+    case $x in ''|/*) ;; *) eval "$v=\${cwd:-}/\$x" ;; esac
+  done
+  [ -n "$cfg" ] && emit_file "$cfg"
+  [ -n "$cdir" ] && emit_glob "$cdir/*.conf"
+fi
+emit_file "$root_dir/cpu_manager_state"
+emit_file "$root_dir/memory_manager_state"
+
+# Runtime configuration.
+ccfg=
+[ -n "$cpid" ] && ccfg=$(arg_value "$R/proc/$cpid/cmdline" config c)
+read_containerd "${ccfg:-/etc/containerd/config.toml}" 0
+emit_file /etc/crio/crio.conf
+emit_glob '/etc/crio/crio.conf.d/*'
+
+# Cgroups.
+for d in /sys/fs/cgroup/kubepods.slice /sys/fs/cgroup/kubepods \
+         /sys/fs/cgroup/cpu/kubepods.slice /sys/fs/cgroup/cpu/kubepods \
+         /sys/fs/cgroup/cpuset/kubepods.slice /sys/fs/cgroup/cpuset/kubepods; do
+  emit_dir "$d"
+done
+
+# Network sysctls of the namespace this runs in (the host's, over SSH).
+for s in net/ipv4/tcp_tw_reuse net/core/somaxconn net/ipv4/ip_local_port_range net/ipv4/ip_local_reserved_ports; do
+  emit_file "/proc/sys/$s"
+done
+
+# NUMA topology and SMT siblings.
+emit_file /sys/devices/system/node/online
+emit_file /sys/devices/system/cpu/online
+emit_glob '/sys/devices/system/node/node[0-9]*/cpulist'
+emit_glob '/sys/devices/system/cpu/cpu[0-9]*/topology/thread_siblings_list'
+
+# Block devices.
+emit_glob '/sys/block/nvme*/queue/scheduler'
+rec M end ok; echo

@@ -1,0 +1,27 @@
+"""The exceptions the suite raises. Each carries a message that names what to fix."""
+
+
+class ConformanceError(Exception):
+    """Base class of every error the suite raises on purpose."""
+
+
+class UsageError(ConformanceError):
+    """A bad command line, inventory or profile: the run cannot start (exit code 4)."""
+
+
+class ParseError(ConformanceError):
+    """A parser was given data it cannot read. The message names the input and the problem."""
+
+
+class FactUnavailable(ConformanceError):
+    """A fact could not be obtained (node unreachable, file missing, malformed, unreadable).
+
+    A check that needs it reports `error`, never `passed`."""
+
+
+class TransportError(ConformanceError):
+    """A node could not be reached or the remote collection failed."""
+
+    def __init__(self, message: str, *, kind: str = "unreachable") -> None:
+        super().__init__(message)
+        self.kind = kind

@@ -1,0 +1,269 @@
+"""The kubelet's effective configuration, built as the kubelet builds it.
+
+Order (later wins): upstream defaults < the `--config` file < `--config-dir` drop-ins (sorted by name,
+files ending in `.conf`) < command-line flags. Each key remembers which layer decided it, so a
+verdict can say "cpuManagerPolicy = none (flag --cpu-manager-policy)".
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from conformance.errors import ParseError
+
+# Upstream defaults (kubelet v1beta1) of the keys the checks read. Source: the fully defaulted
+# round-trip test data in kubernetes/kubernetes (pkg/kubelet/apis/config/scheme/testdata).
+UPSTREAM_DEFAULTS: dict[str, Any] = {
+    "cpuManagerPolicy": "none",
+    "cpuManagerPolicyOptions": {},
+    "cpuManagerReconcilePeriod": "10s",
+    "topologyManagerPolicy": "none",
+    "topologyManagerScope": "container",
+    "memoryManagerPolicy": "None",
+    "reservedMemory": [],
+    "reservedSystemCPUs": "",
+    "kubeReserved": {},
+    "systemReserved": {},
+    "cgroupDriver": "cgroupfs",
+    "cgroupsPerQOS": True,
+    "featureGates": {},
+}
+
+# Deprecated kubelet flags that still override config keys the checks read.
+_STRING_FLAGS = {
+    "cpu-manager-policy": "cpuManagerPolicy",
+    "cpu-manager-reconcile-period": "cpuManagerReconcilePeriod",
+    "topology-manager-policy": "topologyManagerPolicy",
+    "topology-manager-scope": "topologyManagerScope",
+    "memory-manager-policy": "memoryManagerPolicy",
+    "reserved-cpus": "reservedSystemCPUs",
+    "cgroup-driver": "cgroupDriver",
+    "container-runtime-endpoint": "containerRuntimeEndpoint",
+}
+_MAP_FLAGS = {
+    "cpu-manager-policy-options": "cpuManagerPolicyOptions",
+    "kube-reserved": "kubeReserved",
+    "system-reserved": "systemReserved",
+    "feature-gates": "featureGates",
+}
+_BOOL_FLAGS = {"cgroups-per-qos": "cgroupsPerQOS"}
+# Boolean kubelet flags that take no separate value argument (pflag), so `--flag next` keeps `next`.
+_KNOWN_BOOL = {
+    "cgroups-per-qos", "fail-swap-on", "rotate-certificates", "rotate-server-certificates",
+    "register-node", "register-with-taints", "enable-server", "enable-debugging-handlers",
+    "enable-controller-attach-detach", "make-iptables-util-chains", "protect-kernel-defaults",
+    "serialize-image-pulls", "kernel-memcg-notification", "cpu-cfs-quota", "exit-on-lock-contention",
+    "keep-terminated-pod-volumes", "local-storage-capacity-isolation", "seccomp-default",
+    "fail-cgroupv1", "v", "alsologtostderr", "logtostderr",
+}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One effective key of the kubelet configuration and where its value came from."""
+
+    key: str
+    value: Any
+    source: str
+
+    def describe(self) -> str:
+        return f"{self.key} = {json.dumps(self.value)} ({self.source})"
+
+
+@dataclass
+class KubeletArgs:
+    """What the kubelet's command line says: config file, drop-in dir, root dir and flags."""
+
+    argv: list[str]
+    config: str | None = None
+    config_dir: str | None = None
+    root_dir: str = "/var/lib/kubelet"
+    flags: dict[str, list[str | None]] = field(default_factory=dict)
+
+
+def split_cmdline(raw: bytes) -> list[str]:
+    """/proc/<pid>/cmdline: NUL-separated arguments."""
+    parts = raw.split(b"\0")
+    if parts and parts[-1] == b"":
+        parts.pop()
+    return [p.decode("utf-8", "replace") for p in parts]
+
+
+def parse_kubelet_args(argv: list[str], cwd: str | None = None) -> KubeletArgs:
+    """Parse the kubelet's arguments as pflag does: `--k=v`, `--k v`, `-k v`, boolean `--k`."""
+    out = KubeletArgs(argv=list(argv))
+    i = 1
+    while i < len(argv):
+        a = argv[i]
+        i += 1
+        if a == "--":
+            break
+        if not a.startswith("-") or a == "-":
+            continue
+        name, eq, val = a.lstrip("-").partition("=")
+        name = name.replace("_", "-")
+        value: str | None
+        if eq:
+            value = val
+        elif name in _KNOWN_BOOL:
+            value = None
+        elif i < len(argv):
+            value = argv[i]
+            i += 1
+        else:
+            value = None
+        out.flags.setdefault(name, []).append(value)
+    if out.flags.get("config"):
+        out.config = _absolute(out.flags["config"][-1], cwd)
+    if out.flags.get("config-dir"):
+        out.config_dir = _absolute(out.flags["config-dir"][-1], cwd)
+    if out.flags.get("root-dir") and out.flags["root-dir"][-1]:
+        out.root_dir = _absolute(out.flags["root-dir"][-1], cwd) or out.root_dir
+    return out
+
+
+def _absolute(path: str | None, cwd: str | None) -> str | None:
+    if not path:
+        return None
+    if path.startswith("/"):
+        return posixpath.normpath(path)
+    return posixpath.normpath(posixpath.join(cwd or "/", path))
+
+
+def _parse_map(value: str, flag: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in value.split(","):
+        if not item.strip():
+            continue
+        k, eq, v = item.partition("=")
+        if not eq:
+            raise ParseError(f"kubelet flag --{flag}: {item!r} is not key=value")
+        out[k.strip()] = v.strip()
+    return out
+
+
+def _parse_bool(value: str | None, flag: str) -> bool:
+    if value is None:
+        return True
+    v = value.strip().lower()
+    if v in ("true", "1", "t"):
+        return True
+    if v in ("false", "0", "f"):
+        return False
+    raise ParseError(f"kubelet flag --{flag}: {value!r} is not a boolean")
+
+
+def _parse_reserved_memory(values: list[str | None]) -> list[dict[str, Any]]:
+    """`--reserved-memory 0:memory=1Gi,hugepages-1M=2Gi` (repeatable; `;` separates NUMA nodes)."""
+    out: list[dict[str, Any]] = []
+    for value in values:
+        for group in (value or "").split(";"):
+            if not group.strip():
+                continue
+            numa, colon, rest = group.partition(":")
+            if not colon or not numa.strip().isdigit():
+                raise ParseError(f"kubelet flag --reserved-memory: {group!r} is not NUMA:resource=quantity")
+            out.append({"numaNode": int(numa), "limits": _parse_map(rest, "reserved-memory")})
+    return out
+
+
+def flags_to_config(flags: dict[str, list[str | None]]) -> dict[str, tuple[Any, str]]:
+    """The config keys that command-line flags set: key -> (value, "flag --name")."""
+    out: dict[str, tuple[Any, str]] = {}
+    for flag, key in _STRING_FLAGS.items():
+        if flag in flags:
+            out[key] = (flags[flag][-1] or "", f"flag --{flag}")
+    for flag, key in _MAP_FLAGS.items():
+        if flag in flags:
+            merged: dict[str, str] = {}
+            for v in flags[flag]:
+                merged.update(_parse_map(v or "", flag))
+            out[key] = (merged, f"flag --{flag}")
+    for flag, key in _BOOL_FLAGS.items():
+        if flag in flags:
+            out[key] = (_parse_bool(flags[flag][-1], flag), f"flag --{flag}")
+    if "reserved-memory" in flags:
+        out["reservedMemory"] = (_parse_reserved_memory(flags["reserved-memory"]), "flag --reserved-memory")
+    return out
+
+
+def load_config_document(text: str, path: str) -> dict[str, Any]:
+    """A KubeletConfiguration file (YAML or JSON). Raises ParseError naming the file."""
+    try:
+        doc = yaml.safe_load(text) if text.strip() else {}
+    except yaml.YAMLError as e:
+        raise ParseError(f"{path}: not valid YAML/JSON: {_one_line(e)}") from e
+    except RecursionError as e:
+        raise ParseError(f"{path}: nested too deeply") from e
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise ParseError(f"{path}: expected a KubeletConfiguration mapping, got {type(doc).__name__}")
+    kind = doc.get("kind")
+    if kind is not None and kind != "KubeletConfiguration":
+        raise ParseError(f"{path}: kind is {kind!r}, expected 'KubeletConfiguration'")
+    return doc
+
+
+def _one_line(e: Exception) -> str:
+    return " ".join(str(e).split())
+
+
+def _deep_merge(base: Any, over: Any) -> Any:
+    if isinstance(base, dict) and isinstance(over, dict):
+        out = dict(base)
+        for k, v in over.items():
+            out[k] = _deep_merge(base.get(k), v) if k in base else v
+        return out
+    return over
+
+
+@dataclass
+class KubeletConfig:
+    """The effective kubelet configuration: merged values, with the layer that set each key."""
+
+    values: dict[str, Any]
+    origins: dict[str, str]
+    layers: list[str]
+
+    def get(self, key: str) -> Setting:
+        if key in self.values:
+            return Setting(key, self.values[key], self.origins.get(key, "?"))
+        return Setting(key, UPSTREAM_DEFAULTS.get(key), "upstream default (key not set)")
+
+    def decided_by(self) -> str:
+        return " < ".join(self.layers)
+
+
+def effective_config(
+    file_doc: tuple[str, dict[str, Any]] | None,
+    dropins: list[tuple[str, dict[str, Any]]],
+    flag_values: dict[str, tuple[Any, str]],
+) -> KubeletConfig:
+    """Merge the layers in the kubelet's order. `dropins` must already be sorted by file name."""
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    layers = ["upstream defaults"]
+    for k, v in UPSTREAM_DEFAULTS.items():
+        values[k] = v
+        origins[k] = "upstream default (key not set)"
+    docs = ([file_doc] if file_doc else []) + list(dropins)
+    for i, (path, doc) in enumerate(docs):
+        label = f"file {path} (--config)" if file_doc and i == 0 else f"drop-in {path} (--config-dir)"
+        layers.append(label)
+        for k, v in doc.items():
+            if k in ("kind", "apiVersion"):
+                continue
+            values[k] = _deep_merge(values[k], v) if k in values else v
+            origins[k] = label
+    if flag_values:
+        layers.append("command-line flags")
+    for k, (v, label) in flag_values.items():
+        values[k] = v
+        origins[k] = label
+    return KubeletConfig(values=values, origins=origins, layers=layers)

@@ -1,0 +1,146 @@
+"""pytest-html hooks: verdicts and the node x check matrix on top, check columns, evidence extras.
+
+pytest-html 4 inserts cells as HTML in the browser: every value from a node is escaped here."""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+import pytest
+
+from conformance import __version__
+from conformance.checks import REGISTRY
+from conformance.session import RUN_KEY, Run
+
+COLOURS = {
+    "passed": "#2e7d32", "failed": "#c62828", "error": "#ef6c00", "skipped": "#9e9e9e",
+    "waived": "#6a1b9a", None: "#eeeeee",
+}
+SYMBOLS = {"passed": "✓", "failed": "✗", "error": "!", "skipped": "–", "waived": "w", None: ""}
+VERDICT_COLOURS = {"accepted": "#2e7d32", "rejected": "#c62828", "unreachable": "#ef6c00", "incomplete": "#9e9e9e"}
+_STYLE = """<style>
+.gnc table{border-collapse:collapse;margin:6px 0 14px}
+.gnc td,.gnc th{border:1px solid #ccc;padding:2px 6px;font-size:12px}
+.gnc .verdict{color:#fff;font-weight:bold;padding:1px 6px;border-radius:3px}
+.gnc .m td.c{width:18px;height:18px;text-align:center;color:#fff;padding:0;font-size:11px}
+.gnc .m th.r{writing-mode:vertical-rl;transform:rotate(180deg);font-weight:normal;white-space:nowrap;max-height:190px}
+.gnc .fam{text-align:center;background:#f5f5f5}
+.gnc pre{white-space:pre-wrap;margin:2px 0}
+</style>"""
+
+
+def e(value: Any) -> str:
+    return escape(str(value), quote=True)
+
+
+def pytest_html_report_title(report: Any) -> None:
+    report.title = "GPU node conformance report"
+
+
+def _run(session: pytest.Session) -> Run | None:
+    return session.config.stash.get(RUN_KEY, None)
+
+
+def verdict_table(run: Run) -> str:
+    rows = []
+    for n in (run.node_summary(name) for name in run.node_names):
+        c = n["counts"]
+        col = n.get("collection") or {}
+        why = ", ".join(n["blocking"]) or (col.get("error") or "")
+        rows.append(
+            f"<tr><td>{e(n['name'])}</td><td><span class='verdict' style='background:"
+            f"{VERDICT_COLOURS.get(n['verdict'], '#999')}'>{e(n['verdict'])}</span></td><td>{e(n['profile'])}</td>"
+            f"<td>{c['passed']}</td><td>{c['failed']}</td><td>{c['error']}</td><td>{c['skipped']}</td>"
+            f"<td>{c['waived']}</td><td>{e(why)}</td></tr>"
+        )
+    return (
+        "<h2>Node verdicts</h2><p>A node is <b>accepted</b> when no critical or high check failed or errored."
+        f" Tool version {e(__version__)}; inventory {e(run.inventory.path)}; started {e(run.started_at)}"
+        f"{'; snapshot replay from ' + e(run.snapshot_dir) if run.snapshot_dir else ''}"
+        f"{'; <b>run interrupted: results incomplete</b>' if run.interrupted else ''}.</p>"
+        "<table><tr><th>node</th><th>verdict</th><th>profile</th><th>passed</th><th>failed</th><th>error</th>"
+        f"<th>skipped</th><th>waived</th><th>blocking checks / reason</th></tr>{''.join(rows)}</table>"
+    )
+
+
+def matrix(run: Run) -> str:
+    """Nodes down, check ids across (grouped by family), each cell coloured by outcome."""
+    ids = sorted({r["check"] for r in run.results}, key=lambda c: (REGISTRY[c].family, c) if c in REGISTRY else ("", c))
+    if not ids:
+        return ""
+    cells: dict[tuple[str, str], dict[str, Any]] = {}
+    order = {"error": 4, "failed": 3, "waived": 2, "passed": 1, "skipped": 0}
+    for r in run.results:
+        key = (r["node"], r["check"])
+        if key not in cells or order[r["outcome"]] > order[cells[key]["outcome"]]:
+            cells[key] = r
+    fams: list[tuple[str, int]] = []
+    for c in ids:
+        fam = REGISTRY[c].family if c in REGISTRY else "?"
+        if fams and fams[-1][0] == fam:
+            fams[-1] = (fam, fams[-1][1] + 1)
+        else:
+            fams.append((fam, 1))
+    head1 = "".join(f"<th class='fam' colspan='{n}'>{e(f)}</th>" for f, n in fams)
+    head2 = "".join(f"<th class='r' title='{e(REGISTRY[c].title if c in REGISTRY else c)}'>{e(c)}</th>" for c in ids)
+    body = []
+    for node in run.node_names:
+        tds = []
+        for c in ids:
+            r = cells.get((node, c))
+            o = r["outcome"] if r else None
+            tip = f"{node} {c}: {o or 'not run'}" + (f" - {r['message']}" if r and r["message"] else "")
+            tds.append(f"<td class='c' style='background:{COLOURS[o]}' title='{e(tip[:400])}'>{SYMBOLS[o]}</td>")
+        body.append(f"<tr><td>{e(node)}</td>{''.join(tds)}</tr>")
+    legend = " ".join(
+        f"<span class='verdict' style='background:{COLOURS[o]}'>{SYMBOLS[o]} {o}</span>"
+        for o in ("passed", "failed", "error", "skipped", "waived")
+    )
+    return (
+        f"<h2>Node x check matrix</h2><p>{legend} (hover a cell for its message)</p>"
+        f"<table class='m'><tr><th></th>{head1}</tr><tr><th>node</th>{head2}</tr>{''.join(body)}</table>"
+    )
+
+
+def pytest_html_results_summary(prefix: list[str], summary: list[str], postfix: list[str], session: pytest.Session) -> None:
+    run = _run(session)
+    if run is None or not run.results:
+        return
+    prefix.append(f"<div class='gnc'>{_STYLE}{verdict_table(run)}{matrix(run)}</div>")
+
+
+def pytest_html_results_table_header(cells: list[str]) -> None:
+    cells.insert(1, "<th>Node</th>")
+    cells.insert(2, "<th>Check</th>")
+    cells.insert(3, "<th>Severity</th>")
+
+
+def pytest_html_results_table_row(report: pytest.TestReport, cells: list[str]) -> None:
+    r = getattr(report, "conformance_result", None) or {}
+    cells.insert(1, f"<td>{e(r.get('node', ''))}</td>")
+    cells.insert(2, f"<td>{e(r.get('check', ''))}</td>")
+    cells.insert(3, f"<td>{e(r.get('severity', ''))}</td>")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    r = getattr(report, "conformance_result", None)
+    if r is None or r["outcome"] not in ("failed", "error"):
+        return report
+    import pytest_html
+
+    spec = REGISTRY.get(r["check"])
+    parts = [f"<div class='gnc'><p><b>{e(r['check'])}</b> ({e(r['severity'])}) on <b>{e(r['node'])}</b>: "
+             f"{e(r['message'])}</p>"]
+    if spec:
+        parts.append(f"<p><b>Why it matters:</b> {e(spec.rationale)}</p><p><b>Remediation:</b> {e(spec.remediation)}</p>")
+    parts.append(f"<p><b>Source:</b> {e(r['source'])}</p>")
+    if r["evidence"]:
+        parts.append("<details><summary>Evidence</summary><pre>" + e("\n".join(r["evidence"])) + "</pre></details>")
+    parts.append("</div>")
+    extras = getattr(report, "extras", [])
+    extras.append(pytest_html.extras.html("".join(parts)))
+    report.extras = extras
+    return report

@@ -1,0 +1,175 @@
+"""The inventory: which nodes to audit, how to reach them and which profile applies.
+
+Every problem is reported as `FILE: nodes[i] (name): field: problem`, so it can be fixed in one go.
+The same rules are published as a JSON Schema in `inventory/inventory.schema.json`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from conformance.errors import UsageError
+
+NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$")
+SSH_KEYS = {
+    "user": str, "port": int, "identity_file": str, "known_hosts": str, "proxy_jump": str,
+    "ssh_config": str, "insecure_accept_unknown_host_keys": bool, "connect_timeout": (int, float),
+}
+NODE_KEYS = {"name", "address", "transport", "ssh", "profile", "labels", "host_root"}
+DEFAULT_KEYS = {"ssh", "profile", "transport", "labels"}
+TOP_KEYS = {"defaults", "nodes"}
+
+
+@dataclass
+class NodeSpec:
+    name: str
+    transport: str = "ssh"
+    address: str | None = None
+    ssh: dict[str, Any] = field(default_factory=dict)
+    profile: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    host_root: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "transport": self.transport, "address": self.address,
+            "profile": self.profile, "labels": dict(self.labels),
+        }
+
+
+@dataclass
+class Inventory:
+    path: str
+    nodes: list[NodeSpec]
+
+
+def local_inventory(host_root: str = "") -> Inventory:
+    """The embedded default: audit this machine through the local transport."""
+    import socket
+
+    name = socket.gethostname() or "localhost"
+    if not NAME_RE.match(name):
+        name = "localhost"
+    return Inventory("(this machine)", [NodeSpec(name=name, transport="local", host_root=host_root)])
+
+
+def _type_name(t: Any) -> str:
+    if isinstance(t, tuple):
+        return "number"
+    return {str: "string", int: "integer", bool: "boolean"}.get(t, t.__name__)
+
+
+def _check_ssh(block: Any, where: str, errors: list[str]) -> dict[str, Any]:
+    if not isinstance(block, dict):
+        errors.append(f"{where}: must be a mapping of SSH settings")
+        return {}
+    for k, v in block.items():
+        if k not in SSH_KEYS:
+            errors.append(f"{where}.{k}: unknown field (allowed: {', '.join(sorted(SSH_KEYS))})")
+            continue
+        t = SSH_KEYS[k]
+        if (isinstance(v, bool) and t is not bool) or not isinstance(v, t):
+            errors.append(f"{where}.{k}: must be a {_type_name(t)}, got {v!r}")
+        elif k == "port" and not 0 < v < 65536:
+            errors.append(f"{where}.port: {v} is not a TCP port")
+    return block
+
+
+def _check_labels(block: Any, where: str, errors: list[str]) -> dict[str, str]:
+    if not isinstance(block, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in block.items()):
+        errors.append(f"{where}: must be a mapping of string keys to string values")
+        return {}
+    return dict(block)
+
+
+def parse_inventory(doc: Any, path: str) -> Inventory:
+    errors: list[str] = []
+    if not isinstance(doc, dict):
+        raise UsageError(f"{path}: the inventory must be a mapping with 'nodes' (and optionally 'defaults')")
+    for k in doc:
+        if k not in TOP_KEYS:
+            errors.append(f"{k}: unknown top-level field (allowed: defaults, nodes)")
+    defaults = doc.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        errors.append("defaults: must be a mapping")
+        defaults = {}
+    for k in defaults:
+        if k not in DEFAULT_KEYS:
+            errors.append(f"defaults.{k}: unknown field (allowed: {', '.join(sorted(DEFAULT_KEYS))})")
+    d_ssh = _check_ssh(defaults.get("ssh", {}), "defaults.ssh", errors)
+    d_labels = _check_labels(defaults.get("labels", {}), "defaults.labels", errors)
+    d_profile = defaults.get("profile")
+    if d_profile is not None and not isinstance(d_profile, str):
+        errors.append("defaults.profile: must be a profile name or file path")
+    d_transport = defaults.get("transport", "ssh")
+    nodes_raw = doc.get("nodes")
+    if not isinstance(nodes_raw, list) or not nodes_raw:
+        errors.append("nodes: must be a non-empty list of node entries")
+        nodes_raw = []
+    nodes: list[NodeSpec] = []
+    seen: set[str] = set()
+    for i, entry in enumerate(nodes_raw):
+        where = f"nodes[{i}]"
+        if not isinstance(entry, dict):
+            errors.append(f"{where}: must be a mapping with at least 'name'")
+            continue
+        name = entry.get("name")
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            errors.append(f"{where}.name: {name!r} is not a valid node name (letters, digits, '.', '-', '_')")
+            name = f"#{i}"
+        else:
+            where = f"nodes[{i}] ({name})"
+            if name in seen:
+                errors.append(f"{where}.name: duplicate node name")
+            seen.add(name)
+        for k in entry:
+            if k not in NODE_KEYS:
+                errors.append(f"{where}.{k}: unknown field (allowed: {', '.join(sorted(NODE_KEYS))})")
+        transport = entry.get("transport", d_transport)
+        if transport not in ("ssh", "local"):
+            errors.append(f"{where}.transport: {transport!r} is not one of ssh, local")
+        address = entry.get("address")
+        if address is not None and (not isinstance(address, str) or not address or any(c.isspace() for c in address)):
+            errors.append(f"{where}.address: {address!r} is not a host name or IP address")
+        ssh = dict(d_ssh)
+        ssh.update(_check_ssh(entry.get("ssh", {}), f"{where}.ssh", errors))
+        if transport == "ssh" and not address and not ssh.get("ssh_config"):
+            errors.append(f"{where}.address: required for transport ssh (or give ssh.ssh_config with a Host entry)")
+        host_root = entry.get("host_root", "")
+        if not isinstance(host_root, str) or (host_root and not host_root.startswith("/")):
+            errors.append(f"{where}.host_root: must be an absolute path such as /host")
+            host_root = ""
+        if host_root and transport != "local":
+            errors.append(f"{where}.host_root: only applies to transport local")
+        profile = entry.get("profile", d_profile)
+        if profile is not None and not isinstance(profile, str):
+            errors.append(f"{where}.profile: must be a profile name or file path")
+        labels = dict(d_labels)
+        labels.update(_check_labels(entry.get("labels", {}), f"{where}.labels", errors))
+        nodes.append(
+            NodeSpec(name=name, transport=transport, address=address, ssh=ssh, profile=profile,
+                     labels=labels, host_root=host_root.rstrip("/"))
+        )
+    if errors:
+        raise UsageError(f"{path}: invalid inventory:\n  " + "\n  ".join(errors))
+    return Inventory(path=path, nodes=nodes)
+
+
+def load_inventory(path: str | Path) -> Inventory:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"{p}: cannot read the inventory: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{p}: the inventory is not UTF-8 text") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise UsageError(f"{p}: not valid YAML: {' '.join(str(e).split())}") from None
+    return parse_inventory(doc, str(p))

@@ -1,0 +1,236 @@
+"""Typed facts of one node, parsed lazily from its bundle. Parse errors become FactUnavailable."""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from conformance.bundle import Bundle
+from conformance.errors import FactUnavailable, ParseError
+from conformance.facts import kernel
+from conformance.facts.checkpoints import (
+    CpuManagerState,
+    MemoryManagerState,
+    parse_cpu_manager_state,
+    parse_memory_manager_state,
+)
+from conformance.facts.cpulist import parse_cpulist
+from conformance.facts.kubelet import (
+    KubeletArgs,
+    KubeletConfig,
+    effective_config,
+    flags_to_config,
+    load_config_document,
+    parse_kubelet_args,
+    split_cmdline,
+)
+from conformance.facts.runtime import RuntimeConfig, containerd_runtime, crio_runtime, merge_containerd
+from conformance.facts.topology import Topology
+
+T = TypeVar("T")
+
+
+def fact(fn: Callable[[NodeFacts], T]) -> property:
+    """A lazily computed fact; the value or the failure is computed once and remembered."""
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def get(self: NodeFacts) -> T:
+        if name not in self._memo:
+            try:
+                self._memo[name] = (True, fn(self))
+            except ParseError as e:
+                self._memo[name] = (False, FactUnavailable(str(e)))
+            except FactUnavailable as e:
+                self._memo[name] = (False, e)
+        ok, value = self._memo[name]
+        if not ok:
+            raise value
+        return value
+
+    return property(get)
+
+
+@dataclass
+class Sysctls:
+    tcp_tw_reuse: int
+    somaxconn: int
+    port_range: tuple[int, int]
+    reserved_ports: set[int]
+
+
+class NodeFacts:
+    """All node-level facts of one node, each read on first use from the collected bundle."""
+
+    def __init__(self, bundle: Bundle) -> None:
+        self.bundle = bundle
+        self.name = bundle.node
+        self._memo: dict[str, tuple[bool, Any]] = {}
+
+    @property
+    def reachable(self) -> bool:
+        return self.bundle.error is None
+
+    def require_reachable(self) -> None:
+        if self.bundle.error is not None:
+            raise FactUnavailable(f"node {self.name} {self.bundle.error_kind or 'unreachable'}: {self.bundle.error}")
+        if not self.bundle.complete:
+            raise FactUnavailable(f"node {self.name}: collection ended early (output incomplete)")
+
+    # -- kubelet -------------------------------------------------------------------------------
+    @fact
+    def kubelet_pid(self) -> int:
+        self.require_reachable()
+        pids = self.bundle.processes("kubelet")
+        if not pids:
+            raise FactUnavailable(f"no process named kubelet runs on node {self.name}")
+        return pids[0]
+
+    @fact
+    def kubelet_args(self) -> KubeletArgs:
+        pid = self.kubelet_pid
+        rec = self.bundle.file(f"/proc/{pid}/cmdline")
+        if rec is None or rec.status != "ok":
+            raise FactUnavailable(f"/proc/{pid}/cmdline of the kubelet could not be read on node {self.name}")
+        return parse_kubelet_args(split_cmdline(rec.data), cwd=self.bundle.link(f"/proc/{pid}/cwd"))
+
+    @fact
+    def kubelet_config(self) -> KubeletConfig:
+        args = self.kubelet_args
+        file_doc = None
+        if args.config:
+            file_doc = (args.config, load_config_document(self.bundle.text(args.config, f"kubelet --config {args.config}"), args.config))
+        dropins = []
+        if args.config_dir:
+            for path in self.bundle.glob(f"{args.config_dir}/*.conf"):
+                dropins.append((path, load_config_document(self.bundle.text(path), path)))
+        return effective_config(file_doc, dropins, flags_to_config(args.flags))
+
+    @fact
+    def cpu_manager_state(self) -> CpuManagerState:
+        self.require_reachable()
+        path = self._state_path("cpu_manager_state")
+        return parse_cpu_manager_state(self.bundle.text(path), path)
+
+    @fact
+    def memory_manager_state(self) -> MemoryManagerState:
+        self.require_reachable()
+        path = self._state_path("memory_manager_state")
+        return parse_memory_manager_state(self.bundle.text(path), path)
+
+    def _state_path(self, name: str) -> str:
+        try:
+            root = self.kubelet_args.root_dir
+        except FactUnavailable:
+            root = "/var/lib/kubelet"
+        return f"{root.rstrip('/')}/{name}"
+
+    # -- runtime -------------------------------------------------------------------------------
+    @fact
+    def runtime_name(self) -> tuple[str, str]:
+        """(containerd | cri-o, how it was decided)."""
+        self.require_reachable()
+        try:
+            endpoint = self.kubelet_config.get("containerRuntimeEndpoint")
+            if endpoint.value:
+                if "containerd" in endpoint.value:
+                    return "containerd", endpoint.describe()
+                if "crio" in endpoint.value:
+                    return "cri-o", endpoint.describe()
+        except FactUnavailable:
+            pass
+        for comm, name in (("containerd", "containerd"), ("crio", "cri-o")):
+            if self.bundle.processes(comm):
+                return name, f"a process named {comm} runs"
+        if self.bundle.optional_text("/etc/containerd/config.toml") is not None:
+            return "containerd", "/etc/containerd/config.toml exists"
+        if self.bundle.optional_text("/etc/crio/crio.conf") is not None or self.bundle.glob("/etc/crio/crio.conf.d/*"):
+            return "cri-o", "CRI-O configuration exists"
+        raise FactUnavailable(f"no container runtime (containerd or CRI-O) found on node {self.name}")
+
+    @fact
+    def runtime_config(self) -> RuntimeConfig:
+        runtime, _ = self.runtime_name
+        if runtime == "containerd":
+            main = self._containerd_main()
+            doc, files = merge_containerd(main, self.bundle.optional_text, self._expand_import)
+            return containerd_runtime(doc, files)
+        docs = []
+        main = self.bundle.optional_text("/etc/crio/crio.conf")
+        if main is not None:
+            docs.append(("/etc/crio/crio.conf", main))
+        for path in self.bundle.glob("/etc/crio/crio.conf.d/*"):
+            docs.append((path, self.bundle.text(path)))
+        return crio_runtime(docs)
+
+    def _containerd_main(self) -> str:
+        for pid in self.bundle.processes("containerd"):
+            rec = self.bundle.file(f"/proc/{pid}/cmdline")
+            if rec and rec.status == "ok":
+                args = parse_kubelet_args(split_cmdline(rec.data), cwd=self.bundle.link(f"/proc/{pid}/cwd"))
+                for flag in ("config", "c"):
+                    if args.flags.get(flag) and args.flags[flag][-1]:
+                        return str(args.flags[flag][-1])
+        return "/etc/containerd/config.toml"
+
+    def _expand_import(self, pattern: str) -> list[str]:
+        # The collector expanded each import glob on the node; match its results.
+        found = [p for rec_path in self._import_sources() for p in self.bundle.imports_of(rec_path)]
+        return sorted({p for p in found if fnmatch.fnmatchcase(p, pattern)})
+
+    def _import_sources(self) -> list[str]:
+        return sorted({r.name[len("import:"):] for r in self.bundle.records if r.kind == "G" and r.name.startswith("import:")})
+
+    # -- kernel --------------------------------------------------------------------------------
+    @fact
+    def cgroup_version(self) -> int:
+        self.require_reachable()
+        rec = self.bundle.command("stat-cgroup")
+        if rec.status != "0":
+            raise FactUnavailable(f"stat -fc %T /sys/fs/cgroup failed (exit {rec.status}) on node {self.name}")
+        return kernel.cgroup_version(rec.data.decode("utf-8", "replace"))
+
+    @fact
+    def kubepods_driver(self) -> tuple[str | None, str]:
+        self.require_reachable()
+        return kernel.kubepods_driver(self.bundle.dirs())
+
+    @fact
+    def sysctls(self) -> Sysctls:
+        self.require_reachable()
+        b = self.bundle
+        return Sysctls(
+            tcp_tw_reuse=kernel.parse_int_sysctl(b.text("/proc/sys/net/ipv4/tcp_tw_reuse"), "net.ipv4.tcp_tw_reuse"),
+            somaxconn=kernel.parse_int_sysctl(b.text("/proc/sys/net/core/somaxconn"), "net.core.somaxconn"),
+            port_range=kernel.parse_port_range(b.text("/proc/sys/net/ipv4/ip_local_port_range")),
+            reserved_ports=kernel.parse_port_set(b.text("/proc/sys/net/ipv4/ip_local_reserved_ports")),
+        )
+
+    @fact
+    def topology(self) -> Topology:
+        self.require_reachable()
+        b = self.bundle
+        online = parse_cpulist(b.text("/sys/devices/system/cpu/online"), what="/sys/devices/system/cpu/online")
+        nodes: dict[int, frozenset[int]] = {}
+        for path in b.glob("/sys/devices/system/node/node[0-9]*/cpulist"):
+            n = int(path.split("/")[-2][4:])
+            nodes[n] = parse_cpulist(b.text(path), what=path)
+        if not nodes:
+            raise FactUnavailable(f"/sys/devices/system/node/node*/cpulist: none found on node {self.name}")
+        siblings: dict[int, frozenset[int]] = {}
+        for path in b.glob("/sys/devices/system/cpu/cpu[0-9]*/topology/thread_siblings_list"):
+            cpu = int(path.split("/")[-3][3:])
+            siblings[cpu] = parse_cpulist(b.text(path), what=path)
+        return Topology(online=online, nodes=nodes, siblings=siblings)
+
+    @fact
+    def nvme_schedulers(self) -> dict[str, str]:
+        self.require_reachable()
+        out = {}
+        for path in self.bundle.glob("/sys/block/nvme*/queue/scheduler"):
+            dev = path.split("/")[3]
+            out[dev] = kernel.parse_scheduler(self.bundle.text(path), dev)
+        return out

@@ -1,0 +1,125 @@
+"""The pytest plugin (entry point `pytest11`): options, per-node parametrization, outcomes, results.
+
+It stays inert for test functions that are not checks, so the project's own tests run beside it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from conformance import fixtures
+from conformance.checks import Evidence, spec_of
+from conformance.errors import ConformanceError, UsageError
+from conformance.session import RUN_KEY, Run
+
+MESSAGE_LIMIT = 2000
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("conformance", "gpu-node-conformance")
+    g.addoption("--inventory", dest="conformance_inventory", metavar="FILE",
+                help="inventory YAML of the nodes to audit (default: this machine, local transport)")
+    g.addoption("--profile", dest="conformance_profile", metavar="NAME|FILE",
+                help="profile for every node, overriding the inventory (default: the inventory's, else 'default')")
+    g.addoption("--snapshot", dest="conformance_snapshot", metavar="DIR",
+                help="evaluate node snapshots saved by 'conformance collect' instead of collecting live")
+    g.addoption("--results-json", dest="conformance_results", metavar="FILE", help="write results.json here")
+    g.addoption("--host-root", dest="conformance_host_root", default="", metavar="DIR",
+                help="with no inventory: read this machine's files below DIR (e.g. /host in a pod)")
+    g.addoption("--parallel", dest="conformance_parallel", type=int, default=16, metavar="N",
+                help="collect from at most N nodes at once (default 16)")
+    g.addoption("--collect-timeout", dest="conformance_timeout", type=float, default=120.0, metavar="SECONDS",
+                help="per-node collection timeout (default 120)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(fixtures, "conformance-fixtures")
+    try:
+        config.stash[RUN_KEY] = Run.from_options(config)
+    except UsageError as e:
+        raise pytest.UsageError(str(e)) from None
+    if config.pluginmanager.hasplugin("html"):
+        from conformance import html_report
+
+        config.pluginmanager.register(html_report, "conformance-html")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "node" in metafunc.fixturenames and spec_of(metafunc.function) is not None:
+        names = metafunc.config.stash[RUN_KEY].node_names
+        metafunc.parametrize("node", names, ids=names)
+
+
+def _message(excinfo: pytest.ExceptionInfo[BaseException] | None) -> str:
+    if excinfo is None:
+        return ""
+    value = excinfo.value
+    if isinstance(value, AssertionError):
+        text = str(value).split("\nassert ", 1)[0]
+    elif isinstance(value, pytest.skip.Exception):
+        text = value.msg
+    elif isinstance(value, ConformanceError):
+        text = str(value)
+    else:
+        text = f"{type(value).__name__}: {value} (a defect in the check; please report it)"
+    return text[:MESSAGE_LIMIT]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report: pytest.TestReport = yield
+    spec = spec_of(getattr(item, "obj", None))
+    if spec is None or not hasattr(item, "callspec"):
+        return report
+    node = item.callspec.params.get("node")
+    excinfo = call.excinfo
+    if report.when == "setup":
+        if report.passed:
+            return report
+        outcome = "skipped" if report.skipped else "error"
+    elif report.when == "call":
+        if report.passed:
+            outcome = "passed"
+        elif report.skipped:
+            outcome = "skipped"
+        else:
+            outcome = "failed" if excinfo is not None and isinstance(excinfo.value, AssertionError) else "error"
+    else:
+        return report
+    message = _message(excinfo)
+    if (excinfo is not None and outcome == "failed") or (outcome == "error" and isinstance(
+        getattr(excinfo, "value", None), ConformanceError
+    )):
+        report.longrepr = f"{outcome.upper()} [{spec.id}] {node}: {message}"
+    ev: Evidence = getattr(item, "funcargs", {}).get("evidence") or Evidence()
+    run: Run = item.config.stash[RUN_KEY]
+    result = {
+        "node": node,
+        "check": spec.id,
+        "subject": {},
+        "severity": spec.severity,
+        "outcome": outcome,
+        "message": message,
+        "evidence": ev.lines[:200],
+        "source": ev.source or spec.source,
+        "waiver": None,
+        "duration_s": round(report.duration, 4),
+    }
+    run.results.append(result)
+    report.user_properties.extend([("check", spec.id), ("node", node), ("severity", spec.severity),
+                                   ("outcome", outcome)])
+    report.conformance_result = result  # type: ignore[attr-defined]
+    return report
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    run: Run | None = session.config.stash.get(RUN_KEY, None)
+    if run is None:
+        return
+    if exitstatus == pytest.ExitCode.INTERRUPTED:
+        run.interrupted = True
+    path = session.config.getoption("conformance_results")
+    if path:
+        run.write_results(path)

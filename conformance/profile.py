@@ -1,0 +1,125 @@
+"""Profiles: the expected values and thresholds, from YAML. Checks never hard-code them."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from conformance.errors import UsageError
+from conformance.facts.units import parse_duration
+
+BUNDLED = "default"
+
+
+class Profile:
+    """Effective profile values, read as `profile.get("kubelet.cpu_manager_policy")`."""
+
+    def __init__(self, name: str, values: dict[str, Any], source: str) -> None:
+        self.name = name
+        self.values = values
+        self.source = source
+
+    def get(self, dotted: str) -> Any:
+        cur: Any = self.values
+        for part in dotted.split("."):
+            cur = cur[part]
+        return cur
+
+
+def _bundled_names() -> list[str]:
+    folder = resources.files("conformance").joinpath("profiles")
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def _read(ref: str) -> tuple[str, dict[str, Any], str]:
+    """Resolve a profile name (bundled) or a path to (name, document, source)."""
+    path = Path(ref).expanduser()
+    if ref.endswith((".yaml", ".yml")) or "/" in ref:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as e:
+            raise UsageError(f"profile {ref}: cannot read it: {e.strerror}") from None
+        source, name = str(path), path.stem
+    else:
+        if ref not in _bundled_names():
+            raise UsageError(f"profile {ref!r}: no such bundled profile (bundled: {', '.join(_bundled_names())})")
+        text = resources.files("conformance").joinpath("profiles", f"{ref}.yaml").read_text(encoding="utf-8")
+        source, name = f"bundled profile {ref}", ref
+    try:
+        doc = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise UsageError(f"{source}: not valid YAML: {' '.join(str(e).split())}") from None
+    if not isinstance(doc, dict):
+        raise UsageError(f"{source}: a profile must be a mapping")
+    return name, doc, source
+
+
+def _overlay(base: dict[str, Any], over: dict[str, Any], source: str, prefix: str = "") -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        key = f"{prefix}{k}"
+        if k not in base:
+            raise UsageError(f"{source}: unknown key {key!r}")
+        if isinstance(base[k], dict):
+            if not isinstance(v, dict):
+                raise UsageError(f"{source}: {key} must be a mapping")
+            out[k] = _overlay(base[k], v, source, key + ".")
+        else:
+            out[k] = v
+    return out
+
+
+def _validate(values: dict[str, Any], source: str) -> None:
+    def need(key: str, ok: bool, what: str) -> None:
+        if not ok:
+            raise UsageError(f"{source}: {key} must be {what}")
+
+    k = values["kubelet"]
+    need("kubelet.cpu_manager_policy", k["cpu_manager_policy"] in ("none", "static"), "none or static")
+    valid_topo = {"none", "best-effort", "restricted", "single-numa-node"}
+    need("kubelet.topology_manager_policies",
+         isinstance(k["topology_manager_policies"], list) and set(k["topology_manager_policies"]) <= valid_topo,
+         f"a list drawn from {sorted(valid_topo)}")
+    need("kubelet.topology_manager_scope", k["topology_manager_scope"] in ("container", "pod"), "container or pod")
+    need("kubelet.memory_manager_policy", k["memory_manager_policy"] in ("None", "Static"), "None or Static")
+    need("kubelet.min_reserved_physical_cores",
+         isinstance(k["min_reserved_physical_cores"], int) and k["min_reserved_physical_cores"] >= 0, "an integer >= 0")
+    try:
+        parse_duration(k["max_cpu_manager_reconcile_period"])
+    except Exception:
+        need("kubelet.max_cpu_manager_reconcile_period", False, "a Go duration such as 10s")
+    s = values["sysctl"]
+    for key in ("local_port_range", "nodeport_range"):
+        r = s[key]
+        need(f"sysctl.{key}", isinstance(r, list) and len(r) == 2 and all(isinstance(x, int) for x in r)
+             and 0 < r[0] <= r[1] <= 65535, "[low, high] port numbers")
+    need("sysctl.min_somaxconn", isinstance(s["min_somaxconn"], int), "an integer")
+    need("sysctl.tcp_tw_reuse", s["tcp_tw_reuse"] in (0, 1, 2), "0, 1 or 2")
+    need("runtime.gpu_handlers", isinstance(values["runtime"]["gpu_handlers"], list), "a list of handler names")
+
+
+def load_profile(ref: str | None) -> Profile:
+    """Load a profile by bundled name or path, following `extends` (default: the default profile)."""
+    ref = ref or BUNDLED
+    chain: list[tuple[str, dict[str, Any], str]] = []
+    seen: set[str] = set()
+    cur: str | None = ref
+    while cur is not None:
+        if cur in seen:
+            raise UsageError(f"profile {ref}: 'extends' loops through {cur}")
+        seen.add(cur)
+        name, doc, source = _read(cur)
+        chain.append((name, doc, source))
+        parent = doc.get("extends")
+        if parent is None and name != BUNDLED:
+            parent = BUNDLED
+        cur = parent
+    _, base_doc, base_src = chain[-1]
+    values = {k: v for k, v in base_doc.items() if k != "extends"}
+    for _, doc, source in reversed(chain[:-1]):
+        values = _overlay(values, {k: v for k, v in doc.items() if k != "extends"}, source)
+    _validate(values, chain[0][2])
+    return Profile(chain[0][0], values, chain[0][2])

@@ -1,0 +1,187 @@
+"""One audit run: the inventory, the profiles per node, the collected facts and the results."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance import __version__
+from conformance.bundle import Bundle
+from conformance.checks import BLOCKING, REGISTRY
+from conformance.collect import collect_all, stderr_progress
+from conformance.errors import ParseError, UsageError
+from conformance.inventory import Inventory, NodeSpec, load_inventory, local_inventory
+from conformance.node_facts import NodeFacts
+from conformance.profile import Profile, load_profile
+
+SCHEMA_VERSION = 1
+
+
+class Run:
+    def __init__(
+        self,
+        inventory: Inventory,
+        profile_override: str | None = None,
+        snapshot_dir: str | None = None,
+        parallel: int = 16,
+        timeout: float = 120.0,
+        verbose: bool = False,
+    ) -> None:
+        self.inventory = inventory
+        self.snapshot_dir = snapshot_dir
+        self.parallel = parallel
+        self.timeout = timeout
+        self.verbose = verbose
+        self.started_at = datetime.now(UTC).isoformat(timespec="seconds")
+        self.results: list[dict[str, Any]] = []
+        self.interrupted = False
+        self._facts: dict[str, NodeFacts] | None = None
+        self._lock = threading.Lock()
+        self._profiles: dict[str, Profile] = {}
+        self.profile_names: dict[str, str] = {}
+        cache: dict[str | None, Profile] = {}
+        for node in inventory.nodes:
+            ref = profile_override or node.profile
+            if ref not in cache:
+                cache[ref] = load_profile(ref)
+            self._profiles[node.name] = cache[ref]
+            self.profile_names[node.name] = cache[ref].name
+        self._snapshots: dict[str, Bundle] = {}
+        if snapshot_dir:
+            self._snapshots = load_snapshots(snapshot_dir)
+
+    @classmethod
+    def from_options(cls, config: pytest.Config) -> Run:
+        opt = config.option
+        snapshot = getattr(opt, "conformance_snapshot", None)
+        if snapshot and not getattr(opt, "conformance_inventory", None):
+            bundles = load_snapshots(snapshot)
+            inv = Inventory(f"(snapshots in {snapshot})", [NodeSpec(name=n) for n in bundles])
+        elif getattr(opt, "conformance_inventory", None):
+            inv = load_inventory(opt.conformance_inventory)
+        else:
+            inv = local_inventory(getattr(opt, "conformance_host_root", "") or "")
+        return cls(
+            inv,
+            profile_override=getattr(opt, "conformance_profile", None),
+            snapshot_dir=snapshot,
+            parallel=getattr(opt, "conformance_parallel", 16),
+            timeout=getattr(opt, "conformance_timeout", 120.0),
+            verbose=config.option.verbose > 0,
+        )
+
+    @property
+    def node_names(self) -> list[str]:
+        return [n.name for n in self.inventory.nodes]
+
+    def profile_for(self, node: str) -> Profile:
+        return self._profiles[node]
+
+    def facts(self) -> dict[str, NodeFacts]:
+        with self._lock:
+            if self._facts is None:
+                if self.snapshot_dir:
+                    bundles = {}
+                    for n in self.inventory.nodes:
+                        if n.name not in self._snapshots:
+                            raise UsageError(f"{self.snapshot_dir}: no snapshot for node {n.name}")
+                        bundles[n.name] = self._snapshots[n.name]
+                else:
+                    bundles = collect_all(self.inventory.nodes, self.parallel, self.timeout,
+                                          stderr_progress(self.verbose))
+                self._facts = {name: NodeFacts(b) for name, b in bundles.items()}
+            return self._facts
+
+    # -- verdicts ------------------------------------------------------------------------------
+    def node_summary(self, node: str) -> dict[str, Any]:
+        rows = [r for r in self.results if r["node"] == node]
+        counts = {o: 0 for o in ("passed", "failed", "error", "skipped", "waived")}
+        for r in rows:
+            counts[r["outcome"]] += 1
+        blocking = [r["check"] for r in rows if r["outcome"] in ("failed", "error") and r["severity"] in BLOCKING]
+        bundle = self._facts[node].bundle if self._facts and node in self._facts else None
+        if bundle is not None and bundle.error is not None:
+            verdict = "unreachable"
+        elif not rows:
+            verdict = "incomplete"
+        elif blocking:
+            verdict = "rejected"
+        else:
+            verdict = "accepted"
+        spec = next(n for n in self.inventory.nodes if n.name == node)
+        out: dict[str, Any] = {
+            "name": node,
+            "verdict": verdict,
+            "profile": self.profile_names[node],
+            "transport": spec.transport,
+            "labels": spec.labels,
+            "counts": counts,
+            "blocking": sorted(set(blocking)),
+        }
+        if bundle is not None:
+            out["collection"] = {
+                "collected_at": bundle.collected_at,
+                "duration_s": bundle.duration_s,
+                "remote_executions": bundle.executions,
+                "error": bundle.error,
+                "error_kind": bundle.error_kind,
+                "notes": bundle.notes,
+                "source": "snapshot" if self.snapshot_dir else "live",
+            }
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        used = sorted({r["check"] for r in self.results})
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "tool": {"name": "gpu-node-conformance", "version": __version__},
+            "started_at": self.started_at,
+            "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "complete": not self.interrupted,
+            "inventory": self.inventory.path,
+            "nodes": [self.node_summary(n) for n in self.node_names],
+            "checks": {cid: REGISTRY[cid].to_json() for cid in used if cid in REGISTRY},
+            "results": self.results,
+        }
+
+    def write_results(self, path: str) -> None:
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_suffix(p.suffix + ".tmp")
+        tmp.write_text(json.dumps(self.to_json(), indent=2, sort_keys=False) + "\n", encoding="utf-8")
+        tmp.replace(p)
+
+
+RUN_KEY = pytest.StashKey[Run]()
+
+
+def load_snapshots(folder: str) -> dict[str, Bundle]:
+    p = Path(folder)
+    if not p.is_dir():
+        raise UsageError(f"--snapshot {folder}: not a folder")
+    out: dict[str, Bundle] = {}
+    for f in sorted(p.glob("*.json")):
+        try:
+            b = Bundle.from_json(json.loads(f.read_text(encoding="utf-8")), str(f))
+        except (ValueError, ParseError) as e:
+            raise UsageError(f"{f}: not a readable snapshot: {e}") from None
+        out[b.node] = b
+    if not out:
+        raise UsageError(f"--snapshot {folder}: no snapshot files (*.json) in it; make them with 'conformance collect'")
+    return out
+
+
+def write_snapshots(bundles: dict[str, Bundle], folder: str) -> list[Path]:
+    p = Path(folder)
+    p.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, b in bundles.items():
+        f = p / f"{name}.json"
+        f.write_text(json.dumps(b.to_json(), indent=1) + "\n", encoding="utf-8")
+        written.append(f)
+    return written

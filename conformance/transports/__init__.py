@@ -1,0 +1,5 @@
+"""How the collector reaches a node: one execution that reads the script from stdin."""
+
+from conformance.transports.base import ExecResult, Transport
+
+__all__ = ["ExecResult", "Transport"]

@@ -1,0 +1,200 @@
+"""The SSH transport (paramiko): host keys verified against known_hosts, ProxyJump, ssh_config."""
+
+from __future__ import annotations
+
+import os
+import select
+import shlex
+import time
+from dataclasses import dataclass
+
+import paramiko
+
+from conformance.errors import TransportError
+from conformance.transports.base import ExecResult
+
+
+@dataclass
+class SshTarget:
+    host: str
+    port: int = 22
+    user: str = "root"
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    proxy_jump: str | None = None
+    ssh_config: str | None = None
+    insecure_accept_unknown_host_keys: bool = False
+    connect_timeout: float = 10.0
+
+
+class _AcceptUnknownNoSave(paramiko.MissingHostKeyPolicy):
+    """The explicit opt-in: accept a key for a host that has none on record, and record that it did.
+
+    A *changed* key is still refused: paramiko raises BadHostKeyException before asking a policy."""
+
+    def __init__(self) -> None:
+        self.accepted: list[str] = []
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        self.accepted.append(f"{hostname} {key.get_name()} {key.fingerprint}")
+
+
+def _parse_jump(spec: str, default_user: str) -> tuple[str, str, int]:
+    user, _, hostport = spec.rpartition("@")
+    host, port = hostport, 22
+    if hostport.startswith("["):
+        host, _, rest = hostport[1:].partition("]")
+        if rest.startswith(":"):
+            port = int(rest[1:])
+    elif hostport.count(":") == 1:
+        host, p = hostport.split(":")
+        port = int(p)
+    return user or default_user, host, port
+
+
+class SshTransport:
+    def __init__(self, target: SshTarget) -> None:
+        self.t = self._with_ssh_config(target)
+        self.description = f"ssh {self.t.user}@{self.t.host}:{self.t.port}" + (
+            f" via {self.t.proxy_jump}" if self.t.proxy_jump else ""
+        )
+        self.accepted_unknown_keys: list[str] = []
+        self._clients: list[paramiko.SSHClient] = []
+
+    @staticmethod
+    def _with_ssh_config(t: SshTarget) -> SshTarget:
+        if not t.ssh_config:
+            return t
+        path = os.path.expanduser(t.ssh_config)
+        try:
+            cfg = paramiko.SSHConfig.from_path(path).lookup(t.host)
+        except OSError as e:
+            raise TransportError(f"ssh_config {path}: {e.strerror}", kind="error") from e
+        # Values from ssh_config fill what the inventory leaves at its defaults.
+        if "hostname" in cfg:
+            t.host = cfg["hostname"]
+        if "port" in cfg and t.port == 22:
+            t.port = int(cfg["port"])
+        if "user" in cfg and t.user == "root":
+            t.user = cfg["user"]
+        if "identityfile" in cfg and not t.identity_file:
+            t.identity_file = cfg["identityfile"][0]
+        if "userknownhostsfile" in cfg and not t.known_hosts:
+            t.known_hosts = cfg["userknownhostsfile"].split()[0]
+        if "proxyjump" in cfg and not t.proxy_jump and cfg["proxyjump"].lower() != "none":
+            t.proxy_jump = cfg["proxyjump"].split(",")[0]
+        return t
+
+    def _client(self) -> paramiko.SSHClient:
+        client = paramiko.SSHClient()
+        known = os.path.expanduser(self.t.known_hosts or "~/.ssh/known_hosts")
+        try:
+            client.load_host_keys(known)
+        except FileNotFoundError:
+            if not self.t.insecure_accept_unknown_host_keys:
+                raise TransportError(
+                    f"known_hosts file {known} does not exist: add the node's host key "
+                    f"(ssh-keyscan -p {self.t.port} {self.t.host} >> {known}, after checking its fingerprint)",
+                    kind="host-key",
+                ) from None
+        except OSError as e:
+            raise TransportError(f"known_hosts file {known}: {e}", kind="host-key") from e
+        if self.t.insecure_accept_unknown_host_keys:
+            policy = _AcceptUnknownNoSave()
+            client.set_missing_host_key_policy(policy)
+            self._policy = policy
+        else:
+            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        self._known = known
+        return client
+
+    def _connect(self, client: paramiko.SSHClient, host: str, port: int, user: str, sock: object = None) -> None:
+        key = os.path.expanduser(self.t.identity_file) if self.t.identity_file else None
+        try:
+            client.connect(
+                host, port=port, username=user, key_filename=key, timeout=self.t.connect_timeout,
+                banner_timeout=self.t.connect_timeout, auth_timeout=self.t.connect_timeout,
+                allow_agent=key is None, look_for_keys=key is None, sock=sock,  # type: ignore[arg-type]
+            )
+        except paramiko.BadHostKeyException as e:
+            raise TransportError(
+                f"host key of {host}:{port} CHANGED: known_hosts {self._known} has {e.expected_key.get_name()} "
+                f"{e.expected_key.fingerprint}, the node offered {e.key.get_name()} {e.key.fingerprint}. "
+                "Refused (possible man-in-the-middle); if the node was reinstalled, replace its known_hosts line",
+                kind="host-key",
+            ) from None
+        except paramiko.SSHException as e:
+            if "not found in known_hosts" in str(e):
+                raise TransportError(
+                    f"host key of {host}:{port} is unknown (not in {self._known}); verify it and add it with "
+                    f"'ssh-keyscan -p {port} {host} >> {self._known}', or set "
+                    "ssh.insecure_accept_unknown_host_keys: true in the inventory to accept unknown keys",
+                    kind="host-key",
+                ) from None
+            if isinstance(e, paramiko.AuthenticationException):
+                raise TransportError(f"authentication as {user}@{host}:{port} failed: {e}", kind="auth") from None
+            raise TransportError(f"ssh to {host}:{port}: {e}", kind="unreachable") from None
+        except TimeoutError:
+            raise TransportError(f"ssh to {host}:{port}: connection timed out", kind="unreachable") from None
+        except OSError as e:
+            raise TransportError(f"ssh to {host}:{port}: {e.strerror or e}", kind="unreachable") from None
+
+    def open(self) -> paramiko.SSHClient:
+        sock = None
+        if self.t.proxy_jump:
+            juser, jhost, jport = _parse_jump(self.t.proxy_jump, self.t.user)
+            jump = self._client()
+            self._clients.append(jump)
+            self._connect(jump, jhost, jport, juser)
+            jt = jump.get_transport()
+            assert jt is not None
+            try:
+                sock = jt.open_channel("direct-tcpip", (self.t.host, self.t.port), ("127.0.0.1", 0))
+            except paramiko.ChannelException as e:
+                raise TransportError(
+                    f"jump host {jhost} could not open a connection to {self.t.host}:{self.t.port}: {e}",
+                    kind="unreachable",
+                ) from None
+        client = self._client()
+        self._clients.append(client)
+        self._connect(client, self.t.host, self.t.port, self.t.user, sock)
+        if self.t.insecure_accept_unknown_host_keys:
+            self.accepted_unknown_keys = list(self._policy.accepted)
+        return client
+
+    def run(self, argv: list[str], stdin: bytes, timeout: float) -> ExecResult:
+        client = self._clients[-1] if self._clients else self.open()
+        command = " ".join(shlex.quote(a) for a in argv)
+        deadline = time.monotonic() + timeout
+        try:
+            chan = client.get_transport().open_session(timeout=timeout)  # type: ignore[union-attr]
+            chan.settimeout(max(1.0, timeout))
+            chan.exec_command(command)
+            chan.sendall(stdin)
+            chan.shutdown_write()
+            out, err = bytearray(), bytearray()
+            while True:
+                if time.monotonic() > deadline:
+                    chan.close()
+                    raise TransportError(f"remote collection did not finish within {timeout:g} s", kind="timeout")
+                if chan.recv_ready():
+                    out += chan.recv(65536)
+                elif chan.recv_stderr_ready():
+                    chunk = chan.recv_stderr(65536)
+                    if len(err) < 65536:
+                        err += chunk
+                elif chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                    break
+                else:
+                    select.select([chan], [], [], 0.1)
+            status = chan.recv_exit_status()
+        except TransportError:
+            raise
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            raise TransportError(f"connection to {self.t.host}:{self.t.port} broke during collection: {e}", kind="unreachable") from None
+        return ExecResult(status, bytes(out), bytes(err))
+
+    def close(self) -> None:
+        for c in reversed(self._clients):
+            c.close()
+        self._clients.clear()

@@ -1,0 +1,53 @@
+"""cgroup version and the container runtime's cgroup driver."""
+
+from __future__ import annotations
+
+from conformance.checks import check
+from conformance.errors import FactUnavailable
+
+
+@check(
+    "NODE-CGROUP-V2", "critical",
+    title="/sys/fs/cgroup is cgroup v2",
+    rationale="""cgroup v2 gives one unified hierarchy for CPU, memory and I/O, which the memory manager,
+    memory QoS and current kubelets expect; Kubernetes 1.31+ puts cgroup v1 in maintenance mode.""",
+    remediation="Boot with systemd.unified_cgroup_hierarchy=1 (or a distribution that defaults to cgroup v2).",
+    source="stat -fc %T /sys/fs/cgroup",
+)
+def test_cgroup_v2(node, cgroup_version, facts, evidence):
+    evidence.source = "stat -fc %T /sys/fs/cgroup"
+    evidence.add(f"stat -fc %T /sys/fs/cgroup: {facts.bundle.command('stat-cgroup').data.decode(errors='replace').strip()}")
+    assert cgroup_version == 2, "/sys/fs/cgroup is cgroup v1 (tmpfs); cgroup v2 (cgroup2fs) expected"
+
+
+@check(
+    "RUNTIME-SYSTEMD-CGROUP", "critical",
+    title="Container runtime uses the systemd cgroup driver, consistent with the kubelet",
+    rationale="""Every runtime handler that GPU pods use must create cgroups through systemd, as the kubelet
+    does; a runtime on cgroupfs under a systemd kubelet makes two owners of one cgroup tree.""",
+    remediation="containerd: SystemdCgroup = true under runtimes.<handler>.options for the default handler and "
+    "nvidia (check files pulled in by imports, e.g. /etc/containerd/conf.d/); CRI-O: cgroup_manager = "
+    "\"systemd\" in [crio.runtime]. Restart the runtime.",
+    source="containerd config (with imports) or CRI-O crio.conf + crio.conf.d",
+)
+def test_runtime_systemd_cgroup(node, runtime_config, facts, profile, evidence):
+    rc = runtime_config
+    runtime, why = facts.runtime_name
+    evidence.source = ", ".join(rc.files) or "runtime defaults"
+    evidence.add(f"runtime {runtime} ({why}); files: {', '.join(rc.files) or 'none'}; default handler {rc.default_handler!r}")
+    wanted = [rc.default_handler] + [h for h in profile.get("runtime.gpu_handlers") if h in rc.handlers]
+    problems = []
+    for name in dict.fromkeys(wanted):
+        h = rc.handlers[name]
+        evidence.add(f"handler {name}: type {h.runtime_type}, systemd cgroup {h.systemd_cgroup} ({h.source})")
+        if h.systemd_cgroup is False:
+            problems.append(f"handler {name!r} does not use the systemd cgroup driver ({h.source})")
+    try:
+        kubepods, tree = facts.kubepods_driver
+        kubelet = kubepods or facts.kubelet_config.get("cgroupDriver").value
+        evidence.add(f"kubelet effective driver: {kubelet} ({tree if kubepods else 'kubelet config cgroupDriver'})")
+        if kubelet != "systemd":
+            problems.append(f"the kubelet's effective cgroup driver is {kubelet}, not systemd")
+    except FactUnavailable as e:
+        evidence.add(f"kubelet driver not known: {e}")
+    assert not problems, "; ".join(problems)

@@ -1,0 +1,262 @@
+"""Kubelet checks: CPU, topology and memory managers, reservations, cgroup driver, CPU state.
+
+Source of truth for now: the kubelet's command line, its --config file and --config-dir drop-ins
+(flags override both; missing keys take the upstream default). Each verdict says which layer decided.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from conformance.checks import check
+from conformance.errors import FactUnavailable, ParseError
+from conformance.facts.cpulist import format_cpulist, parse_cpulist
+from conformance.facts.units import parse_duration, parse_quantity
+
+CONFIG_SOURCE = "kubelet command line, --config file, --config-dir drop-ins"
+
+
+@check(
+    "KUBELET-CPU-POLICY", "critical",
+    title="CPU manager policy is static",
+    rationale="""Only the static CPU manager gives Guaranteed pods with integer CPU requests exclusive
+    CPUs; with 'none' every container shares the whole pool and a neighbour's burst becomes P99 jitter.""",
+    remediation="Set cpuManagerPolicy: static in the KubeletConfiguration, drain the node, remove "
+    "/var/lib/kubelet/cpu_manager_state and restart the kubelet.",
+    source=CONFIG_SOURCE,
+)
+def test_cpu_manager_policy(node, kubelet_config, profile, evidence):
+    s = kubelet_config.get("cpuManagerPolicy")
+    evidence.from_setting(s)
+    expected = profile.get("kubelet.cpu_manager_policy")
+    assert s.value == expected, f"cpuManagerPolicy is {s.value!r} ({s.source}); expected {expected!r}"
+
+
+@check(
+    "KUBELET-CPU-FULL-PCPUS", "high",
+    title="CPU manager hands out whole physical cores (full-pcpus-only)",
+    rationale="""Without full-pcpus-only a pinned container can get one SMT thread of a core whose sibling
+    runs another workload, sharing caches and execution units.""",
+    remediation='Set cpuManagerPolicyOptions: {"full-pcpus-only": "true"} in the KubeletConfiguration.',
+    source=CONFIG_SOURCE,
+)
+def test_cpu_full_pcpus_only(node, kubelet_config, profile, evidence):
+    if not profile.get("kubelet.require_full_pcpus_only"):
+        pytest.skip(f"profile {profile.name} does not require full-pcpus-only")
+    s = kubelet_config.get("cpuManagerPolicyOptions")
+    evidence.from_setting(s)
+    opts = s.value if isinstance(s.value, dict) else {}
+    value = str(opts.get("full-pcpus-only", "")).lower()
+    assert value == "true", (
+        f"cpuManagerPolicyOptions has no full-pcpus-only: \"true\" (found {opts or 'none'}, {s.source})"
+    )
+
+
+@check(
+    "KUBELET-CPU-RECONCILE", "low",
+    title="CPU manager reconcile period is short",
+    rationale="""The reconcile loop removes newly exclusive CPUs from shared-pool containers; a longer
+    period is a longer window of noisy neighbours on freshly pinned cores.""",
+    remediation="Set cpuManagerReconcilePeriod to 10s or less (or allow more in the profile).",
+    source=CONFIG_SOURCE,
+)
+def test_cpu_reconcile_period(node, kubelet_config, profile, evidence):
+    s = kubelet_config.get("cpuManagerReconcilePeriod")
+    evidence.from_setting(s)
+    limit_text = profile.get("kubelet.max_cpu_manager_reconcile_period")
+    try:
+        seconds = parse_duration(s.value, what="cpuManagerReconcilePeriod")
+    except ParseError as e:
+        raise FactUnavailable(f"{e} ({s.source})") from None
+    limit = parse_duration(limit_text)
+    assert seconds <= limit, f"cpuManagerReconcilePeriod is {s.value} ({s.source}); at most {limit_text} expected"
+
+
+@check(
+    "KUBELET-TOPOLOGY-POLICY", "critical",
+    title="Topology manager aligns CPUs, memory and GPUs on one NUMA node",
+    rationale="""Without an aligning topology policy the kubelet may give a pod CPUs on one socket and a GPU
+    on the other: every host-to-device copy crosses the socket link and bandwidth roughly halves.""",
+    remediation="Set topologyManagerPolicy: single-numa-node in the KubeletConfiguration and restart the kubelet.",
+    source=CONFIG_SOURCE,
+)
+def test_topology_manager_policy(node, kubelet_config, profile, evidence):
+    s = kubelet_config.get("topologyManagerPolicy")
+    evidence.from_setting(s)
+    allowed = profile.get("kubelet.topology_manager_policies")
+    assert s.value in allowed, f"topologyManagerPolicy is {s.value!r} ({s.source}); expected one of {allowed}"
+
+
+@check(
+    "KUBELET-TOPOLOGY-SCOPE", "low",
+    title="Topology manager scope is the profile's",
+    rationale="""The scope decides whether alignment is per container or for the whole pod; a pod of several
+    GPU containers needs the scope its workload was planned for.""",
+    remediation="Set topologyManagerScope (container or pod) to the profile's value.",
+    source=CONFIG_SOURCE,
+)
+def test_topology_manager_scope(node, kubelet_config, profile, evidence):
+    s = kubelet_config.get("topologyManagerScope")
+    evidence.from_setting(s)
+    expected = profile.get("kubelet.topology_manager_scope")
+    assert s.value == expected, f"topologyManagerScope is {s.value!r} ({s.source}); expected {expected!r}"
+
+
+@check(
+    "KUBELET-MEMORY-POLICY", "high",
+    title="Memory manager policy is Static",
+    rationale="""The Static memory manager pins a Guaranteed pod's memory to the NUMA node of its CPUs and
+    GPU; otherwise pages land anywhere and copies cross the socket link.""",
+    remediation="Set memoryManagerPolicy: Static (capital S) and reservedMemory for every NUMA node; "
+    "remove /var/lib/kubelet/memory_manager_state and restart the kubelet.",
+    source=CONFIG_SOURCE,
+)
+def test_memory_manager_policy(node, kubelet_config, profile, evidence):
+    s = kubelet_config.get("memoryManagerPolicy")
+    evidence.from_setting(s)
+    expected = profile.get("kubelet.memory_manager_policy")
+    assert s.value == expected, f"memoryManagerPolicy is {s.value!r} ({s.source}); expected {expected!r}"
+
+
+@check(
+    "KUBELET-RESERVED-MEMORY", "medium",
+    title="reservedMemory covers every NUMA node",
+    rationale="""The Static memory manager needs a reservation per NUMA node; a node missing from
+    reservedMemory leaves system daemons competing with pinned pods for that node's memory.""",
+    remediation="Add a reservedMemory entry ({numaNode: N, limits: {memory: ...}}) for every NUMA node.",
+    source=CONFIG_SOURCE + "; /sys/devices/system/node",
+)
+def test_reserved_memory(node, kubelet_config, topology, evidence):
+    s = kubelet_config.get("reservedMemory")
+    evidence.from_setting(s)
+    entries = s.value if isinstance(s.value, list) else []
+    covered = {e.get("numaNode") for e in entries if isinstance(e, dict)}
+    numa = sorted(topology.nodes)
+    evidence.add(f"NUMA nodes with CPUs: {numa}")
+    missing = [n for n in numa if n not in covered]
+    assert not missing, f"reservedMemory has no entry for NUMA node(s) {missing} ({s.source})"
+
+
+@check(
+    "KUBELET-RESERVED-CPUS", "medium",
+    title="At least two whole physical cores reserved for system daemons",
+    rationale="""Exclusive CPUs are only quiet if the kubelet, runtime and system daemons have cores of their
+    own; with nothing reserved they run on the shared pool next to latency-sensitive pods.""",
+    remediation="Set reservedSystemCPUs to whole cores (all SMT siblings), e.g. the first two cores and their "
+    "siblings, or kubeReserved.cpu + systemReserved.cpu of at least 2 x threads per core.",
+    source=CONFIG_SOURCE + "; /sys/devices/system/cpu/*/topology",
+)
+def test_reserved_cpus(node, kubelet_config, topology, profile, evidence):
+    need = profile.get("kubelet.min_reserved_physical_cores")
+    tpc = topology.threads_per_core
+    explicit = kubelet_config.get("reservedSystemCPUs")
+    evidence.from_setting(explicit)
+    if explicit.value:
+        try:
+            cpus = parse_cpulist(str(explicit.value), what="reservedSystemCPUs")
+        except ParseError as e:
+            raise FactUnavailable(f"{e} ({explicit.source})") from None
+        cores = topology.whole_cores(cpus)
+        evidence.add(f"whole cores in it: {[format_cpulist(c) for c in cores]} ({tpc} threads per core)")
+        assert len(cores) >= need, (
+            f"reservedSystemCPUs {explicit.value!r} holds {len(cores)} whole physical core(s); "
+            f"at least {need} expected ({explicit.source})"
+        )
+        return
+    kube = kubelet_config.get("kubeReserved")
+    system = kubelet_config.get("systemReserved")
+    evidence.add(kube.describe(), system.describe())
+    total = Decimal(0)
+    for s in (kube, system):
+        value = (s.value or {}).get("cpu") if isinstance(s.value, dict) else None
+        if value is not None:
+            try:
+                total += parse_quantity(value, what=f"{s.key}.cpu")
+            except ParseError as e:
+                raise FactUnavailable(f"{e} ({s.source})") from None
+    want = need * tpc
+    assert total >= want, (
+        f"no reservedSystemCPUs, and kubeReserved.cpu + systemReserved.cpu = {total} CPUs; at least {want} "
+        f"expected ({need} cores x {tpc} threads per core)"
+    )
+
+
+@check(
+    "KUBELET-CGROUP-DRIVER", "critical",
+    title="The kubelet's effective cgroup driver is systemd",
+    rationale="""With cgroupfs under systemd two managers own the cgroup tree and CPU and memory limits drift
+    under pressure. Since Kubernetes 1.31 the kubelet takes the driver from the runtime
+    (KubeletCgroupDriverFromCRI), so the pod cgroup tree is the reliable witness.""",
+    remediation="Use cgroupDriver: systemd in the kubelet and SystemdCgroup = true (containerd) or "
+    "cgroup_manager = \"systemd\" (CRI-O) in the runtime, then restart both.",
+    source="/sys/fs/cgroup/kubepods.slice or kubepods; else kubelet config cgroupDriver",
+)
+def test_cgroup_driver(node, facts, evidence):
+    driver, why = facts.kubepods_driver
+    evidence.add(f"pod cgroup tree: {why}")
+    if driver is not None:
+        evidence.source = "pod cgroup tree"
+        assert driver == "systemd", f"the pod cgroup tree shows the {driver} driver ({why}); systemd expected"
+        return
+    s = facts.kubelet_config.get("cgroupDriver")
+    evidence.from_setting(s)
+    assert s.value == "systemd", (
+        f"no pod cgroup tree found, and the kubelet config says cgroupDriver {s.value!r} ({s.source}); systemd expected"
+    )
+
+
+@check(
+    "KUBELET-CGROUPS-PER-QOS", "high",
+    title="QoS cgroup hierarchy is enabled",
+    rationale="""Without cgroupsPerQOS the kubelet builds no Guaranteed/Burstable/BestEffort hierarchy and
+    cannot enforce node allocatable, which the CPU and memory managers rely on.""",
+    remediation="Remove cgroupsPerQOS: false (or --cgroups-per-qos=false); the default is true.",
+    source=CONFIG_SOURCE,
+)
+def test_cgroups_per_qos(node, kubelet_config, evidence):
+    s = kubelet_config.get("cgroupsPerQOS")
+    evidence.from_setting(s)
+    assert s.value is True, f"cgroupsPerQOS is {s.value!r} ({s.source}); true expected"
+
+
+@check(
+    "KUBELET-CPU-STATE", "high",
+    title="cpu_manager_state agrees with the policy and exclusive sets do not overlap",
+    rationale="""The checkpoint is what the kubelet enforces. A policy that differs from the config means the
+    kubelet was not restarted cleanly; overlapping exclusive sets mean two pods share 'exclusive' CPUs.""",
+    remediation="Drain the node, stop the kubelet, remove /var/lib/kubelet/cpu_manager_state, start the "
+    "kubelet; investigate any pod whose CPUs overlap another's.",
+    source="<kubelet root dir>/cpu_manager_state",
+)
+def test_cpu_manager_state(node, cpu_manager_state, kubelet_config, evidence):
+    st = cpu_manager_state
+    policy = kubelet_config.get("cpuManagerPolicy")
+    evidence.source = "cpu_manager_state"
+    evidence.add(f"policyName {st.policy!r}, defaultCpuSet {format_cpulist(st.default_cpus)!r}, "
+                 f"{sum(len(c) for c in st.entries.values())} exclusive assignment(s), format V{st.version}")
+    problems: list[str] = []
+    if st.policy != policy.value:
+        problems.append(f"policyName is {st.policy!r} but the effective cpuManagerPolicy is {policy.value!r} "
+                        f"({policy.source})")
+    owner: dict[int, tuple[str, str]] = {}
+    for pod, containers in sorted(st.entries.items()):
+        pod_cpus: set[int] = set()
+        for name, cpus in sorted(containers.items()):
+            evidence.add(f"  {pod}/{name or '(V1 entry)'}: {format_cpulist(cpus)}")
+            shared = cpus & st.default_cpus
+            if shared:
+                problems.append(f"{pod}/{name}: CPUs {format_cpulist(shared)} are also in defaultCpuSet")
+            pod_cpus |= cpus
+        # Within a pod, app containers may reuse CPUs of its init containers; the pod spec (not
+        # visible from the node) tells which are init containers, so only pods are compared here.
+        if st.version == 1:
+            continue  # V1 keys entries by container id: pods cannot be told apart, so no cross-check.
+        for cpu in sorted(pod_cpus):
+            if cpu in owner and owner[cpu][0] != pod:
+                problems.append(f"cpu{cpu} is exclusive to pod {owner[cpu][0]} and to pod {pod}")
+            owner.setdefault(cpu, (pod, ""))
+    if st.version == 1:
+        evidence.add("V1 checkpoint: entries are keyed by container id, overlap between pods not judged")
+    assert not problems, "; ".join(problems[:10]) + (f" (+{len(problems) - 10} more)" if len(problems) > 10 else "")
