@@ -107,8 +107,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         "duration_s": round(report.duration, 4),
     }
     run.results.append(result)
-    report.user_properties.extend([("check", spec.id), ("node", node), ("severity", spec.severity),
-                                   ("outcome", outcome)])
+    props = [("check", spec.id), ("node", node), ("severity", spec.severity), ("outcome", outcome)]
+    item.user_properties.extend(props)  # junitxml writes the item's properties with the teardown report
+    report.user_properties.extend(props)
     report.conformance_result = result  # type: ignore[attr-defined]
     return report
 

@@ -1,0 +1,283 @@
+"""The lab: simulated GPU nodes on this machine, each a real OpenSSH sshd in its own network,
+mount and PID namespaces, reached over real SSH with real host keys.
+
+Per node:
+- network namespace `gnc<id>n<i>` joined to the host by a veth pair, addresses in 198.18.0.0/15
+  (RFC 2544 benchmarking range, only inside namespaces this lab created); the namespaced sysctls
+  are set for real in it;
+- a private mount namespace in which /etc, /var/lib and /opt are overlays (the node's files are
+  its upper layer: kubelet config, checkpoints, containerd or CRI-O config), and fake sysfs trees
+  are bind-mounted over /sys/devices/system/node, /sys/devices/system/cpu and /sys/block;
+  /sys/fs/cgroup is a real cgroup2 (a child of the host's, holding kubepods.slice or kubepods) or
+  a tmpfs (cgroup v1);
+- a private PID namespace with /proc remounted: a real process named `kubelet` runs with the
+  node's flags, and sshd is its sibling.
+Nothing outside the lab's temporary folder is written except the cgroup child directories, which
+are removed when the lab stops.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+KUBELET_C = "#include <unistd.h>\nint main(void) { for (;;) pause(); }\n"
+
+
+@dataclass
+class NodeSpec:
+    """What a simulated node looks like. Paths in `files` are absolute paths on the node and
+    must lie below /etc, /var/lib or /opt."""
+
+    name: str
+    kubelet_args: list[str] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)
+    sysctls: dict[str, str] = field(default_factory=dict)
+    numa: dict[int, str] = field(default_factory=lambda: {0: "0-3,8-11", 1: "4-7,12-15"})
+    siblings: dict[int, str] | None = None  # default: cpu i and i+8 are siblings of 16 CPUs
+    online: str = "0-15"
+    nvme: dict[str, str] = field(default_factory=dict)  # device -> scheduler file content
+    cgroup: str = "v2"  # "v2" or "v1"
+    kubepods: str | None = "kubepods.slice"  # directory to create in the cgroup root, or None
+    up: bool = True  # False: the namespace exists but no sshd listens (an unreachable node)
+
+
+@dataclass
+class LabNode:
+    spec: NodeSpec
+    index: int
+    netns: str
+    address: str
+    dir: Path
+    proc: subprocess.Popen | None = None
+
+
+def lab_available() -> str | None:
+    """None when a lab can be built here, else the reason it cannot."""
+    if os.geteuid() != 0:
+        return "the lab needs root (network namespaces, mounts)"
+    for tool in ("ip", "unshare", "ssh-keygen", "cc", "mount"):
+        if shutil.which(tool) is None:
+            return f"the lab needs the '{tool}' command"
+    if not Path("/usr/sbin/sshd").exists():
+        return "the lab needs OpenSSH's sshd (/usr/sbin/sshd; Debian package openssh-server)"
+    if _cgroup2_root() is None:
+        return "the lab needs a cgroup2 hierarchy"
+    return None
+
+
+def _cgroup2_root() -> Path | None:
+    with open("/proc/self/mounts", encoding="utf-8") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) > 2 and parts[2] == "cgroup2":
+                return Path(parts[1])
+    return None
+
+
+def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(list(argv), check=check, capture_output=True, text=True)
+
+
+class Lab:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.id = uuid.uuid4().hex[:6]
+        self.nodes: list[LabNode] = []
+        self.cg_root = _cgroup2_root()
+        assert self.cg_root is not None
+        self.cg_dir = self.cg_root / f"gnc-lab-{self.id}"
+        root.mkdir(parents=True, exist_ok=True)
+        self.client_key = root / "id_ed25519"
+        self.known_hosts = root / "known_hosts"
+        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.client_key))
+        (root / "authorized_keys").write_text(Path(f"{self.client_key}.pub").read_text())
+        bindir = root / "bin"
+        bindir.mkdir()
+        (root / "kubelet.c").write_text(KUBELET_C)
+        _run("cc", "-O1", "-o", str(bindir / "kubelet"), str(root / "kubelet.c"))
+        self.known_hosts.write_text("")
+
+    # -- building ------------------------------------------------------------------------------
+    def add(self, spec: NodeSpec) -> LabNode:
+        i = len(self.nodes) + 1
+        node = LabNode(spec, i, f"gnc{self.id}n{i}", f"198.18.{i}.2", self.root / spec.name)
+        self.nodes.append(node)
+        return node
+
+    def _write_tree(self, node: LabNode) -> None:
+        d = node.dir
+        for top in ("etc", "var/lib", "opt"):
+            (d / "upper" / top).mkdir(parents=True, exist_ok=True)
+            (d / "work" / top).mkdir(parents=True, exist_ok=True)
+        for path, content in node.spec.files.items():
+            top = next((t for t in ("/etc/", "/var/lib/", "/opt/") if path.startswith(t)), None)
+            assert top, f"lab file {path} must be below /etc, /var/lib or /opt"
+            target = d / "upper" / path.lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content)
+        s = node.spec
+        sysdir = d / "sys"
+        nd = sysdir / "node"
+        nd.mkdir(parents=True)
+        (nd / "online").write_text(",".join(str(n) for n in sorted(s.numa)) + "\n")
+        for n, cpus in s.numa.items():
+            (nd / f"node{n}").mkdir()
+            (nd / f"node{n}" / "cpulist").write_text(cpus + "\n")
+        cd = sysdir / "cpu"
+        cd.mkdir()
+        (cd / "online").write_text(s.online + "\n")
+        siblings = s.siblings or {c: f"{c % 8},{c % 8 + 8}" for c in range(16)}
+        for cpu, sib in siblings.items():
+            t = cd / f"cpu{cpu}" / "topology"
+            t.mkdir(parents=True)
+            (t / "thread_siblings_list").write_text(sib + "\n")
+        bd = sysdir / "block"
+        bd.mkdir()
+        for dev, sched in s.nvme.items():
+            (bd / dev / "queue").mkdir(parents=True)
+            (bd / dev / "queue" / "scheduler").write_text(sched + "\n")
+        (d / "cgmnt").mkdir()
+        (d / "sshd_config").write_text(
+            f"ListenAddress {node.address}:22\nHostKey {d / 'host_ed25519'}\nPidFile none\nUsePAM no\n"
+            f"PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+            f"AuthorizedKeysFile {self.root / 'authorized_keys'}\nStrictModes no\nLogLevel ERROR\n"
+            "MaxStartups 200\nMaxSessions 50\nUseDNS no\n"
+        )
+        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "host_ed25519"))
+
+    def _startup_script(self, node: LabNode) -> str:
+        d, s = node.dir, node.spec
+        q = shlex.quote
+        lines = ["set -e", "mount --make-rprivate /"]
+        for top in ("etc", "var/lib", "opt"):
+            lines.append(
+                f"mount -t overlay overlay -o lowerdir=/{top},upperdir={q(str(d / 'upper' / top))},"
+                f"workdir={q(str(d / 'work' / top))} /{top}"
+            )
+        lines += [
+            f"mount --bind {q(str(d / 'sys' / 'node'))} /sys/devices/system/node",
+            f"mount --bind {q(str(d / 'sys' / 'cpu'))} /sys/devices/system/cpu",
+            f"mount --bind {q(str(d / 'sys' / 'block'))} /sys/block",
+        ]
+        if s.cgroup == "v2":
+            lines += [
+                f"mount -t cgroup2 none {q(str(d / 'cgmnt'))}",
+                f"mount --bind {q(str(d / 'cgmnt' / self.cg_dir.name / s.name))} /sys/fs/cgroup",
+            ]
+        else:
+            lines.append("mount -t tmpfs -o size=1m cgroup /sys/fs/cgroup")
+            if s.kubepods:
+                lines.append(f"mkdir -p /sys/fs/cgroup/cpu/{q(s.kubepods)}")
+        lines.append("mkdir -p /run/sshd")
+        if s.kubelet_args:
+            lines.append(" ".join(q(a) for a in [str(self.root / "bin" / "kubelet"), *s.kubelet_args]) + " &")
+        lines.append(f"exec /usr/sbin/sshd -D -e -f {q(str(d / 'sshd_config'))}")
+        return "\n".join(lines) + "\n"
+
+    def start(self) -> None:
+        self.cg_dir.mkdir()
+        for node in self.nodes:
+            self._write_tree(node)
+            if node.spec.cgroup == "v2":
+                (self.cg_dir / node.spec.name).mkdir()
+                if node.spec.kubepods:
+                    (self.cg_dir / node.spec.name / node.spec.kubepods).mkdir()
+            host_if, node_if = f"gh{self.id}{node.index}", f"gn{self.id}{node.index}"
+            _run("ip", "netns", "add", node.netns)
+            _run("ip", "link", "add", host_if, "type", "veth", "peer", "name", node_if)
+            _run("ip", "link", "set", node_if, "netns", node.netns)
+            _run("ip", "addr", "add", f"198.18.{node.index}.1/24", "dev", host_if)
+            _run("ip", "link", "set", host_if, "up")
+            ns = ["ip", "netns", "exec", node.netns]
+            _run(*ns, "ip", "addr", "add", f"{node.address}/24", "dev", node_if)
+            _run(*ns, "ip", "link", "set", node_if, "up")
+            _run(*ns, "ip", "link", "set", "lo", "up")
+            for key, value in node.spec.sysctls.items():
+                _run(*ns, "sysctl", "-q", "-w", f"{key}={value}")
+            pub = (node.dir / "host_ed25519.pub").read_text().split()
+            with self.known_hosts.open("a") as f:
+                f.write(f"{node.address} {pub[0]} {pub[1]}\n")
+            if not node.spec.up:
+                continue
+            (node.dir / "start.sh").write_text(self._startup_script(node))
+            log = open(node.dir / "node.log", "wb")  # noqa: SIM115 - kept open for the process
+            node.proc = subprocess.Popen(
+                [*ns, "unshare", "--mount", "--pid", "--fork", "--mount-proc", "sh", str(node.dir / "start.sh")],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        for node in self.nodes:
+            if node.spec.up:
+                self._wait_listening(node)
+
+    def _wait_listening(self, node: LabNode, timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if node.proc and node.proc.poll() is not None:
+                raise RuntimeError(f"lab node {node.spec.name} exited: {(node.dir / 'node.log').read_text()[-2000:]}")
+            try:
+                with socket.create_connection((node.address, 22), timeout=0.5) as s:
+                    if s.recv(4).startswith(b"SSH-"):
+                        return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"lab node {node.spec.name}: sshd did not answer on {node.address}:22 in {timeout} s")
+
+    # -- using ---------------------------------------------------------------------------------
+    def inventory(self, extra_nodes: str = "") -> str:
+        lines = [
+            "defaults:",
+            "  ssh:",
+            "    user: root",
+            "    port: 22",
+            f"    identity_file: {self.client_key}",
+            f"    known_hosts: {self.known_hosts}",
+            "nodes:",
+        ]
+        for n in self.nodes:
+            lines += [f"  - name: {n.spec.name}", f"    address: {n.address}"]
+        return "\n".join(lines) + "\n" + extra_nodes
+
+    def node_processes(self, node: LabNode) -> list[str]:
+        """Command lines of the processes in the node's PID namespace, through its sshd's pid."""
+        assert node.proc is not None
+        out = _run("pgrep", "-P", str(node.proc.pid), check=False).stdout.split()
+        res = []
+        for pid in out:
+            res += _run("ps", "-o", "args=", "--ppid", pid, "--pid", pid, check=False).stdout.splitlines()
+        return res
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            if node.proc and node.proc.poll() is None:
+                os.killpg(node.proc.pid, 9)
+                node.proc.wait(timeout=10)
+        for node in self.nodes:
+            _run("ip", "netns", "del", node.netns, check=False)
+        deadline = time.monotonic() + 5
+        for node in self.nodes:
+            cg = self.cg_dir / node.spec.name
+            if node.spec.kubepods and (cg / node.spec.kubepods).exists():
+                self._rmdir(cg / node.spec.kubepods, deadline)
+            if cg.exists():
+                self._rmdir(cg, deadline)
+        if self.cg_dir.exists():
+            self._rmdir(self.cg_dir, deadline)
+
+    @staticmethod
+    def _rmdir(path: Path, deadline: float) -> None:
+        while True:
+            try:
+                path.rmdir()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)

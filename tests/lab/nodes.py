@@ -1,0 +1,204 @@
+"""The lab's nodes: one fully conformant, the others broken in known ways, and one down.
+
+EXPECTED is the exact outcome of every check on every node, which the lab test asserts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.lab.builder import NodeSpec
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+
+GOOD_SYSCTLS = {
+    "net.ipv4.tcp_tw_reuse": "1",
+    "net.core.somaxconn": "65535",
+    "net.ipv4.ip_local_port_range": "1024 65535",
+    "net.ipv4.ip_local_reserved_ports": "30000-32767",
+}
+
+GOOD_KUBELET = """\
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: systemd
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+cpuManagerPolicy: static
+cpuManagerPolicyOptions:
+  full-pcpus-only: "true"
+cpuManagerReconcilePeriod: 5s
+topologyManagerPolicy: best-effort
+topologyManagerScope: container
+memoryManagerPolicy: Static
+reservedSystemCPUs: "0,4,8,12"
+reservedMemory:
+  - numaNode: 0
+    limits: {memory: 1Gi}
+  - numaNode: 1
+    limits: {memory: 1Gi}
+"""
+# Drop-in that the kubelet applies over the file: the good node's topology policy comes from here.
+TOPOLOGY_DROPIN = """\
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+topologyManagerPolicy: single-numa-node
+"""
+GOOD_CPU_STATE = json.dumps({
+    "policyName": "static",
+    "defaultCpuSet": "0-1,4-5,8-9,12-13",
+    "entries": {
+        "5c4d0a3e-0000-4000-8000-000000000001": {"app": "2-3,10-11"},
+        # an app container reusing its init container's CPUs is allowed
+        "5c4d0a3e-0000-4000-8000-000000000002": {"init": "6-7,14-15", "app": "6-7,14-15"},
+    },
+    "checksum": 1,
+})
+MEMORY_STATE = json.dumps({"policyName": "Static", "machineState": {"0": {"cells": [0]}, "1": {"cells": [1]}},
+                           "checksum": 1})
+CONTAINERD_V3_MAIN = """\
+version = 3
+imports = ["/etc/containerd/conf.d/*.toml"]
+[plugins.'io.containerd.cri.v1.runtime'.containerd]
+  default_runtime_name = "runc"
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+      SystemdCgroup = false
+"""
+# The imported file replaces the whole CRI runtime plugin section, as containerd merges sections.
+CONTAINERD_V3_NVIDIA = """\
+version = 3
+[plugins.'io.containerd.cri.v1.runtime'.containerd]
+  default_runtime_name = "runc"
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+      SystemdCgroup = true
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia.options]
+      BinaryName = "/usr/bin/nvidia-container-runtime"
+      SystemdCgroup = true
+"""
+CONTAINERD_V2_CGROUPFS = """\
+version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+  SystemdCgroup = false
+"""
+
+GOOD_FILES = {
+    "/etc/kubernetes/kubelet-config.yaml": GOOD_KUBELET,
+    "/etc/kubernetes/kubelet.conf.d/10-topology.conf": TOPOLOGY_DROPIN,
+    "/etc/kubernetes/kubelet.conf.d/README": "not a drop-in: only *.conf files count {{{",
+    "/var/lib/kubelet/cpu_manager_state": GOOD_CPU_STATE,
+    "/var/lib/kubelet/memory_manager_state": MEMORY_STATE,
+    "/etc/containerd/config.toml": CONTAINERD_V3_MAIN,
+    "/etc/containerd/conf.d/99-nvidia.toml": CONTAINERD_V3_NVIDIA,
+}
+GOOD_ARGS = ["--config=/etc/kubernetes/kubelet-config.yaml", "--config-dir=/etc/kubernetes/kubelet.conf.d", "--v=2"]
+
+BAD_KUBELET_JSON = json.dumps({
+    "kind": "KubeletConfiguration",
+    "apiVersion": "kubelet.config.k8s.io/v1beta1",
+    "cgroupDriver": "systemd",
+    "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
+    "cpuManagerPolicy": "static",  # overridden by --cpu-manager-policy=none
+    "cpuManagerReconcilePeriod": "30s",
+    "topologyManagerPolicy": "best-effort",
+    "topologyManagerScope": "pod",
+    "memoryManagerPolicy": "None",
+    "reservedSystemCPUs": "0",
+    "cgroupsPerQOS": False,
+}, indent=2)
+
+
+def specs() -> list[NodeSpec]:
+    good = NodeSpec(
+        name="good", kubelet_args=GOOD_ARGS, files=dict(GOOD_FILES), sysctls=GOOD_SYSCTLS,
+        nvme={"nvme0n1": "[none] mq-deadline kyber", "nvme1n1": "[none] mq-deadline"},
+    )
+    bad_kubelet = NodeSpec(
+        name="bad-kubelet",
+        # --config as a separate argument, at a non-default path, JSON; a flag overrides the file.
+        kubelet_args=["--config", "/opt/k8s/kubelet.json", "--cpu-manager-policy=none"],
+        files={
+            "/opt/k8s/kubelet.json": BAD_KUBELET_JSON,
+            "/var/lib/kubelet/cpu_manager_state": GOOD_CPU_STATE,
+            "/var/lib/kubelet/memory_manager_state": (SAMPLES / "memory_manager_state.none.gengwg.json").read_text(),
+            "/etc/containerd/config.toml": (SAMPLES / "containerd.config.v2.systemdcgroup.containerd-docs.toml").read_text(),
+        },
+        sysctls=GOOD_SYSCTLS,
+    )
+    bad_runtime = NodeSpec(
+        name="bad-runtime", kubelet_args=GOOD_ARGS,
+        files={**GOOD_FILES, "/etc/containerd/config.toml": CONTAINERD_V2_CGROUPFS},
+        sysctls={
+            "net.ipv4.tcp_tw_reuse": "0",
+            "net.core.somaxconn": "4096",
+            "net.ipv4.ip_local_port_range": "32768 60999",
+            "net.ipv4.ip_local_reserved_ports": "",
+        },
+        nvme={"nvme0n1": "[none] mq-deadline"},
+        cgroup="v1", kubepods=None,
+    )
+    del bad_runtime.files["/etc/containerd/conf.d/99-nvidia.toml"]
+    crio_kubelet = GOOD_KUBELET.replace("unix:///run/containerd/containerd.sock", "unix:///var/run/crio/crio.sock")
+    bad_state = NodeSpec(
+        name="bad-state", kubelet_args=GOOD_ARGS,
+        files={
+            "/etc/kubernetes/kubelet-config.yaml": crio_kubelet,
+            "/etc/kubernetes/kubelet.conf.d/10-topology.conf": TOPOLOGY_DROPIN,
+            "/var/lib/kubelet/cpu_manager_state": '{"policyName": "static", "defaultCpuSet": "0-',
+            "/var/lib/kubelet/memory_manager_state": MEMORY_STATE,
+            "/etc/crio/crio.conf.d/02-cgroup-manager.conf":
+                (SAMPLES / "crio.conf.d.02-cgroup-manager.cgroupfs.k8s-docs.toml").read_text(),
+        },
+        sysctls=GOOD_SYSCTLS,
+        numa={0: "0-4,8-11", 1: "4-7,12-15"},  # cpu4 in two nodes
+        nvme={"nvme0n1": "none [mq-deadline]"},
+        kubepods="kubepods",
+    )
+    down = NodeSpec(name="down", up=False)
+    return [good, bad_kubelet, bad_runtime, bad_state, down]
+
+
+ALL_CHECKS = [
+    "KUBELET-CPU-POLICY", "KUBELET-CPU-FULL-PCPUS", "KUBELET-CPU-RECONCILE", "KUBELET-TOPOLOGY-POLICY",
+    "KUBELET-TOPOLOGY-SCOPE", "KUBELET-MEMORY-POLICY", "KUBELET-RESERVED-MEMORY", "KUBELET-RESERVED-CPUS",
+    "KUBELET-CGROUP-DRIVER", "KUBELET-CGROUPS-PER-QOS", "KUBELET-CPU-STATE", "NODE-CGROUP-V2",
+    "RUNTIME-SYSTEMD-CGROUP", "SYSCTL-TCP-TW-REUSE", "SYSCTL-SOMAXCONN", "SYSCTL-PORT-RANGE",
+    "NODE-NUMA-TOPOLOGY", "NODE-NVME-SCHEDULER",
+]
+
+
+def _row(default: str, **changes: str) -> dict[str, str]:
+    row = dict.fromkeys(ALL_CHECKS, default)
+    row.update({k.replace("_", "-"): v for k, v in changes.items()})
+    return row
+
+
+EXPECTED: dict[str, dict[str, str]] = {
+    "good": _row("passed"),
+    "bad-kubelet": _row(
+        "passed",
+        KUBELET_CPU_POLICY="failed", KUBELET_CPU_FULL_PCPUS="failed", KUBELET_CPU_RECONCILE="failed",
+        KUBELET_TOPOLOGY_POLICY="failed", KUBELET_TOPOLOGY_SCOPE="failed", KUBELET_MEMORY_POLICY="failed",
+        KUBELET_RESERVED_MEMORY="failed", KUBELET_RESERVED_CPUS="failed", KUBELET_CGROUPS_PER_QOS="failed",
+        KUBELET_CPU_STATE="failed", NODE_NVME_SCHEDULER="skipped",
+    ),
+    "bad-runtime": _row(
+        "passed",
+        NODE_CGROUP_V2="failed", RUNTIME_SYSTEMD_CGROUP="failed", SYSCTL_TCP_TW_REUSE="failed",
+        SYSCTL_SOMAXCONN="failed", SYSCTL_PORT_RANGE="failed",
+    ),
+    "bad-state": _row(
+        "passed",
+        KUBELET_CPU_STATE="error", NODE_NUMA_TOPOLOGY="failed", NODE_NVME_SCHEDULER="failed",
+        RUNTIME_SYSTEMD_CGROUP="failed", KUBELET_CGROUP_DRIVER="failed",
+    ),
+    "down": _row("error"),
+}
+VERDICTS = {"good": "accepted", "bad-kubelet": "rejected", "bad-runtime": "rejected", "bad-state": "rejected",
+            "down": "unreachable"}
