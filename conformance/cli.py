@@ -175,7 +175,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         c = n["counts"]
         line = (f"{n['name']:<24} {n['verdict'].upper():<11} {c['passed']} passed, {c['failed']} failed, "
                 f"{c['error']} errors, {c['skipped']} skipped, {c['waived']} waived (profile {n['profile']})")
-        reason = ", ".join(n["blocking"]) or (n.get("collection") or {}).get("error") or ""
+        error = (n.get("collection") or {}).get("error")
+        reason = error if n["verdict"] == "unreachable" and error else ", ".join(n["blocking"])
         print(line + (f"  - {reason}" if n["verdict"] != "accepted" and reason else ""))
     print(f"\nreport:  {out / 'report.html'}\nresults: {results}\njunit:   {out / 'junit.xml'}")
     if rc == pytest.ExitCode.INTERRUPTED or not doc.get("complete", True):

@@ -82,13 +82,18 @@ def collect_all(
     """Collect every node with at most `parallel` at once. Returns bundles by node name."""
     nodes = list(nodes)
     out: dict[str, Bundle] = {}
-    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(nodes) or 1))) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(nodes) or 1)), thread_name_prefix="collect")
+    try:
         futures = {pool.submit(collect_node, n, timeout): n for n in nodes}
         for done, fut in enumerate(as_completed(futures), 1):
             bundle = fut.result()
             out[bundle.node] = bundle
             if progress:
                 progress(done, len(nodes), bundle)
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)  # interrupted: start nothing new
+        raise
+    pool.shutdown(wait=True)
     return {n.name: out[n.name] for n in nodes}
 
 

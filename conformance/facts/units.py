@@ -28,7 +28,7 @@ def parse_duration(text: object, *, what: str = "duration") -> float:
     if s in ("0", "+0", "-0"):
         return 0.0
     sign = Decimal(1)
-    if s[:1] in "+-":
+    if s and s[0] in "+-":
         sign = Decimal(-1) if s[0] == "-" else Decimal(1)
         s = s[1:]
     if not s:

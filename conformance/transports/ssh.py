@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import select
 import shlex
@@ -12,6 +13,10 @@ import paramiko
 
 from conformance.errors import TransportError
 from conformance.transports.base import ExecResult
+
+# paramiko logs failures of its transport thread itself; this module reports them as TransportError.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+logging.getLogger("paramiko").propagate = False
 
 
 @dataclass

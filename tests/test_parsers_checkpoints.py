@@ -1,0 +1,57 @@
+from pathlib import Path
+
+import pytest
+
+from conformance.errors import ParseError
+from conformance.facts.checkpoints import parse_cpu_manager_state, parse_memory_manager_state
+
+SAMPLES = Path(__file__).parent / "samples"
+
+
+def load(name):
+    return (SAMPLES / name).read_text()
+
+
+def test_v2_issue_122171_init_containers():
+    st = parse_cpu_manager_state(load("cpu_manager_state.static.v2.k8s-issue-122171.json"))
+    assert st.policy == "static" and st.version == 2
+    assert len(st.entries) == 3
+    pod = st.entries["305a43e7-60c8-4c79-b8cc-96ffc983b912"]
+    assert pod["init-container-1"] == pod["container-1"]
+    assert 0 in st.default_cpus and 20 not in st.default_cpus
+
+
+def test_v1_container_id_keyed():
+    st = parse_cpu_manager_state(load("cpu_manager_state.static.v1.containerid-keyed.k8s-issue-86255.json"))
+    assert st.version == 1
+    (entry,) = st.entries.values()
+    assert entry[""] == {3, 27}
+
+
+def test_key_casing_and_none_policy():
+    st = parse_cpu_manager_state(load("cpu_manager_state.k8s-unittest.v2.defaultCPUSet-casing.json"))
+    assert st.default_cpus == {1, 2, 3} and st.entries["pod"]["container1"] == {4, 5, 6}
+    st = parse_cpu_manager_state(load("cpu_manager_state.none.v2.lx1036.raw.json"))
+    assert st.policy == "none" and st.entries == {} and st.default_cpus == frozenset()
+    st = parse_cpu_manager_state(load("cpu_manager_state.static.v2.lx1036.raw.json"))
+    assert st.entries["235148fe-393f-47a8-a17d-bd55bc1a836b"]["cgroup1-0"] == {1, 13}
+    assert parse_cpu_manager_state(load("cpu_manager_state.k8s-unittest.v1.migration.json")).version == 1
+
+
+@pytest.mark.parametrize(
+    "text", ['{"policyName": "static", "defaultCpuSet": "0-', "[]", '{"defaultCpuSet": ""}',
+             '{"policyName": "static", "defaultCpuSet": "5-2"}', '{"policyName":"static","entries":{"p":{"c":5}}}',
+             "[" * 100000]
+)
+def test_malformed_cpu_state(text):
+    with pytest.raises(ParseError):
+        parse_cpu_manager_state(text, "/var/lib/kubelet/cpu_manager_state")
+
+
+def test_memory_state_nodes_and_cells():
+    st = parse_memory_manager_state(load("memory_manager_state.static.with-entries.k8s-website.json"))
+    assert st.policy == "Static" and st.numa_cells == {0: [0, 1], 1: [0, 1]}
+    assert "fa9bdd38-6df9-4cf9-aa67-8c4814da37a8" in st.entries
+    st = parse_memory_manager_state('{"policyName":"Static","machineState":{"0":{"cells":[0]}}}')
+    assert st.numa_cells == {0: [0]}
+    assert parse_memory_manager_state(load("memory_manager_state.none.gengwg.json")).policy == "None"

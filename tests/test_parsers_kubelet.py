@@ -1,0 +1,81 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from conformance.errors import ParseError
+from conformance.facts.kubelet import (
+    effective_config,
+    flags_to_config,
+    load_config_document,
+    parse_kubelet_args,
+    split_cmdline,
+)
+
+SAMPLES = Path(__file__).parent / "samples"
+
+
+def test_config_flag_forms():
+    assert parse_kubelet_args(["kubelet", "--config=/etc/k/c.yaml"]).config == "/etc/k/c.yaml"
+    assert parse_kubelet_args(["kubelet", "--config", "/opt/c.json", "--v=2"]).config == "/opt/c.json"
+    assert parse_kubelet_args(["kubelet", "-config", "/opt/c.json"]).config == "/opt/c.json"
+    assert parse_kubelet_args(["kubelet", "--config", "rel/c.yaml"], cwd="/var/lib").config == "/var/lib/rel/c.yaml"
+    # no --config: no file, and no assumed default path
+    assert parse_kubelet_args(["kubelet", "--v=2"]).config is None
+
+
+def test_bool_flag_does_not_swallow_next_argument():
+    args = parse_kubelet_args(["kubelet", "--cgroups-per-qos", "--config", "/c.yaml"])
+    assert args.config == "/c.yaml"
+    assert flags_to_config(args.flags)["cgroupsPerQOS"][0] is True
+
+
+def test_cmdline_split():
+    assert split_cmdline(b"/usr/bin/kubelet\0--config=/a b\0") == ["/usr/bin/kubelet", "--config=/a b"]
+
+
+def test_flags_override_file_and_dropins_in_order():
+    file_doc = ("/etc/k.yaml", {"cpuManagerPolicy": "static", "topologyManagerPolicy": "none",
+                                "featureGates": {"A": True}})
+    dropins = [
+        ("/d/10.conf", {"topologyManagerPolicy": "best-effort", "featureGates": {"B": False}}),
+        ("/d/20.conf", {"topologyManagerPolicy": "single-numa-node"}),
+    ]
+    flags = flags_to_config(parse_kubelet_args(["kubelet", "--cpu-manager-policy=none",
+                                                "--reserved-memory", "0:memory=1Gi",
+                                                "--reserved-memory", "1:memory=2Gi;2:memory=1Gi",
+                                                "--kube-reserved=cpu=1,memory=1Gi"]).flags)
+    cfg = effective_config(file_doc, dropins, flags)
+    assert cfg.get("cpuManagerPolicy").value == "none"
+    assert cfg.get("cpuManagerPolicy").source == "flag --cpu-manager-policy"
+    assert cfg.get("topologyManagerPolicy").value == "single-numa-node"
+    assert cfg.get("topologyManagerPolicy").source == "drop-in /d/20.conf (--config-dir)"
+    assert cfg.get("featureGates").value == {"A": True, "B": False}
+    assert [e["numaNode"] for e in cfg.get("reservedMemory").value] == [0, 1, 2]
+    assert cfg.get("kubeReserved").value == {"cpu": "1", "memory": "1Gi"}
+    assert cfg.get("memoryManagerPolicy").value == "None"
+    assert cfg.get("memoryManagerPolicy").source.startswith("upstream default")
+
+
+def test_defaulted_roundtrip_sample():
+    path = SAMPLES / "kubeletconfiguration.v1beta1.defaults.k8s-roundtrip-testdata.yaml"
+    doc = load_config_document(path.read_text(), str(path))
+    cfg = effective_config((str(path), doc), [], {})
+    assert cfg.get("cpuManagerPolicy").value == "none"
+    assert cfg.get("cgroupDriver").value == "cgroupfs"
+    assert cfg.get("cpuManagerReconcilePeriod").value == "10s"
+    assert cfg.get("cgroupsPerQOS").value is True
+
+
+def test_configz_sample_body_is_a_kubelet_configuration():
+    path = SAMPLES / "configz.kind.none-policies.aquasecurity-node-collector.json"
+    inner = json.loads(path.read_text())["kubeletconfig"]
+    cfg = effective_config(("configz", load_config_document(json.dumps(inner), "configz")), [], {})
+    assert cfg.get("cpuManagerPolicy").value == "none"
+
+
+@pytest.mark.parametrize("text", ["a: [", "- 1\n- 2\n", "kind: Pod\n", "\x00\x01"])
+def test_bad_documents(text):
+    with pytest.raises(ParseError) as e:
+        load_config_document(text, "/etc/kubelet.yaml")
+    assert "/etc/kubelet.yaml" in str(e.value)
