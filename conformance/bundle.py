@@ -59,9 +59,7 @@ class Bundle:
         if rec.status == "dir":
             raise FactUnavailable(f"{label}: is a directory on node {self.node}, expected a file")
         if rec.truncated:
-            raise FactUnavailable(
-                f"{label}: larger than the {self.max_bytes}-byte read bound on node {self.node}; not parsed"
-            )
+            raise FactUnavailable(f"{label}: larger than the {self.max_bytes}-byte read bound on node {self.node}; not parsed")
         try:
             return rec.data.decode("utf-8")
         except UnicodeDecodeError as e:
@@ -172,7 +170,10 @@ def parse_wire(node: str, raw: bytes, max_bytes: int) -> Bundle:
             raise ParseError(f"collector output line {lineno}: expected 4 fields, got {len(parts)}")
         kind, name_b64, status, data_b64 = parts
         try:
-            name = base64.b64decode(name_b64, validate=True).decode("utf-8", "replace")
+            if name_b64.startswith(b"="):
+                name = name_b64[1:].decode("utf-8", "replace")
+            else:
+                name = base64.b64decode(name_b64, validate=True).decode("utf-8", "replace")
             data = base64.b64decode(data_b64, validate=True) if data_b64 else b""
         except binascii.Error as e:
             raise ParseError(f"collector output line {lineno}: bad base64: {e}") from e

@@ -1,7 +1,7 @@
 """The check contract: id, severity, title, rationale, remediation and source, next to the assertion.
 
-    @check("KUBELET-CPU-POLICY", "critical", title=..., rationale=..., remediation=..., source=...)
-    def test_cpu_manager_policy(kubelet_config, profile, evidence): ...
+@check("KUBELET-CPU-POLICY", "critical", title=..., rationale=..., remediation=..., source=...)
+def test_cpu_manager_policy(kubelet_config, profile, evidence): ...
 """
 
 from __future__ import annotations
@@ -34,9 +34,7 @@ class CheckSpec:
 REGISTRY: dict[str, CheckSpec] = {}
 
 
-def check(
-    id: str, severity: str, *, title: str, rationale: str, remediation: str, source: str
-) -> Callable[[F], F]:
+def check(id: str, severity: str, *, title: str, rationale: str, remediation: str, source: str) -> Callable[[F], F]:
     """Declare a pytest test function as the check `id`."""
     if severity not in SEVERITIES:
         raise ValueError(f"check {id}: severity {severity!r} is not one of {SEVERITIES}")

@@ -53,7 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     run = sub.add_parser(
-        "run", formatter_class=_Formatter, help="audit nodes and write report.html, junit.xml, results.json",
+        "run",
+        formatter_class=_Formatter,
+        help="audit nodes and write report.html, junit.xml, results.json",
         description="Collect each node's facts (one remote execution per node), run the checks and write the reports.",
         epilog=textwrap.dedent("""\
             examples:
@@ -73,7 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="extra arguments for pytest")
 
     col = sub.add_parser(
-        "collect", formatter_class=_Formatter, help="save each node's raw facts (a snapshot) without judging",
+        "collect",
+        formatter_class=_Formatter,
+        help="save each node's raw facts (a snapshot) without judging",
         epilog="example:\n  conformance collect --inventory nodes.yaml --output snapshots/2026-12-02",
     )
     col.add_argument("--inventory", metavar="FILE", help="inventory YAML (default: this machine)")
@@ -84,7 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     col.add_argument("-v", "--verbose", action="count", default=0)
 
     chk = sub.add_parser(
-        "checks", formatter_class=_Formatter, help="list every check (id, severity, family, title)",
+        "checks",
+        formatter_class=_Formatter,
+        help="list every check (id, severity, family, title)",
         epilog="examples:\n  conformance checks\n  conformance checks --json | jq -r '.[].id'",
     )
     chk.add_argument("--json", action="store_true", help="print JSON with rationale and remediation")
@@ -143,11 +149,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     results = out / "results.json"
     pargs = [
         str(suites_dir()),
-        "--rootdir", str(suites_dir().parent),
-        "-p", "no:cacheprovider",
+        "--rootdir",
+        str(suites_dir().parent),
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:hypothesispytest",  # test-only plugins cost start-up time and add nothing to an audit
+        "-p",
+        "no:testinfra",
         f"--results-json={results}",
         f"--junitxml={out / 'junit.xml'}",
-        "-o", "junit_family=xunit1",
+        "-o",
+        "junit_family=xunit1",
         f"--html={out / 'report.html'}",
         "--self-contained-html",
         f"--parallel={args.parallel}",
@@ -173,8 +186,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     print()
     for n in doc["nodes"]:
         c = n["counts"]
-        line = (f"{n['name']:<24} {n['verdict'].upper():<11} {c['passed']} passed, {c['failed']} failed, "
-                f"{c['error']} errors, {c['skipped']} skipped, {c['waived']} waived (profile {n['profile']})")
+        line = (
+            f"{n['name']:<24} {n['verdict'].upper():<11} {c['passed']} passed, {c['failed']} failed, "
+            f"{c['error']} errors, {c['skipped']} skipped, {c['waived']} waived (profile {n['profile']})"
+        )
         error = (n.get("collection") or {}).get("error")
         reason = error if n["verdict"] == "unreachable" and error else ", ".join(n["blocking"])
         print(line + (f"  - {reason}" if n["verdict"] != "accepted" and reason else ""))

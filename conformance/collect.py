@@ -50,7 +50,11 @@ def collect_node(node: NodeSpec, timeout: float = 120.0, max_bytes: int = MAX_BY
     except TransportError as e:
         return Bundle(node=node.name, error=str(e), error_kind=e.kind, collected_at=when)
     notes: list[str] = []
+    executions = 0
     try:
+        if isinstance(transport, SshTransport):
+            transport.open()
+        executions = 1
         result = transport.run(["sh", "-s", "--", node.host_root, str(max_bytes)], collector_script(), timeout)
         accepted = getattr(transport, "accepted_unknown_keys", [])
         notes = [f"accepted unknown host key (insecure opt-in): {k}" for k in accepted]
@@ -59,11 +63,23 @@ def collect_node(node: NodeSpec, timeout: float = 120.0, max_bytes: int = MAX_BY
             err = result.stderr.decode("utf-8", "replace").strip()[:500]
             raise TransportError(f"collector exited {result.exit_status} on {transport.description}: {err}", kind="error")
     except TransportError as e:
-        return Bundle(node=node.name, error=str(e), error_kind=e.kind, collected_at=when,
-                      duration_s=round(time.monotonic() - started, 3), executions=1)
+        return Bundle(
+            node=node.name,
+            error=str(e),
+            error_kind=e.kind,
+            collected_at=when,
+            duration_s=round(time.monotonic() - started, 3),
+            executions=executions,
+        )
     except ParseError as e:
-        return Bundle(node=node.name, error=f"collector output unreadable: {e}", error_kind="error",
-                      collected_at=when, duration_s=round(time.monotonic() - started, 3), executions=1)
+        return Bundle(
+            node=node.name,
+            error=f"collector output unreadable: {e}",
+            error_kind="error",
+            collected_at=when,
+            duration_s=round(time.monotonic() - started, 3),
+            executions=executions,
+        )
     finally:
         transport.close()
     bundle.collected_at = when

@@ -1,6 +1,6 @@
 # gpu-node-conformance collector. It is sent on stdin (`sh -s -- ROOT MAX`) and only reads:
 # it writes no file and changes nothing. Every record is one line:
-#   KIND NAME_BASE64 STATUS DATA_BASE64
+#   KIND NAME STATUS DATA_BASE64   (NAME: "=name" when plain, else base64)
 # KIND: F file, C command, D directory, G glob, P process, L symlink, M meta.
 # ROOT is a host-root prefix (e.g. /host when run in a pod with the host filesystem mounted).
 R=${1:-}
@@ -9,8 +9,14 @@ set -f
 NL='
 '
 IFS=$NL
-b64() { base64 | tr -d '\n'; }
-rec() { printf '%s %s %s ' "$1" "$(printf '%s' "$2" | b64)" "$3"; }
+if printf x | base64 -w0 >/dev/null 2>&1; then b64() { base64 -w0; }; else b64() { base64 | tr -d '\n'; }; fi
+# A name made only of safe characters travels as "=name" (no process started); others in base64.
+rec() {
+  case $2 in
+    *[!A-Za-z0-9/._:+,@=-]*|'') printf '%s %s %s ' "$1" "$(printf '%s' "$2" | b64)" "$3" ;;
+    *) printf '%s =%s %s ' "$1" "$2" "$3" ;;
+  esac
+}
 
 emit_file() {
   p=$R$1

@@ -14,8 +14,12 @@ from conformance.checks import REGISTRY
 from conformance.session import RUN_KEY, Run
 
 COLOURS = {
-    "passed": "#2e7d32", "failed": "#c62828", "error": "#ef6c00", "skipped": "#9e9e9e",
-    "waived": "#6a1b9a", None: "#eeeeee",
+    "passed": "#2e7d32",
+    "failed": "#c62828",
+    "error": "#ef6c00",
+    "skipped": "#9e9e9e",
+    "waived": "#6a1b9a",
+    None: "#eeeeee",
 }
 SYMBOLS = {"passed": "✓", "failed": "✗", "error": "!", "skipped": "–", "waived": "w", None: ""}
 VERDICT_COLOURS = {"accepted": "#2e7d32", "rejected": "#c62828", "unreachable": "#ef6c00", "incomplete": "#9e9e9e"}
@@ -132,8 +136,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     import pytest_html
 
     spec = REGISTRY.get(r["check"])
-    parts = [f"<div class='gnc'><p><b>{e(r['check'])}</b> ({e(r['severity'])}) on <b>{e(r['node'])}</b>: "
-             f"{e(r['message'])}</p>"]
+    parts = [f"<div class='gnc'><p><b>{e(r['check'])}</b> ({e(r['severity'])}) on <b>{e(r['node'])}</b>: {e(r['message'])}</p>"]
     if spec:
         parts.append(f"<p><b>Why it matters:</b> {e(spec.rationale)}</p><p><b>Remediation:</b> {e(spec.remediation)}</p>")
     parts.append(f"<p><b>Source:</b> {e(r['source'])}</p>")

@@ -17,8 +17,14 @@ from conformance.errors import UsageError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$")
 SSH_KEYS = {
-    "user": str, "port": int, "identity_file": str, "known_hosts": str, "proxy_jump": str,
-    "ssh_config": str, "insecure_accept_unknown_host_keys": bool, "connect_timeout": (int, float),
+    "user": str,
+    "port": int,
+    "identity_file": str,
+    "known_hosts": str,
+    "proxy_jump": str,
+    "ssh_config": str,
+    "insecure_accept_unknown_host_keys": bool,
+    "connect_timeout": (int, float),
 }
 NODE_KEYS = {"name", "address", "transport", "ssh", "profile", "labels", "host_root"}
 DEFAULT_KEYS = {"ssh", "profile", "transport", "labels"}
@@ -37,8 +43,11 @@ class NodeSpec:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "name": self.name, "transport": self.transport, "address": self.address,
-            "profile": self.profile, "labels": dict(self.labels),
+            "name": self.name,
+            "transport": self.transport,
+            "address": self.address,
+            "profile": self.profile,
+            "labels": dict(self.labels),
         }
 
 
@@ -152,8 +161,15 @@ def parse_inventory(doc: Any, path: str) -> Inventory:
         labels = dict(d_labels)
         labels.update(_check_labels(entry.get("labels", {}), f"{where}.labels", errors))
         nodes.append(
-            NodeSpec(name=name, transport=transport, address=address, ssh=ssh, profile=profile,
-                     labels=labels, host_root=host_root.rstrip("/"))
+            NodeSpec(
+                name=name,
+                transport=transport,
+                address=address,
+                ssh=ssh,
+                profile=profile,
+                labels=labels,
+                host_root=host_root.rstrip("/"),
+            )
         )
     if errors:
         raise UsageError(f"{path}: invalid inventory:\n  " + "\n  ".join(errors))

@@ -102,7 +102,8 @@ class NodeFacts:
         args = self.kubelet_args
         file_doc = None
         if args.config:
-            file_doc = (args.config, load_config_document(self.bundle.text(args.config, f"kubelet --config {args.config}"), args.config))
+            text = self.bundle.text(args.config, f"kubelet --config {args.config}")
+            file_doc = (args.config, load_config_document(text, args.config))
         dropins = []
         if args.config_dir:
             for path in self.bundle.glob(f"{args.config_dir}/*.conf"):
@@ -182,7 +183,7 @@ class NodeFacts:
         return sorted({p for p in found if fnmatch.fnmatchcase(p, pattern)})
 
     def _import_sources(self) -> list[str]:
-        return sorted({r.name[len("import:"):] for r in self.bundle.records if r.kind == "G" and r.name.startswith("import:")})
+        return sorted({r.name[len("import:") :] for r in self.bundle.records if r.kind == "G" and r.name.startswith("import:")})
 
     # -- kernel --------------------------------------------------------------------------------
     @fact

@@ -18,19 +18,48 @@ MESSAGE_LIMIT = 2000
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("conformance", "gpu-node-conformance")
-    g.addoption("--inventory", dest="conformance_inventory", metavar="FILE",
-                help="inventory YAML of the nodes to audit (default: this machine, local transport)")
-    g.addoption("--profile", dest="conformance_profile", metavar="NAME|FILE",
-                help="profile for every node, overriding the inventory (default: the inventory's, else 'default')")
-    g.addoption("--snapshot", dest="conformance_snapshot", metavar="DIR",
-                help="evaluate node snapshots saved by 'conformance collect' instead of collecting live")
+    g.addoption(
+        "--inventory",
+        dest="conformance_inventory",
+        metavar="FILE",
+        help="inventory YAML of the nodes to audit (default: this machine, local transport)",
+    )
+    g.addoption(
+        "--profile",
+        dest="conformance_profile",
+        metavar="NAME|FILE",
+        help="profile for every node, overriding the inventory (default: the inventory's, else 'default')",
+    )
+    g.addoption(
+        "--snapshot",
+        dest="conformance_snapshot",
+        metavar="DIR",
+        help="evaluate node snapshots saved by 'conformance collect' instead of collecting live",
+    )
     g.addoption("--results-json", dest="conformance_results", metavar="FILE", help="write results.json here")
-    g.addoption("--host-root", dest="conformance_host_root", default="", metavar="DIR",
-                help="with no inventory: read this machine's files below DIR (e.g. /host in a pod)")
-    g.addoption("--parallel", dest="conformance_parallel", type=int, default=16, metavar="N",
-                help="collect from at most N nodes at once (default 16)")
-    g.addoption("--collect-timeout", dest="conformance_timeout", type=float, default=120.0, metavar="SECONDS",
-                help="per-node collection timeout (default 120)")
+    g.addoption(
+        "--host-root",
+        dest="conformance_host_root",
+        default="",
+        metavar="DIR",
+        help="with no inventory: read this machine's files below DIR (e.g. /host in a pod)",
+    )
+    g.addoption(
+        "--parallel",
+        dest="conformance_parallel",
+        type=int,
+        default=16,
+        metavar="N",
+        help="collect from at most N nodes at once (default 16)",
+    )
+    g.addoption(
+        "--collect-timeout",
+        dest="conformance_timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="per-node collection timeout (default 120)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -88,9 +117,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     else:
         return report
     message = _message(excinfo)
-    if (excinfo is not None and outcome == "failed") or (outcome == "error" and isinstance(
-        getattr(excinfo, "value", None), ConformanceError
-    )):
+    if (excinfo is not None and outcome == "failed") or (
+        outcome == "error" and isinstance(getattr(excinfo, "value", None), ConformanceError)
+    ):
         report.longrepr = f"{outcome.upper()} [{spec.id}] {node}: {message}"
     ev: Evidence = getattr(item, "funcargs", {}).get("evidence") or Evidence()
     run: Run = item.config.stash[RUN_KEY]

@@ -80,13 +80,18 @@ def _validate(values: dict[str, Any], source: str) -> None:
     k = values["kubelet"]
     need("kubelet.cpu_manager_policy", k["cpu_manager_policy"] in ("none", "static"), "none or static")
     valid_topo = {"none", "best-effort", "restricted", "single-numa-node"}
-    need("kubelet.topology_manager_policies",
-         isinstance(k["topology_manager_policies"], list) and set(k["topology_manager_policies"]) <= valid_topo,
-         f"a list drawn from {sorted(valid_topo)}")
+    need(
+        "kubelet.topology_manager_policies",
+        isinstance(k["topology_manager_policies"], list) and set(k["topology_manager_policies"]) <= valid_topo,
+        f"a list drawn from {sorted(valid_topo)}",
+    )
     need("kubelet.topology_manager_scope", k["topology_manager_scope"] in ("container", "pod"), "container or pod")
     need("kubelet.memory_manager_policy", k["memory_manager_policy"] in ("None", "Static"), "None or Static")
-    need("kubelet.min_reserved_physical_cores",
-         isinstance(k["min_reserved_physical_cores"], int) and k["min_reserved_physical_cores"] >= 0, "an integer >= 0")
+    need(
+        "kubelet.min_reserved_physical_cores",
+        isinstance(k["min_reserved_physical_cores"], int) and k["min_reserved_physical_cores"] >= 0,
+        "an integer >= 0",
+    )
     try:
         parse_duration(k["max_cpu_manager_reconcile_period"])
     except Exception:
@@ -94,8 +99,11 @@ def _validate(values: dict[str, Any], source: str) -> None:
     s = values["sysctl"]
     for key in ("local_port_range", "nodeport_range"):
         r = s[key]
-        need(f"sysctl.{key}", isinstance(r, list) and len(r) == 2 and all(isinstance(x, int) for x in r)
-             and 0 < r[0] <= r[1] <= 65535, "[low, high] port numbers")
+        need(
+            f"sysctl.{key}",
+            isinstance(r, list) and len(r) == 2 and all(isinstance(x, int) for x in r) and 0 < r[0] <= r[1] <= 65535,
+            "[low, high] port numbers",
+        )
     need("sysctl.min_somaxconn", isinstance(s["min_somaxconn"], int), "an integer")
     need("sysctl.tcp_tw_reuse", s["tcp_tw_reuse"] in (0, 1, 2), "0, 1 or 2")
     need("runtime.gpu_handlers", isinstance(values["runtime"]["gpu_handlers"], list), "a list of handler names")
@@ -117,7 +125,7 @@ def load_profile(ref: str | None) -> Profile:
         if parent is None and name != BUNDLED:
             parent = BUNDLED
         cur = parent
-    _, base_doc, base_src = chain[-1]
+    base_doc = chain[-1][1]
     values = {k: v for k, v in base_doc.items() if k != "extends"}
     for _, doc, source in reversed(chain[:-1]):
         values = _overlay(values, {k: v for k, v in doc.items() if k != "extends"}, source)

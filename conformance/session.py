@@ -92,8 +92,7 @@ class Run:
                             raise UsageError(f"{self.snapshot_dir}: no snapshot for node {n.name}")
                         bundles[n.name] = self._snapshots[n.name]
                 else:
-                    bundles = collect_all(self.inventory.nodes, self.parallel, self.timeout,
-                                          stderr_progress(self.verbose))
+                    bundles = collect_all(self.inventory.nodes, self.parallel, self.timeout, stderr_progress(self.verbose))
                 self._facts = {name: NodeFacts(b) for name, b in bundles.items()}
             return self._facts
 

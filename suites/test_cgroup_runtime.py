@@ -7,7 +7,8 @@ from conformance.errors import FactUnavailable
 
 
 @check(
-    "NODE-CGROUP-V2", "critical",
+    "NODE-CGROUP-V2",
+    "critical",
     title="/sys/fs/cgroup is cgroup v2",
     rationale="""cgroup v2 gives one unified hierarchy for CPU, memory and I/O, which the memory manager,
     memory QoS and current kubelets expect; Kubernetes 1.31+ puts cgroup v1 in maintenance mode.""",
@@ -21,13 +22,14 @@ def test_cgroup_v2(node, cgroup_version, facts, evidence):
 
 
 @check(
-    "RUNTIME-SYSTEMD-CGROUP", "critical",
+    "RUNTIME-SYSTEMD-CGROUP",
+    "critical",
     title="Container runtime uses the systemd cgroup driver, consistent with the kubelet",
     rationale="""Every runtime handler that GPU pods use must create cgroups through systemd, as the kubelet
     does; a runtime on cgroupfs under a systemd kubelet makes two owners of one cgroup tree.""",
     remediation="containerd: SystemdCgroup = true under runtimes.<handler>.options for the default handler and "
     "nvidia (check files pulled in by imports, e.g. /etc/containerd/conf.d/); CRI-O: cgroup_manager = "
-    "\"systemd\" in [crio.runtime]. Restart the runtime.",
+    '"systemd" in [crio.runtime]. Restart the runtime.',
     source="containerd config (with imports) or CRI-O crio.conf + crio.conf.d",
 )
 def test_runtime_systemd_cgroup(node, runtime_config, facts, profile, evidence):

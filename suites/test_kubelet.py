@@ -19,7 +19,8 @@ CONFIG_SOURCE = "kubelet command line, --config file, --config-dir drop-ins"
 
 
 @check(
-    "KUBELET-CPU-POLICY", "critical",
+    "KUBELET-CPU-POLICY",
+    "critical",
     title="CPU manager policy is static",
     rationale="""Only the static CPU manager gives Guaranteed pods with integer CPU requests exclusive
     CPUs; with 'none' every container shares the whole pool and a neighbour's burst becomes P99 jitter.""",
@@ -35,7 +36,8 @@ def test_cpu_manager_policy(node, kubelet_config, profile, evidence):
 
 
 @check(
-    "KUBELET-CPU-FULL-PCPUS", "high",
+    "KUBELET-CPU-FULL-PCPUS",
+    "high",
     title="CPU manager hands out whole physical cores (full-pcpus-only)",
     rationale="""Without full-pcpus-only a pinned container can get one SMT thread of a core whose sibling
     runs another workload, sharing caches and execution units.""",
@@ -49,13 +51,12 @@ def test_cpu_full_pcpus_only(node, kubelet_config, profile, evidence):
     evidence.from_setting(s)
     opts = s.value if isinstance(s.value, dict) else {}
     value = str(opts.get("full-pcpus-only", "")).lower()
-    assert value == "true", (
-        f"cpuManagerPolicyOptions has no full-pcpus-only: \"true\" (found {opts or 'none'}, {s.source})"
-    )
+    assert value == "true", f'cpuManagerPolicyOptions has no full-pcpus-only: "true" (found {opts or "none"}, {s.source})'
 
 
 @check(
-    "KUBELET-CPU-RECONCILE", "low",
+    "KUBELET-CPU-RECONCILE",
+    "low",
     title="CPU manager reconcile period is short",
     rationale="""The reconcile loop removes newly exclusive CPUs from shared-pool containers; a longer
     period is a longer window of noisy neighbours on freshly pinned cores.""",
@@ -75,7 +76,8 @@ def test_cpu_reconcile_period(node, kubelet_config, profile, evidence):
 
 
 @check(
-    "KUBELET-TOPOLOGY-POLICY", "critical",
+    "KUBELET-TOPOLOGY-POLICY",
+    "critical",
     title="Topology manager aligns CPUs, memory and GPUs on one NUMA node",
     rationale="""Without an aligning topology policy the kubelet may give a pod CPUs on one socket and a GPU
     on the other: every host-to-device copy crosses the socket link and bandwidth roughly halves.""",
@@ -90,7 +92,8 @@ def test_topology_manager_policy(node, kubelet_config, profile, evidence):
 
 
 @check(
-    "KUBELET-TOPOLOGY-SCOPE", "low",
+    "KUBELET-TOPOLOGY-SCOPE",
+    "low",
     title="Topology manager scope is the profile's",
     rationale="""The scope decides whether alignment is per container or for the whole pod; a pod of several
     GPU containers needs the scope its workload was planned for.""",
@@ -105,7 +108,8 @@ def test_topology_manager_scope(node, kubelet_config, profile, evidence):
 
 
 @check(
-    "KUBELET-MEMORY-POLICY", "high",
+    "KUBELET-MEMORY-POLICY",
+    "high",
     title="Memory manager policy is Static",
     rationale="""The Static memory manager pins a Guaranteed pod's memory to the NUMA node of its CPUs and
     GPU; otherwise pages land anywhere and copies cross the socket link.""",
@@ -121,7 +125,8 @@ def test_memory_manager_policy(node, kubelet_config, profile, evidence):
 
 
 @check(
-    "KUBELET-RESERVED-MEMORY", "medium",
+    "KUBELET-RESERVED-MEMORY",
+    "medium",
     title="reservedMemory covers every NUMA node",
     rationale="""The Static memory manager needs a reservation per NUMA node; a node missing from
     reservedMemory leaves system daemons competing with pinned pods for that node's memory.""",
@@ -140,7 +145,8 @@ def test_reserved_memory(node, kubelet_config, topology, evidence):
 
 
 @check(
-    "KUBELET-RESERVED-CPUS", "medium",
+    "KUBELET-RESERVED-CPUS",
+    "medium",
     title="At least two whole physical cores reserved for system daemons",
     rationale="""Exclusive CPUs are only quiet if the kubelet, runtime and system daemons have cores of their
     own; with nothing reserved they run on the shared pool next to latency-sensitive pods.""",
@@ -184,13 +190,14 @@ def test_reserved_cpus(node, kubelet_config, topology, profile, evidence):
 
 
 @check(
-    "KUBELET-CGROUP-DRIVER", "critical",
+    "KUBELET-CGROUP-DRIVER",
+    "critical",
     title="The kubelet's effective cgroup driver is systemd",
     rationale="""With cgroupfs under systemd two managers own the cgroup tree and CPU and memory limits drift
     under pressure. Since Kubernetes 1.31 the kubelet takes the driver from the runtime
     (KubeletCgroupDriverFromCRI), so the pod cgroup tree is the reliable witness.""",
     remediation="Use cgroupDriver: systemd in the kubelet and SystemdCgroup = true (containerd) or "
-    "cgroup_manager = \"systemd\" (CRI-O) in the runtime, then restart both.",
+    'cgroup_manager = "systemd" (CRI-O) in the runtime, then restart both.',
     source="/sys/fs/cgroup/kubepods.slice or kubepods; else kubelet config cgroupDriver",
 )
 def test_cgroup_driver(node, facts, evidence):
@@ -208,7 +215,8 @@ def test_cgroup_driver(node, facts, evidence):
 
 
 @check(
-    "KUBELET-CGROUPS-PER-QOS", "high",
+    "KUBELET-CGROUPS-PER-QOS",
+    "high",
     title="QoS cgroup hierarchy is enabled",
     rationale="""Without cgroupsPerQOS the kubelet builds no Guaranteed/Burstable/BestEffort hierarchy and
     cannot enforce node allocatable, which the CPU and memory managers rely on.""",
@@ -222,7 +230,8 @@ def test_cgroups_per_qos(node, kubelet_config, evidence):
 
 
 @check(
-    "KUBELET-CPU-STATE", "high",
+    "KUBELET-CPU-STATE",
+    "high",
     title="cpu_manager_state agrees with the policy and exclusive sets do not overlap",
     rationale="""The checkpoint is what the kubelet enforces. A policy that differs from the config means the
     kubelet was not restarted cleanly; overlapping exclusive sets mean two pods share 'exclusive' CPUs.""",
@@ -234,12 +243,13 @@ def test_cpu_manager_state(node, cpu_manager_state, kubelet_config, evidence):
     st = cpu_manager_state
     policy = kubelet_config.get("cpuManagerPolicy")
     evidence.source = "cpu_manager_state"
-    evidence.add(f"policyName {st.policy!r}, defaultCpuSet {format_cpulist(st.default_cpus)!r}, "
-                 f"{sum(len(c) for c in st.entries.values())} exclusive assignment(s), format V{st.version}")
+    evidence.add(
+        f"policyName {st.policy!r}, defaultCpuSet {format_cpulist(st.default_cpus)!r}, "
+        f"{sum(len(c) for c in st.entries.values())} exclusive assignment(s), format V{st.version}"
+    )
     problems: list[str] = []
     if st.policy != policy.value:
-        problems.append(f"policyName is {st.policy!r} but the effective cpuManagerPolicy is {policy.value!r} "
-                        f"({policy.source})")
+        problems.append(f"policyName is {st.policy!r} but the effective cpuManagerPolicy is {policy.value!r} ({policy.source})")
     owner: dict[int, tuple[str, str]] = {}
     for pod, containers in sorted(st.entries.items()):
         pod_cpus: set[int] = set()

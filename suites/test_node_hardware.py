@@ -9,7 +9,8 @@ from conformance.facts.cpulist import format_cpulist
 
 
 @check(
-    "NODE-NUMA-TOPOLOGY", "high",
+    "NODE-NUMA-TOPOLOGY",
+    "high",
     title="NUMA nodes and SMT siblings are readable and consistent",
     rationale="""The kubelet's CPU, memory and topology managers decide from this map; if a CPU is in no
     node or two, or sibling lists disagree, every NUMA-aligned decision built on it is wrong.""",
@@ -28,12 +29,13 @@ def test_numa_topology(node, topology, evidence):
 
 
 @check(
-    "NODE-NVME-SCHEDULER", "low",
+    "NODE-NVME-SCHEDULER",
+    "low",
     title="NVMe devices use the 'none' I/O scheduler",
     rationale="""NVMe devices have deep hardware queues; a software scheduler adds latency to model and
     dataset loading without benefit.""",
-    remediation="Set the scheduler to none, e.g. a udev rule: ACTION==\"add|change\", KERNEL==\"nvme[0-9]*n[0-9]*\", "
-    "ATTR{queue/scheduler}=\"none\".",
+    remediation='Set the scheduler to none, e.g. a udev rule: ACTION=="add|change", KERNEL=="nvme[0-9]*n[0-9]*", '
+    'ATTR{queue/scheduler}="none".',
     source="/sys/block/nvme*/queue/scheduler",
 )
 def test_nvme_scheduler(node, nvme_schedulers, profile, evidence):

@@ -9,7 +9,8 @@ SOURCE = "/proc/sys/net (host network namespace)"
 
 
 @check(
-    "SYSCTL-TCP-TW-REUSE", "medium",
+    "SYSCTL-TCP-TW-REUSE",
+    "medium",
     title="net.ipv4.tcp_tw_reuse = 1",
     rationale="""Inference gateways open many short outgoing connections; without TIME_WAIT reuse for
     outgoing connections, ephemeral ports run out under load.""",
@@ -24,7 +25,8 @@ def test_tcp_tw_reuse(node, sysctls, profile, evidence):
 
 
 @check(
-    "SYSCTL-SOMAXCONN", "medium",
+    "SYSCTL-SOMAXCONN",
+    "medium",
     title="net.core.somaxconn is large enough",
     rationale="""A small accept backlog drops connection bursts to model servers before they are accepted,
     which shows up as connect timeouts and retries at P99.""",
@@ -39,7 +41,8 @@ def test_somaxconn(node, sysctls, profile, evidence):
 
 
 @check(
-    "SYSCTL-PORT-RANGE", "medium",
+    "SYSCTL-PORT-RANGE",
+    "medium",
     title="Ephemeral port range is wide and keeps off the NodePort range",
     rationale="""A wide ephemeral range avoids port exhaustion; where it overlaps the NodePort range, those
     ports must be reserved or an outgoing connection can take a NodePort a Service needs.""",
@@ -50,8 +53,10 @@ def test_somaxconn(node, sysctls, profile, evidence):
 def test_port_range(node, sysctls, profile, evidence):
     lo, hi = sysctls.port_range
     evidence.source = "/proc/sys/net/ipv4/ip_local_port_range, ip_local_reserved_ports"
-    evidence.add(f"net.ipv4.ip_local_port_range = {lo} {hi}",
-                 f"net.ipv4.ip_local_reserved_ports = {format_cpulist(sysctls.reserved_ports) or '(empty)'}")
+    evidence.add(
+        f"net.ipv4.ip_local_port_range = {lo} {hi}",
+        f"net.ipv4.ip_local_reserved_ports = {format_cpulist(sysctls.reserved_ports) or '(empty)'}",
+    )
     want_lo, want_hi = profile.get("sysctl.local_port_range")
     np_lo, np_hi = profile.get("sysctl.nodeport_range")
     problems = []
@@ -60,6 +65,7 @@ def test_port_range(node, sysctls, profile, evidence):
     overlap = set(range(max(lo, np_lo), min(hi, np_hi) + 1))
     unreserved = overlap - sysctls.reserved_ports
     if unreserved:
-        problems.append(f"NodePort ports {format_cpulist(unreserved)} are in the ephemeral range but not in "
-                        "ip_local_reserved_ports")
+        problems.append(
+            f"NodePort ports {format_cpulist(unreserved)} are in the ephemeral range but not in ip_local_reserved_ports"
+        )
     assert not problems, "; ".join(problems)

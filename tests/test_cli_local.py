@@ -28,8 +28,7 @@ containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
 
 
 def conformance(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "conformance", *args], capture_output=True, text=True,
-                          timeout=120, cwd=cwd)
+    return subprocess.run([sys.executable, "-m", "conformance", *args], capture_output=True, text=True, timeout=120, cwd=cwd)
 
 
 @pytest.fixture
@@ -125,9 +124,23 @@ def test_plain_pytest_works(host_root, tmp_path):
     inv = tmp_path / "inv.yaml"
     inv.write_text(f"nodes:\n  - name: n1\n    transport: local\n    host_root: {host_root}\n")
     p = subprocess.run(
-        [sys.executable, "-m", "pytest", str(ROOT / "suites"), "--inventory", str(inv), f"--html={tmp_path / 'r.html'}",
-         "--self-contained-html", "-q", "-p", "no:cacheprovider"],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(ROOT / "suites"),
+            "--inventory",
+            str(inv),
+            f"--html={tmp_path / 'r.html'}",
+            "--self-contained-html",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
     )
     assert p.returncode == 1, p.stdout[-2000:]
     assert "failed" in p.stdout and "error" in p.stdout

@@ -35,8 +35,12 @@ def test_issue_example_is_accepted_as_written(tmp_path):
     f.write_text(ISSUE_EXAMPLE)
     inv = load_inventory(f)
     by = {n.name: n for n in inv.nodes}
-    assert by["gpu-node-07"].ssh == {"user": "root", "port": 22, "identity_file": "~/.ssh/id_ed25519",
-                                     "known_hosts": "~/.ssh/known_hosts"}
+    assert by["gpu-node-07"].ssh == {
+        "user": "root",
+        "port": 22,
+        "identity_file": "~/.ssh/id_ed25519",
+        "known_hosts": "~/.ssh/known_hosts",
+    }
     assert by["gpu-node-08"].ssh["port"] == 2222 and by["gpu-node-08"].ssh["user"] == "ops"
     assert by["this-host"].transport == "local"
     jsonschema.validate(yaml.safe_load(ISSUE_EXAMPLE), SCHEMA)
@@ -60,8 +64,10 @@ def test_shipped_examples_are_valid(name):
         ({"nodes": [{"name": "a", "transport": "telnet"}]}, "nodes[0] (a).transport: 'telnet' is not one of"),
         ({"nodes": [{"name": "a", "address": "x"}, {"name": "a", "address": "y"}]}, "nodes[1] (a).name: duplicate"),
         ({"nodes": [{"name": "a", "transport": "local", "host_root": "host"}]}, "nodes[0] (a).host_root: must be an absolute"),
-        ({"defaults": {"ssh": {"insecure_accept_unknown_host_keys": "yes"}}, "nodes": [{"name": "a", "address": "x"}]},
-         "defaults.ssh.insecure_accept_unknown_host_keys: must be a boolean"),
+        (
+            {"defaults": {"ssh": {"insecure_accept_unknown_host_keys": "yes"}}, "nodes": [{"name": "a", "address": "x"}]},
+            "defaults.ssh.insecure_accept_unknown_host_keys: must be a boolean",
+        ),
         ({"nodes": []}, "nodes: must be a non-empty list"),
         ({"node": []}, "node: unknown top-level field"),
     ],
@@ -81,7 +87,7 @@ def test_unreadable_and_bad_yaml(tmp_path):
         load_inventory(tmp_path / "missing.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("nodes: [")
-    with pytest.raises(UsageError, match="bad.yaml: not valid YAML"):
+    with pytest.raises(UsageError, match=r"bad\.yaml: not valid YAML"):
         load_inventory(bad)
 
 
@@ -96,10 +102,10 @@ def test_profiles(tmp_path):
     own.write_text("sysctl: {min_somaxconn: 4096}\n")
     assert load_profile(str(own)).get("sysctl.min_somaxconn") == 4096
     own.write_text("sysctl: {max_somaxconn: 4096}\n")
-    with pytest.raises(UsageError, match="mine.yaml: unknown key 'sysctl.max_somaxconn'"):
+    with pytest.raises(UsageError, match=r"mine\.yaml: unknown key 'sysctl\.max_somaxconn'"):
         load_profile(str(own))
     own.write_text("kubelet: {topology_manager_policies: [numa-ish]}\n")
-    with pytest.raises(UsageError, match="kubelet.topology_manager_policies must be"):
+    with pytest.raises(UsageError, match=r"kubelet\.topology_manager_policies must be"):
         load_profile(str(own))
     with pytest.raises(UsageError, match="no such bundled profile"):
         load_profile("nope")

@@ -86,8 +86,10 @@ def test_jump_host_that_cannot_reach_the_node_names_both(lab):
 def test_ssh_config_supplies_host_and_user(lab, tmp_path):
     good = next(n for n in lab.nodes if n.spec.name == "good")
     cfg = tmp_path / "ssh_config"
-    cfg.write_text(f"Host lab-good\n  HostName {good.address}\n  User root\n  IdentityFile {lab.client_key}\n"
-                   f"  UserKnownHostsFile {lab.known_hosts}\n")
+    cfg.write_text(
+        f"Host lab-good\n  HostName {good.address}\n  User root\n  IdentityFile {lab.client_key}\n"
+        f"  UserKnownHostsFile {lab.known_hosts}\n"
+    )
     spec = NodeSpec(name="lab-good", address="lab-good", ssh={"ssh_config": str(cfg)})
     b = collect_node(spec)
     assert b.error is None and b.complete

@@ -39,9 +39,15 @@ def test_key_casing_and_none_policy():
 
 
 @pytest.mark.parametrize(
-    "text", ['{"policyName": "static", "defaultCpuSet": "0-', "[]", '{"defaultCpuSet": ""}',
-             '{"policyName": "static", "defaultCpuSet": "5-2"}', '{"policyName":"static","entries":{"p":{"c":5}}}',
-             "[" * 100000]
+    "text",
+    [
+        '{"policyName": "static", "defaultCpuSet": "0-',
+        "[]",
+        '{"defaultCpuSet": ""}',
+        '{"policyName": "static", "defaultCpuSet": "5-2"}',
+        '{"policyName":"static","entries":{"p":{"c":5}}}',
+        "[" * 100000,
+    ],
 )
 def test_malformed_cpu_state(text):
     with pytest.raises(ParseError):

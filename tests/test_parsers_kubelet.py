@@ -35,16 +35,24 @@ def test_cmdline_split():
 
 
 def test_flags_override_file_and_dropins_in_order():
-    file_doc = ("/etc/k.yaml", {"cpuManagerPolicy": "static", "topologyManagerPolicy": "none",
-                                "featureGates": {"A": True}})
+    file_doc = ("/etc/k.yaml", {"cpuManagerPolicy": "static", "topologyManagerPolicy": "none", "featureGates": {"A": True}})
     dropins = [
         ("/d/10.conf", {"topologyManagerPolicy": "best-effort", "featureGates": {"B": False}}),
         ("/d/20.conf", {"topologyManagerPolicy": "single-numa-node"}),
     ]
-    flags = flags_to_config(parse_kubelet_args(["kubelet", "--cpu-manager-policy=none",
-                                                "--reserved-memory", "0:memory=1Gi",
-                                                "--reserved-memory", "1:memory=2Gi;2:memory=1Gi",
-                                                "--kube-reserved=cpu=1,memory=1Gi"]).flags)
+    flags = flags_to_config(
+        parse_kubelet_args(
+            [
+                "kubelet",
+                "--cpu-manager-policy=none",
+                "--reserved-memory",
+                "0:memory=1Gi",
+                "--reserved-memory",
+                "1:memory=2Gi;2:memory=1Gi",
+                "--kube-reserved=cpu=1,memory=1Gi",
+            ]
+        ).flags
+    )
     cfg = effective_config(file_doc, dropins, flags)
     assert cfg.get("cpuManagerPolicy").value == "none"
     assert cfg.get("cpuManagerPolicy").source == "flag --cpu-manager-policy"

@@ -90,8 +90,9 @@ def test_sysctl_values():
 
 
 def topo(nodes, siblings, online):
-    return Topology(frozenset(online), {k: frozenset(v) for k, v in nodes.items()},
-                    {k: frozenset(v) for k, v in siblings.items()})
+    return Topology(
+        frozenset(online), {k: frozenset(v) for k, v in nodes.items()}, {k: frozenset(v) for k, v in siblings.items()}
+    )
 
 
 def test_topology_consistency():

@@ -54,12 +54,28 @@ _MAP_FLAGS = {
 _BOOL_FLAGS = {"cgroups-per-qos": "cgroupsPerQOS"}
 # Boolean kubelet flags that take no separate value argument (pflag), so `--flag next` keeps `next`.
 _KNOWN_BOOL = {
-    "cgroups-per-qos", "fail-swap-on", "rotate-certificates", "rotate-server-certificates",
-    "register-node", "register-with-taints", "enable-server", "enable-debugging-handlers",
-    "enable-controller-attach-detach", "make-iptables-util-chains", "protect-kernel-defaults",
-    "serialize-image-pulls", "kernel-memcg-notification", "cpu-cfs-quota", "exit-on-lock-contention",
-    "keep-terminated-pod-volumes", "local-storage-capacity-isolation", "seccomp-default",
-    "fail-cgroupv1", "v", "alsologtostderr", "logtostderr",
+    "cgroups-per-qos",
+    "fail-swap-on",
+    "rotate-certificates",
+    "rotate-server-certificates",
+    "register-node",
+    "register-with-taints",
+    "enable-server",
+    "enable-debugging-handlers",
+    "enable-controller-attach-detach",
+    "make-iptables-util-chains",
+    "protect-kernel-defaults",
+    "serialize-image-pulls",
+    "kernel-memcg-notification",
+    "cpu-cfs-quota",
+    "exit-on-lock-contention",
+    "keep-terminated-pod-volumes",
+    "local-storage-capacity-isolation",
+    "seccomp-default",
+    "fail-cgroupv1",
+    "v",
+    "alsologtostderr",
+    "logtostderr",
 }
 
 

@@ -115,7 +115,9 @@ def containerd_runtime(doc: dict[str, Any], files: list[str]) -> RuntimeConfig:
         if rtype == RUNC_TYPE:
             systemd = bool(options.get("SystemdCgroup", False)) if isinstance(options, dict) else False
         handlers[name] = RuntimeHandler(
-            name, rtype, systemd,
+            name,
+            rtype,
+            systemd,
             f"plugins.{_q(plugin_id)}.containerd.runtimes.{name}.options.SystemdCgroup",
         )
     if default not in handlers:

@@ -117,9 +117,16 @@ class SshTransport:
         key = os.path.expanduser(self.t.identity_file) if self.t.identity_file else None
         try:
             client.connect(
-                host, port=port, username=user, key_filename=key, timeout=self.t.connect_timeout,
-                banner_timeout=self.t.connect_timeout, auth_timeout=self.t.connect_timeout,
-                allow_agent=key is None, look_for_keys=key is None, sock=sock,  # type: ignore[arg-type]
+                host,
+                port=port,
+                username=user,
+                key_filename=key,
+                timeout=self.t.connect_timeout,
+                banner_timeout=self.t.connect_timeout,
+                auth_timeout=self.t.connect_timeout,
+                allow_agent=key is None,
+                look_for_keys=key is None,
+                sock=sock,  # type: ignore[arg-type]
             )
         except paramiko.BadHostKeyException as e:
             raise TransportError(
@@ -196,7 +203,9 @@ class SshTransport:
         except TransportError:
             raise
         except (paramiko.SSHException, OSError, EOFError) as e:
-            raise TransportError(f"connection to {self.t.host}:{self.t.port} broke during collection: {e}", kind="unreachable") from None
+            raise TransportError(
+                f"connection to {self.t.host}:{self.t.port} broke during collection: {e}", kind="unreachable"
+            ) from None
         return ExecResult(status, bytes(out), bytes(err))
 
     def close(self) -> None:

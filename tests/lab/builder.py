@@ -211,7 +211,9 @@ class Lab:
             log = open(node.dir / "node.log", "wb")  # noqa: SIM115 - kept open for the process
             node.proc = subprocess.Popen(
                 [*ns, "unshare", "--mount", "--pid", "--fork", "--mount-proc", "sh", str(node.dir / "start.sh")],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         for node in self.nodes:
             if node.spec.up:

@@ -43,18 +43,19 @@ apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 topologyManagerPolicy: single-numa-node
 """
-GOOD_CPU_STATE = json.dumps({
-    "policyName": "static",
-    "defaultCpuSet": "0-1,4-5,8-9,12-13",
-    "entries": {
-        "5c4d0a3e-0000-4000-8000-000000000001": {"app": "2-3,10-11"},
-        # an app container reusing its init container's CPUs is allowed
-        "5c4d0a3e-0000-4000-8000-000000000002": {"init": "6-7,14-15", "app": "6-7,14-15"},
-    },
-    "checksum": 1,
-})
-MEMORY_STATE = json.dumps({"policyName": "Static", "machineState": {"0": {"cells": [0]}, "1": {"cells": [1]}},
-                           "checksum": 1})
+GOOD_CPU_STATE = json.dumps(
+    {
+        "policyName": "static",
+        "defaultCpuSet": "0-1,4-5,8-9,12-13",
+        "entries": {
+            "5c4d0a3e-0000-4000-8000-000000000001": {"app": "2-3,10-11"},
+            # an app container reusing its init container's CPUs is allowed
+            "5c4d0a3e-0000-4000-8000-000000000002": {"init": "6-7,14-15", "app": "6-7,14-15"},
+        },
+        "checksum": 1,
+    }
+)
+MEMORY_STATE = json.dumps({"policyName": "Static", "machineState": {"0": {"cells": [0]}, "1": {"cells": [1]}}, "checksum": 1})
 CONTAINERD_V3_MAIN = """\
 version = 3
 imports = ["/etc/containerd/conf.d/*.toml"]
@@ -99,24 +100,30 @@ GOOD_FILES = {
 }
 GOOD_ARGS = ["--config=/etc/kubernetes/kubelet-config.yaml", "--config-dir=/etc/kubernetes/kubelet.conf.d", "--v=2"]
 
-BAD_KUBELET_JSON = json.dumps({
-    "kind": "KubeletConfiguration",
-    "apiVersion": "kubelet.config.k8s.io/v1beta1",
-    "cgroupDriver": "systemd",
-    "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
-    "cpuManagerPolicy": "static",  # overridden by --cpu-manager-policy=none
-    "cpuManagerReconcilePeriod": "30s",
-    "topologyManagerPolicy": "best-effort",
-    "topologyManagerScope": "pod",
-    "memoryManagerPolicy": "None",
-    "reservedSystemCPUs": "0",
-    "cgroupsPerQOS": False,
-}, indent=2)
+BAD_KUBELET_JSON = json.dumps(
+    {
+        "kind": "KubeletConfiguration",
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "cgroupDriver": "systemd",
+        "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
+        "cpuManagerPolicy": "static",  # overridden by --cpu-manager-policy=none
+        "cpuManagerReconcilePeriod": "30s",
+        "topologyManagerPolicy": "best-effort",
+        "topologyManagerScope": "pod",
+        "memoryManagerPolicy": "None",
+        "reservedSystemCPUs": "0",
+        "cgroupsPerQOS": False,
+    },
+    indent=2,
+)
 
 
 def specs() -> list[NodeSpec]:
     good = NodeSpec(
-        name="good", kubelet_args=GOOD_ARGS, files=dict(GOOD_FILES), sysctls=GOOD_SYSCTLS,
+        name="good",
+        kubelet_args=GOOD_ARGS,
+        files=dict(GOOD_FILES),
+        sysctls=GOOD_SYSCTLS,
         nvme={"nvme0n1": "[none] mq-deadline kyber", "nvme1n1": "[none] mq-deadline"},
     )
     bad_kubelet = NodeSpec(
@@ -132,7 +139,8 @@ def specs() -> list[NodeSpec]:
         sysctls=GOOD_SYSCTLS,
     )
     bad_runtime = NodeSpec(
-        name="bad-runtime", kubelet_args=GOOD_ARGS,
+        name="bad-runtime",
+        kubelet_args=GOOD_ARGS,
         files={**GOOD_FILES, "/etc/containerd/config.toml": CONTAINERD_V2_CGROUPFS},
         sysctls={
             "net.ipv4.tcp_tw_reuse": "0",
@@ -141,19 +149,22 @@ def specs() -> list[NodeSpec]:
             "net.ipv4.ip_local_reserved_ports": "",
         },
         nvme={"nvme0n1": "[none] mq-deadline"},
-        cgroup="v1", kubepods=None,
+        cgroup="v1",
+        kubepods=None,
     )
     del bad_runtime.files["/etc/containerd/conf.d/99-nvidia.toml"]
     crio_kubelet = GOOD_KUBELET.replace("unix:///run/containerd/containerd.sock", "unix:///var/run/crio/crio.sock")
     bad_state = NodeSpec(
-        name="bad-state", kubelet_args=GOOD_ARGS,
+        name="bad-state",
+        kubelet_args=GOOD_ARGS,
         files={
             "/etc/kubernetes/kubelet-config.yaml": crio_kubelet,
             "/etc/kubernetes/kubelet.conf.d/10-topology.conf": TOPOLOGY_DROPIN,
             "/var/lib/kubelet/cpu_manager_state": '{"policyName": "static", "defaultCpuSet": "0-',
             "/var/lib/kubelet/memory_manager_state": MEMORY_STATE,
-            "/etc/crio/crio.conf.d/02-cgroup-manager.conf":
-                (SAMPLES / "crio.conf.d.02-cgroup-manager.cgroupfs.k8s-docs.toml").read_text(),
+            "/etc/crio/crio.conf.d/02-cgroup-manager.conf": (
+                SAMPLES / "crio.conf.d.02-cgroup-manager.cgroupfs.k8s-docs.toml"
+            ).read_text(),
         },
         sysctls=GOOD_SYSCTLS,
         numa={0: "0-4,8-11", 1: "4-7,12-15"},  # cpu4 in two nodes
@@ -165,11 +176,24 @@ def specs() -> list[NodeSpec]:
 
 
 ALL_CHECKS = [
-    "KUBELET-CPU-POLICY", "KUBELET-CPU-FULL-PCPUS", "KUBELET-CPU-RECONCILE", "KUBELET-TOPOLOGY-POLICY",
-    "KUBELET-TOPOLOGY-SCOPE", "KUBELET-MEMORY-POLICY", "KUBELET-RESERVED-MEMORY", "KUBELET-RESERVED-CPUS",
-    "KUBELET-CGROUP-DRIVER", "KUBELET-CGROUPS-PER-QOS", "KUBELET-CPU-STATE", "NODE-CGROUP-V2",
-    "RUNTIME-SYSTEMD-CGROUP", "SYSCTL-TCP-TW-REUSE", "SYSCTL-SOMAXCONN", "SYSCTL-PORT-RANGE",
-    "NODE-NUMA-TOPOLOGY", "NODE-NVME-SCHEDULER",
+    "KUBELET-CPU-POLICY",
+    "KUBELET-CPU-FULL-PCPUS",
+    "KUBELET-CPU-RECONCILE",
+    "KUBELET-TOPOLOGY-POLICY",
+    "KUBELET-TOPOLOGY-SCOPE",
+    "KUBELET-MEMORY-POLICY",
+    "KUBELET-RESERVED-MEMORY",
+    "KUBELET-RESERVED-CPUS",
+    "KUBELET-CGROUP-DRIVER",
+    "KUBELET-CGROUPS-PER-QOS",
+    "KUBELET-CPU-STATE",
+    "NODE-CGROUP-V2",
+    "RUNTIME-SYSTEMD-CGROUP",
+    "SYSCTL-TCP-TW-REUSE",
+    "SYSCTL-SOMAXCONN",
+    "SYSCTL-PORT-RANGE",
+    "NODE-NUMA-TOPOLOGY",
+    "NODE-NVME-SCHEDULER",
 ]
 
 
@@ -183,22 +207,40 @@ EXPECTED: dict[str, dict[str, str]] = {
     "good": _row("passed"),
     "bad-kubelet": _row(
         "passed",
-        KUBELET_CPU_POLICY="failed", KUBELET_CPU_FULL_PCPUS="failed", KUBELET_CPU_RECONCILE="failed",
-        KUBELET_TOPOLOGY_POLICY="failed", KUBELET_TOPOLOGY_SCOPE="failed", KUBELET_MEMORY_POLICY="failed",
-        KUBELET_RESERVED_MEMORY="failed", KUBELET_RESERVED_CPUS="failed", KUBELET_CGROUPS_PER_QOS="failed",
-        KUBELET_CPU_STATE="failed", NODE_NVME_SCHEDULER="skipped",
+        KUBELET_CPU_POLICY="failed",
+        KUBELET_CPU_FULL_PCPUS="failed",
+        KUBELET_CPU_RECONCILE="failed",
+        KUBELET_TOPOLOGY_POLICY="failed",
+        KUBELET_TOPOLOGY_SCOPE="failed",
+        KUBELET_MEMORY_POLICY="failed",
+        KUBELET_RESERVED_MEMORY="failed",
+        KUBELET_RESERVED_CPUS="failed",
+        KUBELET_CGROUPS_PER_QOS="failed",
+        KUBELET_CPU_STATE="failed",
+        NODE_NVME_SCHEDULER="skipped",
     ),
     "bad-runtime": _row(
         "passed",
-        NODE_CGROUP_V2="failed", RUNTIME_SYSTEMD_CGROUP="failed", SYSCTL_TCP_TW_REUSE="failed",
-        SYSCTL_SOMAXCONN="failed", SYSCTL_PORT_RANGE="failed",
+        NODE_CGROUP_V2="failed",
+        RUNTIME_SYSTEMD_CGROUP="failed",
+        SYSCTL_TCP_TW_REUSE="failed",
+        SYSCTL_SOMAXCONN="failed",
+        SYSCTL_PORT_RANGE="failed",
     ),
     "bad-state": _row(
         "passed",
-        KUBELET_CPU_STATE="error", NODE_NUMA_TOPOLOGY="failed", NODE_NVME_SCHEDULER="failed",
-        RUNTIME_SYSTEMD_CGROUP="failed", KUBELET_CGROUP_DRIVER="failed",
+        KUBELET_CPU_STATE="error",
+        NODE_NUMA_TOPOLOGY="failed",
+        NODE_NVME_SCHEDULER="failed",
+        RUNTIME_SYSTEMD_CGROUP="failed",
+        KUBELET_CGROUP_DRIVER="failed",
     ),
     "down": _row("error"),
 }
-VERDICTS = {"good": "accepted", "bad-kubelet": "rejected", "bad-runtime": "rejected", "bad-state": "rejected",
-            "down": "unreachable"}
+VERDICTS = {
+    "good": "accepted",
+    "bad-kubelet": "rejected",
+    "bad-runtime": "rejected",
+    "bad-state": "rejected",
+    "down": "unreachable",
+}
