@@ -53,12 +53,15 @@ def main() -> int:
         finally:
             lab.stop()
     print(f"lab setup (5 nodes, real sshd in namespaces): {setup:.2f} s")
-    print(f"conformance run wall time over {args.repeat} runs: median {statistics.median(walls):.2f} s "
-          f"(min {min(walls):.2f}, max {max(walls):.2f}), including Python start-up and report writing")
+    print(
+        f"conformance run wall time over {args.repeat} runs: median {statistics.median(walls):.2f} s "
+        f"(min {min(walls):.2f}, max {max(walls):.2f}), including Python start-up and report writing"
+    )
     for n in doc["nodes"]:
         c = n["collection"]
-        print(f"  {n['name']:<12} {n['verdict']:<11} collection {c['duration_s']:.3f} s, "
-              f"remote executions {c['remote_executions']}")
+        print(
+            f"  {n['name']:<12} {n['verdict']:<11} collection {c['duration_s']:.3f} s, remote executions {c['remote_executions']}"
+        )
     print(f"results: {len(doc['results'])} check results")
     return 0
 

@@ -193,7 +193,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         error = (n.get("collection") or {}).get("error")
         reason = error if n["verdict"] == "unreachable" and error else ", ".join(n["blocking"])
         print(line + (f"  - {reason}" if n["verdict"] != "accepted" and reason else ""))
-    print(f"\nreport:  {out / 'report.html'}\nresults: {results}\njunit:   {out / 'junit.xml'}")
+    out = out.resolve()
+    print(f"\nreport:  {out / 'report.html'}\nresults: {out / 'results.json'}\njunit:   {out / 'junit.xml'}")
     if rc == pytest.ExitCode.INTERRUPTED or not doc.get("complete", True):
         return EXIT_INTERRUPTED
     if not doc["nodes"] or any(n["verdict"] != "accepted" for n in doc["nodes"]):

@@ -200,6 +200,16 @@ class NodeFacts:
         return kernel.kubepods_driver(self.bundle.dirs())
 
     @fact
+    def kubelet_cgroup_driver(self) -> tuple[str, str, str]:
+        """(driver, the source that decided, how). Since Kubernetes 1.31 the kubelet takes the driver from the
+        runtime, so the pod cgroup tree decides when it exists; the kubelet config otherwise."""
+        driver, why = self.kubepods_driver
+        if driver is not None:
+            return driver, "pod cgroup tree", why
+        s = self.kubelet_config.get("cgroupDriver")
+        return str(s.value), "kubelet config cgroupDriver", f"{why}; {s.describe()}"
+
+    @fact
     def sysctls(self) -> Sysctls:
         self.require_reachable()
         b = self.bundle

@@ -45,11 +45,10 @@ def test_runtime_systemd_cgroup(node, runtime_config, facts, profile, evidence):
         if h.systemd_cgroup is False:
             problems.append(f"handler {name!r} does not use the systemd cgroup driver ({h.source})")
     try:
-        kubepods, tree = facts.kubepods_driver
-        kubelet = kubepods or facts.kubelet_config.get("cgroupDriver").value
-        evidence.add(f"kubelet effective driver: {kubelet} ({tree if kubepods else 'kubelet config cgroupDriver'})")
+        kubelet, _, how = facts.kubelet_cgroup_driver
+        evidence.add(f"kubelet effective driver: {kubelet} ({how})")
         if kubelet != "systemd":
-            problems.append(f"the kubelet's effective cgroup driver is {kubelet}, not systemd")
+            problems.append(f"the kubelet's effective cgroup driver is {kubelet} ({how}), not systemd")
     except FactUnavailable as e:
-        evidence.add(f"kubelet driver not known: {e}")
+        evidence.add(f"kubelet driver not known, consistency not judged: {e}")
     assert not problems, "; ".join(problems)

@@ -200,18 +200,11 @@ def test_reserved_cpus(node, kubelet_config, topology, profile, evidence):
     'cgroup_manager = "systemd" (CRI-O) in the runtime, then restart both.',
     source="/sys/fs/cgroup/kubepods.slice or kubepods; else kubelet config cgroupDriver",
 )
-def test_cgroup_driver(node, facts, evidence):
-    driver, why = facts.kubepods_driver
-    evidence.add(f"pod cgroup tree: {why}")
-    if driver is not None:
-        evidence.source = "pod cgroup tree"
-        assert driver == "systemd", f"the pod cgroup tree shows the {driver} driver ({why}); systemd expected"
-        return
-    s = facts.kubelet_config.get("cgroupDriver")
-    evidence.from_setting(s)
-    assert s.value == "systemd", (
-        f"no pod cgroup tree found, and the kubelet config says cgroupDriver {s.value!r} ({s.source}); systemd expected"
-    )
+def test_cgroup_driver(node, kubelet_cgroup_driver, evidence):
+    driver, source, how = kubelet_cgroup_driver
+    evidence.source = source
+    evidence.add(how)
+    assert driver == "systemd", f"the kubelet's effective cgroup driver is {driver} ({how}); systemd expected"
 
 
 @check(
