@@ -51,7 +51,7 @@ def verdict_table(run: Run) -> str:
     for n in (run.node_summary(name) for name in run.node_names):
         c = n["counts"]
         col = n.get("collection") or {}
-        why = ", ".join(n["blocking"]) or (col.get("error") or "")
+        why = col.get("error") if n["verdict"] == "unreachable" else ", ".join(n["blocking"])
         rows.append(
             f"<tr><td>{e(n['name'])}</td><td><span class='verdict' style='background:"
             f"{VERDICT_COLOURS.get(n['verdict'], '#999')}'>{e(n['verdict'])}</span></td><td>{e(n['profile'])}</td>"

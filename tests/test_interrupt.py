@@ -1,0 +1,63 @@
+"""Ctrl-C during a run: exit code 2, and the three reports are still written, marked incomplete."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+
+def test_sigint_writes_reports_and_exits_2(tmp_path):
+    # A TCP listener on loopback that accepts and never speaks SSH: the collection hangs there.
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    port = server.getsockname()[1]
+    held = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(
+        "defaults:\n  ssh: {known_hosts: /dev/null, connect_timeout: 5}\n"
+        f"nodes:\n  - name: hanging\n    address: 127.0.0.1\n    ssh: {{port: {port}}}\n"
+        "  - name: here\n    transport: local\n"
+    )
+    out = tmp_path / "out"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "conformance", "run", "--inventory", str(inv), "--output", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not held and time.monotonic() < deadline:  # wait until the collection is under way
+            time.sleep(0.05)
+        assert held, "the run never connected"
+        p.send_signal(signal.SIGINT)
+        stdout, _ = p.communicate(timeout=60)
+    finally:
+        stop.set()
+        server.close()
+        for c in held:
+            c.close()
+    assert p.returncode == 2, stdout
+    for name in ("report.html", "junit.xml", "results.json"):
+        assert (out / name).is_file(), name
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["complete"] is False
+    assert {n["name"]: n["verdict"] for n in doc["nodes"]} == {"hanging": "incomplete", "here": "incomplete"}
