@@ -36,6 +36,14 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
     pass
 
 
+def _add_collection_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--inventory", metavar="FILE", help="inventory YAML (default: this machine)")
+    p.add_argument("--host-root", metavar="DIR", default="", help="with no inventory: read this machine below DIR")
+    p.add_argument("--parallel", type=int, default=16, metavar="N", help="nodes collected at once (default 16)")
+    p.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS", help="per-node collection timeout")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more detail (progress, each check)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="conformance",
@@ -64,14 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
               conformance run --snapshot snapshots/ --output reports/replay
               conformance run --inventory nodes.yaml -- -k KUBELET   # extra pytest arguments after --"""),
     )
-    run.add_argument("--inventory", metavar="FILE", help="inventory YAML (default: this machine)")
+    _add_collection_args(run)
     run.add_argument("--profile", metavar="NAME|FILE", help="profile for every node (default: per inventory, else 'default')")
     run.add_argument("--output", metavar="DIR", help="output folder (default: a new timestamped folder under reports/)")
     run.add_argument("--snapshot", metavar="DIR", help="evaluate snapshots saved by 'conformance collect' (offline)")
-    run.add_argument("--host-root", metavar="DIR", default="", help="with no inventory: read this machine below DIR")
-    run.add_argument("--parallel", type=int, default=16, metavar="N", help="nodes collected at once (default 16)")
-    run.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS", help="per-node collection timeout")
-    run.add_argument("-v", "--verbose", action="count", default=0, help="more detail (progress, each check)")
     run.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="extra arguments for pytest")
 
     col = sub.add_parser(
@@ -80,12 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="save each node's raw facts (a snapshot) without judging",
         epilog="example:\n  conformance collect --inventory nodes.yaml --output snapshots/2026-12-02",
     )
-    col.add_argument("--inventory", metavar="FILE", help="inventory YAML (default: this machine)")
+    _add_collection_args(col)
     col.add_argument("--output", metavar="DIR", required=True, help="folder for <node>.json snapshots")
-    col.add_argument("--host-root", metavar="DIR", default="")
-    col.add_argument("--parallel", type=int, default=16, metavar="N")
-    col.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS")
-    col.add_argument("-v", "--verbose", action="count", default=0)
 
     chk = sub.add_parser(
         "checks",
