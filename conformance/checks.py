@@ -62,6 +62,7 @@ class Evidence:
 
     source: str | None = None
     lines: list[str] = field(default_factory=list)
+    metrics: dict[str, Any] | None = None  # measured numbers, kept in results.json
 
     def add(self, *lines: str) -> None:
         self.lines.extend(lines)

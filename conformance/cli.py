@@ -17,7 +17,7 @@ from conformance import __version__
 from conformance.errors import UsageError
 
 EXIT_OK, EXIT_REJECTED, EXIT_INTERRUPTED, EXIT_USAGE = 0, 1, 2, 4
-SUITE_MODULES = ("test_kubelet", "test_cgroup_runtime", "test_sysctl", "test_node_hardware")
+SUITE_MODULES = ("test_kubelet", "test_cgroup_runtime", "test_sysctl", "test_node_hardware", "test_latency")
 
 
 def suites_dir() -> Path:

@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 
 from conformance.checks import Evidence
+from conformance.errors import FactUnavailable
+from conformance.latency import Endpoint, LatencyResult
 from conformance.node_facts import NodeFacts
 from conformance.profile import Profile
 from conformance.session import RUN_KEY
@@ -32,6 +34,20 @@ def profile(request: pytest.FixtureRequest, node: str) -> Profile:
 @pytest.fixture
 def evidence() -> Evidence:
     return Evidence()
+
+
+@pytest.fixture
+def latency(request: pytest.FixtureRequest, node: str, endpoint: Endpoint | None) -> LatencyResult:
+    """The endpoint's latency measurement (taken once per node and endpoint)."""
+    if endpoint is None:
+        pytest.skip("no endpoint configured for this node in the inventory")
+    run = request.config.stash[RUN_KEY]
+    if run.snapshot_dir:
+        pytest.skip("latency is measured live against the endpoint; a snapshot replay does not measure it")
+    try:
+        return run.latency_for(node, endpoint)
+    except (LookupError, OSError) as e:
+        raise FactUnavailable(f"endpoint {endpoint.name} of node {node}: a header value could not be read: {e}") from None
 
 
 def _fact(name: str) -> Any:

@@ -12,6 +12,7 @@ import pytest
 from conformance import __version__
 from conformance.checks import REGISTRY
 from conformance.session import RUN_KEY, Run
+from conformance.svg import histogram
 
 COLOURS = {
     "passed": "#2e7d32",
@@ -107,11 +108,38 @@ def matrix(run: Run) -> str:
     )
 
 
+def latency_section(run: Run) -> str:
+    """One histogram per measured endpoint, with P50/P99(/P99.9) marked, and the numbers."""
+    figures = []
+    for r in run.results:
+        m = r.get("metrics") or {}
+        if r["check"] != "LATENCY-JITTER" or not m.get("samples_ms"):
+            continue
+        marks = {"P50": m["p50_ms"], "P99": m["p99_ms"]}
+        if m.get("p99_9_ms") is not None:
+            marks["P99.9"] = m["p99_9_ms"]
+        name = f"{r['node']} / {r['subject'].get('endpoint', '')}"
+        svg = histogram(m["samples_ms"], marks, title=f"{name}: {m['samples']} requests")
+        p999 = f"{m['p99_9_ms']} ms" if m.get("p99_9_ms") is not None else e(m.get("p99_9_note", "n/a"))
+        figures.append(
+            f"<figure style='display:inline-block;margin:4px 12px 8px 0'>{svg}<figcaption>{e(name)}: "
+            f"<b>{e(r['outcome'])}</b>; P50 {m['p50_ms']} ms, P99 {m['p99_ms']} ms, P99.9 {p999}, mean "
+            f"{m['mean_ms']} ms, jitter coefficient {m['jitter_coefficient']}, errors {m['errors']}/{m['sent']}"
+            "</figcaption></figure>"
+        )
+    if not figures:
+        return ""
+    return (
+        "<h2>Workload latency</h2><p>Percentiles by linear interpolation between closest ranks; jitter "
+        "coefficient = standard deviation / mean of successful requests.</p>" + "".join(figures)
+    )
+
+
 def pytest_html_results_summary(prefix: list[str], summary: list[str], postfix: list[str], session: pytest.Session) -> None:
     run = _run(session)
     if run is None or not run.results:
         return
-    prefix.append(f"<div class='gnc'>{_STYLE}{verdict_table(run)}{matrix(run)}</div>")
+    prefix.append(f"<div class='gnc'>{_STYLE}{verdict_table(run)}{matrix(run)}{latency_section(run)}</div>")
 
 
 def pytest_html_results_table_header(cells: list[str]) -> None:

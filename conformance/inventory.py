@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from conformance.errors import UsageError
+from conformance.latency import Endpoint, parse_endpoints
 
 NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$")
 SSH_KEYS = {
@@ -26,7 +27,7 @@ SSH_KEYS = {
     "insecure_accept_unknown_host_keys": bool,
     "connect_timeout": (int, float),
 }
-NODE_KEYS = {"name", "address", "transport", "ssh", "profile", "labels", "host_root"}
+NODE_KEYS = {"name", "address", "transport", "ssh", "profile", "labels", "host_root", "endpoints"}
 DEFAULT_KEYS = {"ssh", "profile", "transport", "labels"}
 TOP_KEYS = {"defaults", "nodes"}
 
@@ -40,6 +41,7 @@ class NodeSpec:
     profile: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
     host_root: str = ""
+    endpoints: list[Endpoint] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -160,6 +162,7 @@ def parse_inventory(doc: Any, path: str) -> Inventory:
             errors.append(f"{where}.profile: must be a profile name or file path")
         labels = dict(d_labels)
         labels.update(_check_labels(entry.get("labels", {}), f"{where}.labels", errors))
+        endpoints = parse_endpoints(entry.get("endpoints", []), f"{where}.endpoints", errors)
         nodes.append(
             NodeSpec(
                 name=name,
@@ -169,6 +172,7 @@ def parse_inventory(doc: Any, path: str) -> Inventory:
                 profile=profile,
                 labels=labels,
                 host_root=host_root.rstrip("/"),
+                endpoints=endpoints,
             )
         )
     if errors:

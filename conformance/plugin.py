@@ -75,9 +75,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "node" in metafunc.fixturenames and spec_of(metafunc.function) is not None:
-        names = metafunc.config.stash[RUN_KEY].node_names
-        metafunc.parametrize("node", names, ids=names)
+    if "node" not in metafunc.fixturenames or spec_of(metafunc.function) is None:
+        return
+    run: Run = metafunc.config.stash[RUN_KEY]
+    if "endpoint" in metafunc.fixturenames:
+        # one test per (node, endpoint); a node without endpoints gets one test that skips
+        pairs = [(n.name, ep) for n in run.inventory.nodes for ep in (n.endpoints or [None])]
+        ids = [f"{node}/{ep.name}" if ep else node for node, ep in pairs]
+        metafunc.parametrize(("node", "endpoint"), pairs, ids=ids)
+    else:
+        metafunc.parametrize("node", run.node_names, ids=run.node_names)
 
 
 def _message(excinfo: pytest.ExceptionInfo[BaseException] | None) -> str:
@@ -102,6 +109,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if spec is None or not hasattr(item, "callspec"):
         return report
     node = item.callspec.params.get("node")
+    endpoint = item.callspec.params.get("endpoint")
     excinfo = call.excinfo
     if report.when == "setup":
         if report.passed:
@@ -126,7 +134,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     result = {
         "node": node,
         "check": spec.id,
-        "subject": {},
+        "subject": {"endpoint": endpoint.name} if endpoint is not None else {},
         "severity": spec.severity,
         "outcome": outcome,
         "message": message,
@@ -135,6 +143,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         "waiver": None,
         "duration_s": round(report.duration, 4),
     }
+    if ev.metrics is not None:
+        result["metrics"] = ev.metrics
     run.results.append(result)
     props = [("check", spec.id), ("node", node), ("severity", spec.severity), ("outcome", outcome)]
     item.user_properties.extend(props)  # junitxml writes the item's properties with the teardown report

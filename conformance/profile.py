@@ -72,6 +72,10 @@ def _overlay(base: dict[str, Any], over: dict[str, Any], source: str, prefix: st
     return out
 
 
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
 def _validate(values: dict[str, Any], source: str) -> None:
     def need(key: str, ok: bool, what: str) -> None:
         if not ok:
@@ -106,6 +110,10 @@ def _validate(values: dict[str, Any], source: str) -> None:
         )
     need("sysctl.min_somaxconn", isinstance(s["min_somaxconn"], int), "an integer")
     need("sysctl.tcp_tw_reuse", s["tcp_tw_reuse"] in (0, 1, 2), "0, 1 or 2")
+    lat = values["latency"]
+    need("latency.max_jitter_coefficient", _is_number(lat["max_jitter_coefficient"]), "a number")
+    need("latency.max_p99_ms", lat["max_p99_ms"] is None or _is_number(lat["max_p99_ms"]), "a number or null")
+    need("latency.max_error_rate", _is_number(lat["max_error_rate"]) and 0 <= lat["max_error_rate"] <= 1, "a number from 0 to 1")
     need("runtime.gpu_handlers", isinstance(values["runtime"]["gpu_handlers"], list), "a list of handler names")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,6 +17,7 @@ from conformance.checks import BLOCKING, REGISTRY
 from conformance.collect import collect_all, stderr_progress
 from conformance.errors import ParseError, UsageError
 from conformance.inventory import Inventory, NodeSpec, load_inventory, local_inventory
+from conformance.latency import Endpoint, LatencyResult, measure
 from conformance.node_facts import NodeFacts
 from conformance.profile import Profile, load_profile
 
@@ -42,6 +44,7 @@ class Run:
         self.interrupted = False
         self._facts: dict[str, NodeFacts] | None = None
         self._lock = threading.Lock()
+        self._latency: dict[tuple[str, str], LatencyResult] = {}
         self._profiles: dict[str, Profile] = {}
         self.profile_names: dict[str, str] = {}
         cache: dict[str | None, Profile] = {}
@@ -81,6 +84,21 @@ class Run:
 
     def profile_for(self, node: str) -> Profile:
         return self._profiles[node]
+
+    def latency_for(self, node: str, endpoint: Endpoint) -> LatencyResult:
+        key = (node, endpoint.name)
+        if key not in self._latency:
+            show = None
+            if self.verbose or sys.stderr.isatty():
+
+                def show(done: int, total: int) -> None:
+                    if done == total or done % max(1, total // 20) == 0:
+                        end = "\n" if done == total else ""
+                        sys.stderr.write(f"\rlatency {node}/{endpoint.name}: {done}/{total} requests\033[K{end}")
+                        sys.stderr.flush()
+
+            self._latency[key] = measure(endpoint, show)
+        return self._latency[key]
 
     def facts(self) -> dict[str, NodeFacts]:
         with self._lock:

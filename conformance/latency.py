@@ -1,0 +1,357 @@
+"""Workload latency: send a bounded number of requests to an inference endpoint and summarise.
+
+Percentiles use linear interpolation between the closest ranks (Hyndman & Fan type 7, the default
+of numpy.percentile and statistics.quantiles(method="inclusive")). The jitter coefficient is the
+sample standard deviation over the mean of the successful requests' latencies.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import urllib3
+
+ENDPOINT_KEYS = {
+    "name",
+    "url",
+    "method",
+    "body",
+    "headers",
+    "requests",
+    "concurrency",
+    "warmup",
+    "time_budget_s",
+    "request_timeout_s",
+    "tls",
+}
+TLS_KEYS = {"verify", "ca_file", "client_cert", "client_key"}
+METHODS = {"GET", "POST", "PUT", "HEAD"}
+MIN_SAMPLES_P999 = 1000
+SECRET_HEADER_WORDS = ("authorization", "token", "key", "secret", "password", "cookie", "auth")
+
+
+@dataclass
+class HeaderValue:
+    """A header value: literal, or read at run time from an environment variable or a file."""
+
+    literal: str | None = None
+    env: str | None = None
+    file: str | None = None
+
+    def resolve(self) -> str:
+        if self.env is not None:
+            value = os.environ.get(self.env)
+            if value is None:
+                raise LookupError(f"environment variable {self.env} is not set")
+            return value
+        if self.file is not None:
+            return Path(self.file).expanduser().read_text(encoding="utf-8").strip()
+        return self.literal or ""
+
+    def shown(self, name: str) -> str:
+        """How the value appears in reports: secrets never, their origin only."""
+        if self.env is not None:
+            return f"<from env {self.env}>"
+        if self.file is not None:
+            return f"<from file {self.file}>"
+        if any(w in name.lower() for w in SECRET_HEADER_WORDS):
+            return "<redacted>"
+        return self.literal or ""
+
+
+@dataclass
+class Endpoint:
+    name: str
+    url: str
+    method: str = "GET"
+    body: str | None = None
+    headers: dict[str, HeaderValue] = field(default_factory=dict)
+    requests: int = 200
+    concurrency: int = 1
+    warmup: int = 5
+    time_budget_s: float = 120.0
+    request_timeout_s: float = 30.0
+    verify: bool = True
+    ca_file: str | None = None
+    client_cert: str | None = None
+    client_key: str | None = None
+
+    def describe(self) -> str:
+        heads = ", ".join(f"{k}: {v.shown(k)}" for k, v in self.headers.items())
+        return (
+            f"{self.method} {redact_url(self.url)}; {self.requests} requests, concurrency {self.concurrency}, "
+            f"{self.warmup} warm-up, budget {self.time_budget_s:g} s" + (f"; headers {heads}" if heads else "")
+        )
+
+
+def redact_url(url: str) -> str:
+    """Drop credentials from a URL for display: user:password@ and query values."""
+    parts = urlsplit(url)
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    if "@" in parts.netloc:
+        netloc = "<redacted>@" + netloc
+    query = "&".join(f"{q.split('=', 1)[0]}=<redacted>" if "=" in q else q for q in parts.query.split("&")) if parts.query else ""
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def _number(v: Any, key: str, where: str, errors: list[str], *, integer: bool, minimum: float) -> Any:
+    ok = isinstance(v, int) if integer else isinstance(v, int | float)
+    if isinstance(v, bool) or not ok or v < minimum:
+        errors.append(f"{where}.{key}: must be {'an integer' if integer else 'a number'} >= {minimum:g}, got {v!r}")
+        return None
+    return v
+
+
+def _is_indirect(value: Any) -> bool:
+    return (
+        isinstance(value, dict)
+        and len(value) == 1
+        and set(value) <= {"env", "file"}
+        and isinstance(next(iter(value.values())), str)
+    )
+
+
+def parse_endpoints(raw: Any, where: str, errors: list[str]) -> list[Endpoint]:
+    """Validate a node's `endpoints:` list; problems are appended to `errors` as `where[i].field: ...`."""
+    if not isinstance(raw, list):
+        errors.append(f"{where}: must be a list of endpoints")
+        return []
+    out: list[Endpoint] = []
+    names: set[str] = set()
+    for i, e in enumerate(raw):
+        w = f"{where}[{i}]"
+        if not isinstance(e, dict):
+            errors.append(f"{w}: must be a mapping with name and url")
+            continue
+        for k in e:
+            if k not in ENDPOINT_KEYS:
+                errors.append(f"{w}.{k}: unknown field (allowed: {', '.join(sorted(ENDPOINT_KEYS))})")
+        name, url = e.get("name"), e.get("url")
+        if not isinstance(name, str) or not name or not all(c.isalnum() or c in "._-" for c in name):
+            errors.append(f"{w}.name: {name!r} is not a valid endpoint name (letters, digits, '.', '-', '_')")
+            name = f"#{i}"
+        elif name in names:
+            errors.append(f"{w}.name: duplicate endpoint name {name!r}")
+        names.add(name)
+        if not isinstance(url, str) or urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).hostname:
+            errors.append(f"{w}.url: {url!r} is not an http:// or https:// URL")
+            url = "http://invalid"
+        ep = Endpoint(name=name, url=url)
+        method = str(e.get("method", "GET")).upper()
+        if method not in METHODS:
+            errors.append(f"{w}.method: {e.get('method')!r} is not one of {', '.join(sorted(METHODS))}")
+        ep.method = method
+        body = e.get("body")
+        if body is not None and not isinstance(body, str | dict | list):
+            errors.append(f"{w}.body: must be a string or a JSON-like mapping")
+        elif isinstance(body, dict | list):
+            ep.body = json.dumps(body)
+            ep.headers.setdefault("Content-Type", HeaderValue(literal="application/json"))
+        else:
+            ep.body = body
+        headers = e.get("headers", {})
+        if not isinstance(headers, dict):
+            errors.append(f"{w}.headers: must be a mapping of header names to values")
+            headers = {}
+        for hk, hv in headers.items():
+            if isinstance(hv, str):
+                ep.headers[str(hk)] = HeaderValue(literal=hv)
+            elif (
+                isinstance(hv, dict) and len(hv) == 1 and set(hv) <= {"env", "file"} and isinstance(next(iter(hv.values())), str)
+            ):
+                ep.headers[str(hk)] = HeaderValue(env=hv.get("env"), file=hv.get("file"))
+            else:
+                errors.append(f"{w}.headers.{hk}: must be a string, {{env: VAR}} or {{file: PATH}}")
+        for key, integer, minimum in (
+            ("requests", True, 1),
+            ("concurrency", True, 1),
+            ("warmup", True, 0),
+            ("time_budget_s", False, 0.1),
+            ("request_timeout_s", False, 0.01),
+        ):
+            if key in e:
+                v = _number(e[key], key, w, errors, integer=integer, minimum=minimum)
+                if v is not None:
+                    setattr(ep, key, v)
+        tls = e.get("tls", {})
+        if not isinstance(tls, dict):
+            errors.append(f"{w}.tls: must be a mapping")
+            tls = {}
+        for k, v in tls.items():
+            if k not in TLS_KEYS:
+                errors.append(f"{w}.tls.{k}: unknown field (allowed: {', '.join(sorted(TLS_KEYS))})")
+            elif k == "verify" and not isinstance(v, bool):
+                errors.append(f"{w}.tls.verify: must be true or false")
+            elif k != "verify" and not isinstance(v, str):
+                errors.append(f"{w}.tls.{k}: must be a file path")
+            else:
+                setattr(ep, k, v)
+        out.append(ep)
+    return out
+
+
+# -- statistics --------------------------------------------------------------------------------
+def percentile(sorted_values: list[float], p: float) -> float:
+    """Linear interpolation between closest ranks (type 7). `sorted_values` must be sorted."""
+    if not sorted_values:
+        raise ValueError("no values")
+    if len(sorted_values) == 1:
+        return sorted_values[0]
+    h = (len(sorted_values) - 1) * p / 100.0
+    lo = math.floor(h)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (h - lo) * (sorted_values[hi] - sorted_values[lo])
+
+
+@dataclass
+class LatencyResult:
+    endpoint: str
+    latencies_ms: list[float]  # successful requests only, in completion order
+    statuses: dict[str, int]  # "200": 180, "503": 2, "timeout": 1, ...
+    sent: int
+    planned: int
+    budget_exhausted: bool
+    wall_s: float
+    errors_sample: list[str] = field(default_factory=list)
+
+    @property
+    def errors(self) -> int:
+        return self.sent - len(self.latencies_ms)
+
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.sent if self.sent else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        lat = sorted(self.latencies_ms)
+        out: dict[str, Any] = {
+            "samples": len(lat),
+            "sent": self.sent,
+            "planned": self.planned,
+            "errors": self.errors,
+            "error_rate": round(self.error_rate, 6),
+            "statuses": dict(self.statuses),
+            "wall_s": round(self.wall_s, 3),
+            "budget_exhausted": self.budget_exhausted,
+            "percentile_method": "linear interpolation between closest ranks (numpy default, type 7)",
+        }
+        if lat:
+            mean = statistics.fmean(lat)
+            sd = statistics.stdev(lat) if len(lat) > 1 else 0.0
+            out.update(
+                {
+                    "mean_ms": round(mean, 3),
+                    "stdev_ms": round(sd, 3),
+                    "min_ms": round(lat[0], 3),
+                    "max_ms": round(lat[-1], 3),
+                    "p50_ms": round(percentile(lat, 50), 3),
+                    "p99_ms": round(percentile(lat, 99), 3),
+                    "jitter_coefficient": round(sd / mean, 4) if mean > 0 else 0.0,
+                }
+            )
+            if len(lat) >= MIN_SAMPLES_P999:
+                out["p99_9_ms"] = round(percentile(lat, 99.9), 3)
+            else:
+                out["p99_9_ms"] = None
+                out["p99_9_note"] = f"P99.9 needs at least {MIN_SAMPLES_P999} samples; {len(lat)} were taken"
+        return out
+
+
+def _pool(ep: Endpoint) -> urllib3.PoolManager:
+    kw: dict[str, Any] = {"retries": False, "maxsize": max(1, ep.concurrency), "block": True}
+    if ep.url.startswith("https"):
+        kw["cert_reqs"] = "CERT_REQUIRED" if ep.verify else "CERT_NONE"
+        if ep.ca_file:
+            kw["ca_certs"] = os.path.expanduser(ep.ca_file)
+        if ep.client_cert:
+            kw["cert_file"] = os.path.expanduser(ep.client_cert)
+        if ep.client_key:
+            kw["key_file"] = os.path.expanduser(ep.client_key)
+    return urllib3.PoolManager(**kw)
+
+
+def measure(ep: Endpoint, progress: Callable[[int, int], None] | None = None) -> LatencyResult:
+    """Send warm-up then `ep.requests` requests with `ep.concurrency` workers, within the time budget.
+
+    Raises LookupError/OSError when a header secret cannot be read."""
+    headers = {k: v.resolve() for k, v in ep.headers.items()}
+    body = ep.body.encode("utf-8") if ep.body is not None else None
+    start = time.monotonic()
+    deadline = start + ep.time_budget_s
+    if not ep.verify:
+        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+    pool = _pool(ep)
+    lock = threading.Lock()
+    counter = {"next": 0, "sent": 0}
+    latencies: list[float] = []
+    statuses: dict[str, int] = {}
+    errors_sample: list[str] = []
+    exhausted = threading.Event()
+
+    def one(record: bool) -> None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            exhausted.set()
+            return
+        timeout = urllib3.Timeout(total=min(ep.request_timeout_s, remaining))
+        t0 = time.perf_counter()
+        try:
+            r = pool.request(ep.method, ep.url, body=body, headers=headers, timeout=timeout, preload_content=True, redirect=False)
+            elapsed = (time.perf_counter() - t0) * 1000.0
+            key, ok = str(r.status), 200 <= r.status < 300
+        except urllib3.exceptions.TimeoutError:
+            elapsed, key, ok = 0.0, "timeout", False
+            if time.monotonic() >= deadline:
+                exhausted.set()
+        except urllib3.exceptions.HTTPError as e:
+            elapsed, key, ok = 0.0, type(e).__name__, False
+            with lock:
+                if len(errors_sample) < 5:
+                    errors_sample.append(redact_url(str(e))[:200])
+        if not record:
+            return
+        with lock:
+            counter["sent"] += 1
+            statuses[key] = statuses.get(key, 0) + 1
+            if ok:
+                latencies.append(elapsed)
+
+    for _ in range(ep.warmup):
+        one(record=False)
+
+    def worker() -> None:
+        while not exhausted.is_set():
+            with lock:
+                if counter["next"] >= ep.requests:
+                    return
+                counter["next"] += 1
+            one(record=True)
+            if progress:
+                progress(counter["sent"], ep.requests)
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(ep.concurrency, ep.requests))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()) + ep.request_timeout_s + 1)
+    pool.clear()
+    return LatencyResult(
+        endpoint=ep.name,
+        latencies_ms=list(latencies),
+        statuses=dict(statuses),
+        sent=counter["sent"],
+        planned=ep.requests,
+        budget_exhausted=exhausted.is_set() or counter["sent"] < ep.requests,
+        wall_s=time.monotonic() - start,
+        errors_sample=errors_sample,
+    )

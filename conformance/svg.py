@@ -1,0 +1,56 @@
+"""Small inline SVG pictures for the self-contained report. Every text passes through escape()."""
+
+from __future__ import annotations
+
+from html import escape
+
+
+def histogram(
+    values_ms: list[float], marks: dict[str, float], *, width: int = 560, height: int = 170, bins: int = 40, title: str = ""
+) -> str:
+    """A latency histogram (count per bin) with vertical lines at the named marks (P50, P99...)."""
+    if not values_ms:
+        return ""
+    lo, hi = min(values_ms), max(values_ms)
+    span = (hi - lo) or max(hi, 1e-3) * 0.1
+    lo, hi = lo - span * 0.02, hi + span * 0.02
+    counts = [0] * bins
+    for v in values_ms:
+        counts[min(bins - 1, int((v - lo) / (hi - lo) * bins))] += 1
+    left, bottom, top = 40, 28, 18
+    plot_w, plot_h = width - left - 10, height - bottom - top
+    peak = max(counts)
+    bw = plot_w / bins
+
+    def x(v: float) -> float:
+        return left + (v - lo) / (hi - lo) * plot_w
+
+    parts = [
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' role='img' "
+        f"aria-label='{escape(title, quote=True)}' style='font:10px sans-serif;background:#fff'>"
+    ]
+    if title:
+        parts.append(f"<text x='{left}' y='12' font-weight='bold'>{escape(title)}</text>")
+    for i, c in enumerate(counts):
+        if c:
+            h = c / peak * plot_h
+            parts.append(
+                f"<rect x='{left + i * bw:.1f}' y='{top + plot_h - h:.1f}' width='{max(bw - 1, 1):.1f}' "
+                f"height='{h:.1f}' fill='#5c6bc0'><title>{c} requests</title></rect>"
+            )
+    parts.append(f"<line x1='{left}' y1='{top + plot_h}' x2='{left + plot_w}' y2='{top + plot_h}' stroke='#333'/>")
+    for i in range(5):
+        v = lo + (hi - lo) * i / 4
+        parts.append(f"<text x='{x(v):.1f}' y='{height - 12}' text-anchor='middle'>{v:.1f}</text>")
+    parts.append(f"<text x='{left + plot_w}' y='{height - 1}' text-anchor='end'>latency, ms</text>")
+    parts.append(f"<text x='2' y='{top + 8}'>{peak}</text>")
+    colours = ["#2e7d32", "#c62828", "#6a1b9a", "#ef6c00"]
+    for n, (label, v) in enumerate(marks.items()):
+        colour = colours[n % len(colours)]
+        parts.append(
+            f"<line x1='{x(v):.1f}' y1='{top}' x2='{x(v):.1f}' y2='{top + plot_h}' stroke='{colour}' "
+            f"stroke-dasharray='4 2'/><text x='{x(v) + 3:.1f}' y='{top + 10 + 11 * n}' fill='{colour}'>"
+            f"{escape(label)} {v:.1f}</text>"
+        )
+    parts.append("</svg>")
+    return "".join(parts)
