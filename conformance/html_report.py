@@ -120,7 +120,7 @@ def latency_section(run: Run) -> str:
             marks["P99.9"] = m["p99_9_ms"]
         name = f"{r['node']} / {r['subject'].get('endpoint', '')}"
         svg = histogram(m["samples_ms"], marks, title=f"{name}: {m['samples']} requests")
-        p999 = f"{m['p99_9_ms']} ms" if m.get("p99_9_ms") is not None else e(m.get("p99_9_note", "n/a"))
+        p999 = f"{m['p99_9_ms']} ms" if m.get("p99_9_ms") is not None else f"n/a ({e(m.get('p99_9_note', ''))})"
         figures.append(
             f"<figure style='display:inline-block;margin:4px 12px 8px 0'>{svg}<figcaption>{e(name)}: "
             f"<b>{e(r['outcome'])}</b>; P50 {m['p50_ms']} ms, P99 {m['p99_ms']} ms, P99.9 {p999}, mean "

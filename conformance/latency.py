@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import statistics
 import threading
 import time
@@ -102,6 +103,12 @@ def redact_url(url: str) -> str:
         netloc = "<redacted>@" + netloc
     query = "&".join(f"{q.split('=', 1)[0]}=<redacted>" if "=" in q else q for q in parts.query.split("&")) if parts.query else ""
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def redact_text(text: str) -> str:
+    """Remove query strings and URL credentials from free text such as an exception message."""
+    text = re.sub(r"\?[^\s)'\"]*", "?<redacted>", text)
+    return re.sub(r"//[^/\s@]+@", "//<redacted>@", text)
 
 
 def _number(v: Any, key: str, where: str, errors: list[str], *, integer: bool, minimum: float) -> Any:
@@ -317,7 +324,7 @@ def measure(ep: Endpoint, progress: Callable[[int, int], None] | None = None) ->
             elapsed, key, ok = 0.0, type(e).__name__, False
             with lock:
                 if len(errors_sample) < 5:
-                    errors_sample.append(redact_url(str(e))[:200])
+                    errors_sample.append(redact_text(str(e))[:300])
         if not record:
             return
         with lock:

@@ -47,10 +47,11 @@ def histogram(
     colours = ["#2e7d32", "#c62828", "#6a1b9a", "#ef6c00"]
     for n, (label, v) in enumerate(marks.items()):
         colour = colours[n % len(colours)]
+        right = x(v) > left + plot_w * 0.75  # keep the label inside the picture
+        tx, anchor = (x(v) - 3, "end") if right else (x(v) + 3, "start")
         parts.append(
-            f"<line x1='{x(v):.1f}' y1='{top}' x2='{x(v):.1f}' y2='{top + plot_h}' stroke='{colour}' "
-            f"stroke-dasharray='4 2'/><text x='{x(v) + 3:.1f}' y='{top + 10 + 11 * n}' fill='{colour}'>"
-            f"{escape(label)} {v:.1f}</text>"
+            f"<line x1='{x(v):.1f}' y1='{top}' x2='{x(v):.1f}' y2='{top + plot_h}' stroke='{colour}' stroke-dasharray='4 2'/>"
+            f"<text x='{tx:.1f}' y='{top + 10 + 11 * n}' fill='{colour}' text-anchor='{anchor}'>{escape(label)} {v:.1f}</text>"
         )
     parts.append("</svg>")
     return "".join(parts)
