@@ -46,7 +46,7 @@ def test_issue_example_is_accepted_as_written(tmp_path):
     jsonschema.validate(yaml.safe_load(ISSUE_EXAMPLE), SCHEMA)
 
 
-@pytest.mark.parametrize("name", ["example.yaml", "bastion.yaml"])
+@pytest.mark.parametrize("name", ["example.yaml", "bastion.yaml", "latency.yaml"])
 def test_shipped_examples_are_valid(name):
     path = ROOT / "inventory" / name
     load_inventory(path)
