@@ -12,6 +12,7 @@ from importlib import resources
 from conformance.bundle import Bundle, parse_wire
 from conformance.errors import ParseError, TransportError
 from conformance.inventory import NodeSpec
+from conformance.redact import redact_bundle
 from conformance.transports.local import LocalTransport
 from conformance.transports.ssh import SshTarget, SshTransport
 
@@ -82,6 +83,9 @@ def collect_node(node: NodeSpec, timeout: float = 120.0, max_bytes: int = MAX_BY
         )
     finally:
         transport.close()
+    redacted = redact_bundle(bundle)
+    if redacted:
+        notes.append(f"{redacted} credential value(s) redacted from collected files")
     bundle.collected_at = when
     bundle.duration_s = round(time.monotonic() - started, 3)
     bundle.executions = 1

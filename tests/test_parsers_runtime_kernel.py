@@ -106,3 +106,11 @@ def test_topology_consistency():
     assert any("cpu0 lists cpu1" in p for p in asym.problems())
     missing = topo({0: {0, 1}}, sib, range(4))
     assert any("in no NUMA node" in p for p in missing.problems())
+
+
+def test_systemd_cgroup_must_be_a_boolean():
+    doc = load_toml(
+        'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\nSystemdCgroup = "false"\n', "c"
+    )
+    with pytest.raises(ParseError, match="not true or false"):
+        containerd_runtime(doc, ["c"])

@@ -93,15 +93,21 @@ def _merge_over(base: dict[str, Any], over: dict[str, Any]) -> None:
 
 def containerd_runtime(doc: dict[str, Any], files: list[str]) -> RuntimeConfig:
     version = doc.get("version", 1)
-    if version not in _CRI_PLUGIN:
+    if not isinstance(version, int) or isinstance(version, bool) or version not in _CRI_PLUGIN:
         raise ParseError(f"{files[0]}: unsupported containerd config version {version!r}")
     plugin_id = _CRI_PLUGIN[version]
     plugins = doc.get("plugins", {})
-    cri = plugins.get(plugin_id, {}) if isinstance(plugins, dict) else {}
-    containerd = cri.get("containerd", {}) if isinstance(cri, dict) else {}
+    if not isinstance(plugins, dict):
+        raise ParseError(f"{files[0]}: plugins is not a table")
+    cri = plugins.get(plugin_id, {})
+    if not isinstance(cri, dict):
+        raise ParseError(f"{files[0]}: plugins.{_q(plugin_id)} is not a table")
+    containerd = cri.get("containerd", {})
     if not isinstance(containerd, dict):
         raise ParseError(f"{files[0]}: plugins.{plugin_id}.containerd is not a table")
     default = containerd.get("default_runtime_name", "runc")
+    if not isinstance(default, str):
+        raise ParseError(f"{files[0]}: default_runtime_name is not a string")
     runtimes = containerd.get("runtimes", {})
     if not isinstance(runtimes, dict):
         raise ParseError(f"{files[0]}: plugins.{plugin_id}.containerd.runtimes is not a table")
@@ -110,10 +116,16 @@ def containerd_runtime(doc: dict[str, Any], files: list[str]) -> RuntimeConfig:
         if not isinstance(rt, dict):
             raise ParseError(f"{files[0]}: runtimes.{name} is not a table")
         rtype = rt.get("runtime_type", RUNC_TYPE)
+        if not isinstance(rtype, str):
+            raise ParseError(f"{files[0]}: runtimes.{name}.runtime_type is not a string")
         options = rt.get("options", {})
         systemd = None
         if rtype == RUNC_TYPE:
-            systemd = bool(options.get("SystemdCgroup", False)) if isinstance(options, dict) else False
+            if not isinstance(options, dict):
+                raise ParseError(f"{files[0]}: runtimes.{name}.options is not a table")
+            systemd = options.get("SystemdCgroup", False)
+            if not isinstance(systemd, bool):
+                raise ParseError(f"{files[0]}: runtimes.{name}.options.SystemdCgroup is {systemd!r}, not true or false")
         handlers[name] = RuntimeHandler(
             name,
             rtype,

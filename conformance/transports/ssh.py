@@ -57,6 +57,13 @@ def _parse_jump(spec: str, default_user: str) -> tuple[str, str, int]:
     return user or default_user, host, port
 
 
+def _cause(transport: paramiko.Transport) -> str:
+    e = transport.get_exception()
+    if e is None:
+        return "the channel closed without an exit status"
+    return f"{type(e).__name__}: {e}" if str(e) else f"the connection was closed ({type(e).__name__})"
+
+
 class SshTransport:
     def __init__(self, target: SshTarget) -> None:
         self.t = self._with_ssh_config(target)
@@ -179,7 +186,9 @@ class SshTransport:
         command = " ".join(shlex.quote(a) for a in argv)
         deadline = time.monotonic() + timeout
         try:
-            chan = client.get_transport().open_session(timeout=timeout)  # type: ignore[union-attr]
+            transport = client.get_transport()
+            assert transport is not None
+            chan = transport.open_session(timeout=timeout)
             chan.settimeout(max(1.0, timeout))
             chan.exec_command(command)
             chan.sendall(stdin)
@@ -197,9 +206,21 @@ class SshTransport:
                         err += chunk
                 elif chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
                     break
+                elif chan.closed or not transport.is_active():
+                    cause = _cause(transport)
+                    raise TransportError(
+                        f"connection to {self.t.host}:{self.t.port} broke during collection after {len(out)} bytes: {cause}",
+                        kind="unreachable",
+                    )
                 else:
                     select.select([chan], [], [], 0.1)
             status = chan.recv_exit_status()
+            if status == -1:  # paramiko's value when the channel closed without an exit status
+                cause = _cause(transport)
+                raise TransportError(
+                    f"connection to {self.t.host}:{self.t.port} broke during collection after {len(out)} bytes: {cause}",
+                    kind="unreachable",
+                )
         except TransportError:
             raise
         except (paramiko.SSHException, OSError, EOFError) as e:

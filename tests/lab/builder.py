@@ -28,25 +28,29 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+OVERLAID = ("etc", "var", "opt", "tmp", "root", "home", "run")
 KUBELET_C = "#include <unistd.h>\nint main(void) { for (;;) pause(); }\n"
 
 
 @dataclass
 class NodeSpec:
     """What a simulated node looks like. Paths in `files` are absolute paths on the node and
-    must lie below /etc, /var/lib or /opt."""
+    must lie below one of OVERLAID (their writable upper layers are the node's whole writable state,
+    which is how the read-only test sees any write)."""
 
     name: str
     kubelet_args: list[str] = field(default_factory=list)
-    files: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str | bytes] = field(default_factory=dict)
     sysctls: dict[str, str] = field(default_factory=dict)
     numa: dict[int, str] = field(default_factory=lambda: {0: "0-3,8-11", 1: "4-7,12-15"})
     siblings: dict[int, str] | None = None  # default: cpu i and i+8 are siblings of 16 CPUs
     online: str = "0-15"
-    nvme: dict[str, str] = field(default_factory=dict)  # device -> scheduler file content
+    nvme: dict[str, str | bytes] = field(default_factory=dict)  # device -> scheduler file content
     cgroup: str = "v2"  # "v2" or "v1"
     kubepods: str | None = "kubepods.slice"  # directory to create in the cgroup root, or None
     up: bool = True  # False: the namespace exists but no sshd listens (an unreachable node)
+    modes: dict[str, int] = field(default_factory=dict)  # file -> permission bits
+    users: list[str] = field(default_factory=list)  # extra unprivileged accounts (home /tmp)
 
 
 @dataclass
@@ -114,15 +118,39 @@ class Lab:
 
     def _write_tree(self, node: LabNode) -> None:
         d = node.dir
-        for top in ("etc", "var/lib", "opt"):
+        for top in OVERLAID:
             (d / "upper" / top).mkdir(parents=True, exist_ok=True)
             (d / "work" / top).mkdir(parents=True, exist_ok=True)
         for path, content in node.spec.files.items():
-            top = next((t for t in ("/etc/", "/var/lib/", "/opt/") if path.startswith(t)), None)
-            assert top, f"lab file {path} must be below /etc, /var/lib or /opt"
+            assert path.split("/")[1] in OVERLAID, f"lab file {path} must be below one of {OVERLAID}"
             target = d / "upper" / path.lstrip("/")
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(content)
+            if isinstance(content, bytes):
+                target.write_bytes(content)
+            elif content.startswith("<sparse "):  # "<sparse N>": a sparse file of N bytes
+                with target.open("wb") as f:
+                    f.truncate(int(content[8:-1]))
+            else:
+                target.write_text(content)
+        for path, mode in node.spec.modes.items():
+            (d / "upper" / path.lstrip("/")).chmod(mode)
+        # A plain root shell: no rc file of this machine (such as a pyenv init) runs on the nodes.
+        (d / "upper" / "root" / ".bashrc").write_text("")
+        (d / "upper" / "root" / ".profile").write_text("")
+        # Accounts and the client's key inside the node (its /etc is an overlay).
+        etc = d / "upper" / "etc"
+        (etc / "ssh").mkdir(exist_ok=True)
+        (etc / "ssh" / "gnc_authorized_keys").write_text((self.root / "authorized_keys").read_text())
+        (etc / "ssh" / "gnc_authorized_keys").chmod(0o644)
+        if node.spec.users:
+            passwd = Path("/etc/passwd").read_text()
+            shadow = Path("/etc/shadow").read_text()
+            for i, user in enumerate(node.spec.users):
+                passwd += f"{user}:x:{1500 + i}:{1500 + i}::/tmp:/bin/sh\n"
+                shadow += f"{user}:*:19000:0:99999:7:::\n"
+            (etc / "passwd").write_text(passwd)
+            (etc / "shadow").write_text(shadow)
+            (etc / "shadow").chmod(0o640)
         s = node.spec
         sysdir = d / "sys"
         nd = sysdir / "node"
@@ -143,12 +171,13 @@ class Lab:
         bd.mkdir()
         for dev, sched in s.nvme.items():
             (bd / dev / "queue").mkdir(parents=True)
-            (bd / dev / "queue" / "scheduler").write_text(sched + "\n")
+            data = sched if isinstance(sched, bytes) else (sched + "\n").encode()
+            (bd / dev / "queue" / "scheduler").write_bytes(data)
         (d / "cgmnt").mkdir()
         (d / "sshd_config").write_text(
             f"ListenAddress {node.address}:22\nHostKey {d / 'host_ed25519'}\nPidFile none\nUsePAM no\n"
             f"PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-            f"AuthorizedKeysFile {self.root / 'authorized_keys'}\nStrictModes no\nLogLevel ERROR\n"
+            "AuthorizedKeysFile /etc/ssh/gnc_authorized_keys\nStrictModes no\nLogLevel ERROR\n"
             "MaxStartups 200\nMaxSessions 50\nUseDNS no\n"
         )
         _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "host_ed25519"))
@@ -156,12 +185,16 @@ class Lab:
     def _startup_script(self, node: LabNode) -> str:
         d, s = node.dir, node.spec
         q = shlex.quote
-        lines = ["set -e", "mount --make-rprivate /"]
-        for top in ("etc", "var/lib", "opt"):
-            lines.append(
+
+        def overlay(top: str) -> str:
+            return (
                 f"mount -t overlay overlay -o lowerdir=/{top},upperdir={q(str(d / 'upper' / top))},"
                 f"workdir={q(str(d / 'work' / top))} /{top}"
             )
+
+        lines = ["set -e", "mount --make-rprivate /"]
+        # /tmp last: the lab's own folder lives below it, and an overlay's upper layer cannot be an overlay
+        lines += [overlay(top) for top in OVERLAID if top != "tmp"]
         lines += [
             f"mount --bind {q(str(d / 'sys' / 'node'))} /sys/devices/system/node",
             f"mount --bind {q(str(d / 'sys' / 'cpu'))} /sys/devices/system/cpu",
@@ -176,6 +209,7 @@ class Lab:
             lines.append("mount -t tmpfs -o size=1m cgroup /sys/fs/cgroup")
             if s.kubepods:
                 lines.append(f"mkdir -p /sys/fs/cgroup/cpu/{q(s.kubepods)}")
+        lines.append(overlay("tmp"))
         lines.append("mkdir -p /run/sshd")
         if s.kubelet_args:
             lines.append(" ".join(q(a) for a in [str(self.root / "bin" / "kubelet"), *s.kubelet_args]) + " &")

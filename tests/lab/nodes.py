@@ -118,6 +118,24 @@ BAD_KUBELET_JSON = json.dumps(
 )
 
 
+# Values planted on the 'hostile' node: none may execute anywhere, and no secret may reach an output.
+PLANTED_SECRETS = ("PLANTED-REGISTRY-SECRET", "PLANTED-FLAG-SECRET", "PLANTED-KUBELET-TOKEN")
+MARKERS = ("pwned-cmdsub", "pwned-backtick", "pwned-semicolon", "pwned-import", "pwned-import2", "pwned-file")
+HOSTILE_CONFIG = "/etc/kubernetes/k$(touch /tmp/pwned-cmdsub).yaml"
+HOSTILE_CONTAINERD = """\
+version = 3
+imports = ["/etc/containerd/$(touch /tmp/pwned-import)/*.toml", "`touch /tmp/pwned-import2`.toml", "conf.d/*.toml"]
+[plugins.'io.containerd.cri.v1.images'.registry.configs.'registry.example.com'.auth]
+  username = "puller"
+  password = "PLANTED-REGISTRY-SECRET"
+"""
+HOSTILE_IMPORT = """\
+version = 3
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+  SystemdCgroup = true
+"""
+
+
 def specs() -> list[NodeSpec]:
     good = NodeSpec(
         name="good",
@@ -125,6 +143,28 @@ def specs() -> list[NodeSpec]:
         files=dict(GOOD_FILES),
         sysctls=GOOD_SYSCTLS,
         nvme={"nvme0n1": "[none] mq-deadline kyber", "nvme1n1": "[none] mq-deadline"},
+        # an unprivileged account, for which the CPU checkpoint is unreadable (permission test)
+        users=["auditor"],
+        modes={"/var/lib/kubelet/cpu_manager_state": 0o600},
+    )
+    hostile = NodeSpec(
+        name="hostile",
+        kubelet_args=[
+            f"--config={HOSTILE_CONFIG}",
+            "--node-labels=x=`touch /tmp/pwned-backtick`",
+            "--hostname-override=a;touch /tmp/pwned-semicolon",
+            "--bootstrap-token=PLANTED-FLAG-SECRET",
+        ],
+        files={
+            HOSTILE_CONFIG: GOOD_KUBELET.replace("best-effort", "single-numa-node")
+            + "staticPodURLHeader: {token: PLANTED-KUBELET-TOKEN}\ntoken: PLANTED-KUBELET-TOKEN\n",
+            "/var/lib/kubelet/cpu_manager_state": "<sparse 2147483648>",  # 2 GiB: the read bound
+            "/var/lib/kubelet/memory_manager_state": MEMORY_STATE,
+            "/etc/containerd/config.toml": HOSTILE_CONTAINERD,
+            "/etc/containerd/conf.d/50 $(touch pwned-file) `touch pwned-file`.toml": HOSTILE_IMPORT,
+        },
+        sysctls=GOOD_SYSCTLS,
+        nvme={"nvme0n1": b"\xff\xfe[none] \xc3\x28\n"},  # not UTF-8
     )
     bad_kubelet = NodeSpec(
         name="bad-kubelet",
@@ -172,7 +212,7 @@ def specs() -> list[NodeSpec]:
         kubepods="kubepods",
     )
     down = NodeSpec(name="down", up=False)
-    return [good, bad_kubelet, bad_runtime, bad_state, down]
+    return [good, bad_kubelet, bad_runtime, bad_state, hostile, down]
 
 
 ALL_CHECKS = [
@@ -236,6 +276,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         RUNTIME_SYSTEMD_CGROUP="failed",
         KUBELET_CGROUP_DRIVER="failed",
     ),
+    "hostile": _row("passed", KUBELET_CPU_STATE="error", NODE_NVME_SCHEDULER="error"),
     "down": _row("error"),
 }
 VERDICTS = {
@@ -243,5 +284,6 @@ VERDICTS = {
     "bad-kubelet": "rejected",
     "bad-runtime": "rejected",
     "bad-state": "rejected",
+    "hostile": "rejected",
     "down": "unreachable",
 }

@@ -1,0 +1,156 @@
+"""Hostile input for every parser: whatever a node returns, only the parser's own error escapes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conformance.bundle import Bundle, parse_wire
+from conformance.errors import ParseError, UsageError
+from conformance.facts import kernel
+from conformance.facts.checkpoints import parse_cpu_manager_state, parse_memory_manager_state
+from conformance.facts.cpulist import parse_cpulist
+from conformance.facts.kubelet import effective_config, flags_to_config, load_config_document, parse_kubelet_args
+from conformance.facts.runtime import containerd_runtime, crio_runtime, load_toml, merge_containerd
+from conformance.facts.units import parse_duration, parse_quantity
+from conformance.inventory import parse_inventory
+from conformance.latency import parse_endpoints
+from conformance.redact import redact_text
+
+FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=12),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4),
+    max_leaves=20,
+)
+# documents shaped like the real ones, with hostile values in the places that matter
+cpu_state_like = st.fixed_dictionaries(
+    {},
+    optional={
+        "policyName": json_values,
+        "defaultCpuSet": json_values | st.text(alphabet="0123456789-, ", max_size=12),
+        "entries": json_values | st.dictionaries(st.text(max_size=8), st.dictionaries(st.text(max_size=8), json_values)),
+        "checksum": json_values,
+    },
+)
+runtime_like = st.fixed_dictionaries(
+    {},
+    optional={
+        "version": json_values | st.sampled_from([1, 2, 3]),
+        "plugins": json_values
+        | st.fixed_dictionaries(
+            {
+                "io.containerd.grpc.v1.cri": json_values
+                | st.fixed_dictionaries(
+                    {
+                        "containerd": json_values
+                        | st.fixed_dictionaries({"runtimes": json_values, "default_runtime_name": json_values})
+                    }
+                )
+            }
+        ),
+        "imports": json_values,
+    },
+)
+
+
+def only_parse_errors(fn, *args):
+    with contextlib.suppress(ParseError):
+        fn(*args)
+
+
+@FAST
+@given(st.text(max_size=60))
+def test_text_parsers(text):
+    for fn in (
+        parse_cpulist,
+        parse_duration,
+        parse_quantity,
+        kernel.parse_port_range,
+        kernel.parse_port_set,
+        kernel.cgroup_version,
+    ):
+        only_parse_errors(fn, text)
+    only_parse_errors(kernel.parse_int_sysctl, text, "net.core.somaxconn")
+    only_parse_errors(kernel.parse_scheduler, text, "nvme0n1")
+    only_parse_errors(load_config_document, text, "/etc/k.yaml")
+    only_parse_errors(parse_cpu_manager_state, text)
+    only_parse_errors(parse_memory_manager_state, text)
+    only_parse_errors(load_toml, text, "/etc/containerd/config.toml")
+    only_parse_errors(crio_runtime, [("/etc/crio/crio.conf", text)])
+    assert isinstance(redact_text(text)[0], str)
+
+
+@FAST
+@given(cpu_state_like)
+def test_checkpoint_shaped_documents(doc):
+    only_parse_errors(parse_cpu_manager_state, json.dumps(doc))
+    only_parse_errors(parse_memory_manager_state, json.dumps({"policyName": "Static", "machineState": doc}))
+
+
+@FAST
+@given(runtime_like)
+def test_containerd_shaped_documents(doc):
+    only_parse_errors(containerd_runtime, doc, ["/etc/containerd/config.toml"])
+
+
+@FAST
+@given(st.dictionaries(st.text(max_size=20), json_values, max_size=6))
+def test_kubelet_documents_and_flags(doc):
+    try:
+        cfg = effective_config(("/etc/k.yaml", doc), [("/d/1.conf", doc)], {})
+        for key in ("cpuManagerPolicy", "reservedMemory", "cpuManagerPolicyOptions"):
+            cfg.get(key)
+    except ParseError:
+        pass
+
+
+@FAST
+@given(st.lists(st.text(max_size=20), max_size=10))
+def test_kubelet_command_lines(argv):
+    args = parse_kubelet_args(["kubelet", *argv])
+    only_parse_errors(flags_to_config, args.flags)
+
+
+@FAST
+@given(st.binary(max_size=300))
+def test_collector_wire_format(raw):
+    only_parse_errors(parse_wire, "n", raw, 100)
+
+
+@FAST
+@given(json_values)
+def test_snapshots(doc):
+    only_parse_errors(Bundle.from_json, doc)
+
+
+@FAST
+@given(json_values)
+def test_inventory_documents(doc):
+    with contextlib.suppress(UsageError):
+        parse_inventory(doc, "inv.yaml")
+    errors: list[str] = []
+    parse_endpoints(doc, "nodes[0].endpoints", errors)
+
+
+@pytest.mark.parametrize("depth", [1000, 100000])
+def test_deeply_nested_documents(depth):
+    deep_json = "[" * depth + "]" * depth
+    for fn in (parse_cpu_manager_state, parse_memory_manager_state):
+        with pytest.raises(ParseError):
+            fn(deep_json)
+    with pytest.raises(ParseError):
+        load_config_document("a: " + "[" * depth + "]" * depth, "/etc/k.yaml")
+    with pytest.raises(ParseError):
+        load_toml("a = " + "[" * depth + "]" * depth, "/etc/containerd/config.toml")
+
+
+def test_containerd_imports_loop_terminates():
+    files = {"/a.toml": 'imports = ["/b.toml"]\n', "/b.toml": 'imports = ["/a.toml"]\n'}
+    _, used = merge_containerd("/a.toml", files.get, lambda p: [p])
+    assert used == ["/a.toml", "/b.toml"]
