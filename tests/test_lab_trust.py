@@ -89,7 +89,7 @@ def full_audit(lab, tmp_path_factory):
         "before": before,
         "after": digest(lab),
         "procs_before": procs_before,
-        "procs_after": {n.spec.name: node_processes(n) for n in up},
+        "procs_after": procs_after,
         "run": run,
         "collect": collect,
         "tmp": tmp,
