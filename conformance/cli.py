@@ -193,6 +193,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         error = (n.get("collection") or {}).get("error")
         reason = error if n["verdict"] == "unreachable" and error else ", ".join(n["blocking"])
         print(line + (f"  - {reason}" if n["verdict"] != "accepted" and reason else ""))
+        for note in (n.get("collection") or {}).get("notes", []):
+            print(f"{'':<24} note: {note}")
     out = out.resolve()
     print(f"\nreport:  {out / 'report.html'}\nresults: {out / 'results.json'}\njunit:   {out / 'junit.xml'}")
     if rc == pytest.ExitCode.INTERRUPTED or not doc.get("complete", True):

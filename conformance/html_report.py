@@ -53,6 +53,7 @@ def verdict_table(run: Run) -> str:
         c = n["counts"]
         col = n.get("collection") or {}
         why = col.get("error") if n["verdict"] == "unreachable" else ", ".join(n["blocking"])
+        why = "; ".join([why or "", *col.get("notes", [])]).strip("; ")
         rows.append(
             f"<tr><td>{e(n['name'])}</td><td><span class='verdict' style='background:"
             f"{VERDICT_COLOURS.get(n['verdict'], '#999')}'>{e(n['verdict'])}</span></td><td>{e(n['profile'])}</td>"

@@ -1,10 +1,11 @@
-"""Secrets never leave the collector's bundle: values of credential-like keys in config files are
-replaced before the bundle is parsed, saved as a snapshot or shown in any report.
+"""Secrets never leave the collector's bundle: credential values in collected files are replaced
+before the bundle is parsed, saved as a snapshot or shown in any report.
 
-Covered: TOML `key = "value"` (containerd registry `auth`, `password`, `identitytoken`; CRI-O),
-YAML/`key: value` lines, JSON `"key": "value"` pairs, and docker-style `"auth": "..."` entries,
-for keys that name a credential. Names are matched whole (`auth`, not `authentication`), or by a
-credential suffix (`_password`, `_token`, `_secret`, `-key`...).
+By key name: TOML `key = "value"` (containerd registry `auth`, `password`, `identitytoken`; CRI-O),
+YAML `key: value` lines and flow mappings, JSON `"key": "value"` pairs, and `--token=...` flags on
+command lines. Names are matched whole (`auth`, not `authentication`) or by a credential suffix
+(`_password`, `_token`, `_secret`, `-token`...). By shape, wherever they stand: PEM private keys,
+JWTs, AWS key ids, GitHub/GitLab/Slack tokens and `sk-` keys.
 """
 
 from __future__ import annotations
@@ -29,6 +30,18 @@ _FLOW = re.compile(rf"""(?i)([{{,]\s*["']?{_KEY}["']?\s*:\s*)(?!\s*[{{\[])([^,}}
 _JSON = re.compile(rf"""(?i)("{_KEY}"\s*:\s*)"(?:[^"\\]|\\.)*\"""")
 
 
+# Values redacted by their shape, whatever key holds them.
+_SHAPES = re.compile(
+    r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----"  # PEM private keys
+    r"|\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"  # JWTs (service-account tokens)
+    r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"  # AWS access key ids
+    r"|\bgh[pousr]_[A-Za-z0-9]{30,}\b"  # GitHub tokens
+    r"|\bglpat-[A-Za-z0-9_-]{20,}\b"  # GitLab tokens
+    r"|\bxox[abposr]-[A-Za-z0-9-]{10,}\b"  # Slack tokens
+    r"|\bsk-[A-Za-z0-9_-]{20,}\b"  # API secret keys of the sk- family
+)
+
+
 def redact_text(text: str) -> tuple[str, int]:
     """Replace credential values in config text. Returns (text, how many values were replaced)."""
     count = 0
@@ -42,7 +55,8 @@ def redact_text(text: str) -> tuple[str, int]:
     text = _JSON.sub(keep_key, text)
     text = _YAML.sub(keep_key, text)
     text = _FLOW.sub(keep_key, text)
-    return text, count
+    text, shaped = _SHAPES.subn(MARK, text)
+    return text, count + shaped
 
 
 def redact_bundle(bundle: Bundle) -> int:

@@ -147,3 +147,14 @@ def test_plain_pytest_works(host_root, tmp_path):
     assert "failed" in p.stdout and "error" in p.stdout
     assert (tmp_path / "r.html").is_file()
     assert "test_cpu_manager_policy[n1]" in (tmp_path / "r.html").read_text()
+
+
+def test_metacharacters_in_host_root_never_run(tmp_path):
+    weird = tmp_path / "h$(touch pwned-a) `touch pwned-b`;touch pwned-c"
+    host = make_host_root(weird, ["--config", "/k.yaml"], {"/k.yaml": "kind: KubeletConfiguration\n"})
+    out = tmp_path / "out"
+    p = conformance("run", "--host-root", str(host), "--output", str(out), cwd=tmp_path)
+    assert p.returncode == 1, p.stderr
+    assert not list(tmp_path.rglob("pwned-*")) and not list(Path("/tmp").glob("pwned-*"))
+    doc = json.loads((out / "results.json").read_text())
+    assert {r["check"]: r["outcome"] for r in doc["results"]}["KUBELET-CPU-POLICY"] == "failed"  # the file was read

@@ -154,3 +154,18 @@ def test_containerd_imports_loop_terminates():
     files = {"/a.toml": 'imports = ["/b.toml"]\n', "/b.toml": 'imports = ["/a.toml"]\n'}
     _, used = merge_containerd("/a.toml", files.get, lambda p: [p])
     assert used == ["/a.toml", "/b.toml"]
+
+
+def test_secrets_are_redacted_by_name_and_by_shape():
+    jwt = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJzeXN0ZW06c2EifQ.c2lnbmF0dXJlLXBhcnQ"
+    text = (
+        '[plugins."io.containerd.grpc.v1.cri".registry.configs."r".auth]\n  password = "p1"\n  auth = "YTpi"\n'
+        f'note = "{jwt}"\nkey_id = AKIAABCDEFGHIJKLMNOP\n'
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIabc\n-----END RSA PRIVATE KEY-----\n"
+        "authentication:\n  anonymous:\n    enabled: false\ncpuManagerPolicy: static\n"
+    )
+    out, n = redact_text(text)
+    for secret in ("p1", "YTpi", jwt, "AKIAABCDEFGHIJKLMNOP", "MIIabc"):
+        assert secret not in out
+    assert n == 5
+    assert "cpuManagerPolicy: static" in out and "authentication:\n  anonymous:\n    enabled: false" in out
