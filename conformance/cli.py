@@ -15,6 +15,7 @@ from pathlib import Path
 
 from conformance import __version__
 from conformance.errors import UsageError
+from conformance.outputs import diff, diff_lines, load_results, push_to_gateway
 
 EXIT_OK, EXIT_REJECTED, EXIT_INTERRUPTED, EXIT_USAGE = 0, 1, 2, 4
 SUITE_MODULES = ("test_kubelet", "test_cgroup_runtime", "test_sysctl", "test_node_hardware", "test_latency")
@@ -75,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_collection_args(run)
     run.add_argument("--profile", metavar="NAME|FILE", help="profile for every node (default: per inventory, else 'default')")
     run.add_argument("--output", metavar="DIR", help="output folder (default: a new timestamped folder under reports/)")
+    run.add_argument("--waivers", metavar="FILE", help="waivers YAML (see inventory/waivers.example.yaml)")
+    run.add_argument("--baseline", metavar="RESULTS_JSON", help="a previous results.json to compare with")
+    run.add_argument("--pushgateway", metavar="URL", help="also push the Prometheus metrics to this Pushgateway")
     run.add_argument("--snapshot", metavar="DIR", help="evaluate snapshots saved by 'conformance collect' (offline)")
     run.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="extra arguments for pytest")
 
@@ -86,6 +90,39 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_collection_args(col)
     col.add_argument("--output", metavar="DIR", required=True, help="folder for <node>.json snapshots")
+
+    dif = sub.add_parser(
+        "diff",
+        formatter_class=_Formatter,
+        help="compare two results.json: new failures, fixed, still failing, new and vanished nodes",
+        epilog="example:\n  conformance diff reports/monday/results.json reports/tuesday/results.json\n"
+        "exit code 1 when there are new failures or vanished nodes",
+    )
+    dif.add_argument("before", metavar="A")
+    dif.add_argument("after", metavar="B")
+    dif.add_argument("--json", action="store_true", help="print the diff as JSON")
+
+    wai = sub.add_parser(
+        "waivers",
+        formatter_class=_Formatter,
+        help="check a waivers file: unknown check ids, past expiry, missing fields",
+        epilog="example:\n  conformance waivers lint inventory/waivers.example.yaml\nexit code 1 when it finds problems",
+    )
+    wai_sub = wai.add_subparsers(dest="waivers_command", metavar="ACTION", required=True)
+    lint = wai_sub.add_parser("lint", help="report problems in a waivers file")
+    lint.add_argument("file", metavar="FILE")
+
+    prof = sub.add_parser(
+        "profiles",
+        formatter_class=_Formatter,
+        help="list bundled profiles, or show a profile's effective values",
+        epilog="examples:\n  conformance profiles list\n  conformance profiles show a100-training\n"
+        "  conformance profiles show ./my-profile.yaml",
+    )
+    prof_sub = prof.add_subparsers(dest="profiles_command", metavar="ACTION", required=True)
+    prof_sub.add_parser("list", help="bundled profile names and descriptions")
+    show = prof_sub.add_parser("show", help="effective values (after extends) as YAML")
+    show.add_argument("profile", metavar="NAME|FILE")
 
     chk = sub.add_parser(
         "checks",
@@ -104,6 +141,40 @@ def load_registry() -> dict:
     for mod in SUITE_MODULES:
         importlib.import_module(f"suites.{mod}")
     return REGISTRY
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    d = diff(load_results(args.before), load_results(args.after))
+    print(json.dumps(d, indent=2) if args.json else "\n".join(diff_lines(d)))
+    return EXIT_REJECTED if d["new_failures"] or d["vanished_nodes"] else EXIT_OK
+
+
+def cmd_waivers(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from conformance.waivers import lint
+
+    problems = lint(args.file, set(load_registry()), datetime.now(UTC).date())
+    for p in problems:
+        print(p)
+    if not problems:
+        print(f"{args.file}: no problems")
+    return EXIT_REJECTED if problems else EXIT_OK
+
+
+def cmd_profiles(args: argparse.Namespace) -> int:
+    import yaml
+
+    from conformance.profile import bundled_names, load_profile
+
+    if args.profiles_command == "list":
+        for name in bundled_names():
+            print(f"{name:<24} {load_profile(name).values.get('description', '')}")
+        return EXIT_OK
+    p = load_profile(args.profile)
+    print(f"# profile {p.name} ({p.source}), with everything it extends applied")
+    print(yaml.safe_dump(p.values, sort_keys=False, default_flow_style=False).rstrip())
+    return EXIT_OK
 
 
 def cmd_checks(args: argparse.Namespace) -> int:
@@ -158,9 +229,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         "-p",
         "no:testinfra",
         f"--results-json={results}",
-        f"--junitxml={out / 'junit.xml'}",
-        "-o",
-        "junit_family=xunit1",
+        f"--junit={out / 'junit.xml'}",
+        f"--prometheus={out / 'results.prom'}",
         f"--html={out / 'report.html'}",
         "--self-contained-html",
         f"--parallel={args.parallel}",
@@ -174,6 +244,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         pargs.append(f"--snapshot={args.snapshot}")
     if args.host_root:
         pargs.append(f"--host-root={args.host_root}")
+    if args.waivers:
+        pargs.append(f"--waivers={args.waivers}")
+    if args.baseline:
+        pargs.append(f"--baseline={args.baseline}")
     pargs += ["-v"] * args.verbose if args.verbose else ["-q", "--no-header", "-rN", "--tb=no", "-p", "no:warnings"]
     pargs += args.pytest_args
     rc = pytest.main(pargs)
@@ -195,8 +269,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(line + (f"  - {reason}" if n["verdict"] != "accepted" and reason else ""))
         for note in (n.get("collection") or {}).get("notes", []):
             print(f"{'':<24} note: {note}")
+    if doc.get("waivers") and doc["waivers"]["unused"]:
+        unused = ", ".join(f"#{w['index']} ({w['check']} on {w['nodes']})" for w in doc["waivers"]["unused"])
+        print(f"waivers matching nothing: {unused}")
+    if doc.get("diff"):
+        print()
+        print("\n".join(diff_lines(doc["diff"])))
     out = out.resolve()
-    print(f"\nreport:  {out / 'report.html'}\nresults: {out / 'results.json'}\njunit:   {out / 'junit.xml'}")
+    print(
+        f"\nreport:     {out / 'report.html'}\nresults:    {out / 'results.json'}\njunit:      {out / 'junit.xml'}"
+        f"\nprometheus: {out / 'results.prom'}"
+    )
+    if args.pushgateway:
+        try:
+            push_to_gateway(args.pushgateway, (out / "results.prom").read_text(encoding="utf-8"))
+            print(f"pushed to {args.pushgateway}")
+        except OSError as e:
+            print(f"error: {e}", file=sys.stderr)
     if rc == pytest.ExitCode.INTERRUPTED or not doc.get("complete", True):
         return EXIT_INTERRUPTED
     if not doc["nodes"] or any(n["verdict"] != "accepted" for n in doc["nodes"]):
@@ -211,7 +300,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        return {"run": cmd_run, "collect": cmd_collect, "checks": cmd_checks}[args.command](args)
+        commands = {
+            "run": cmd_run,
+            "collect": cmd_collect,
+            "checks": cmd_checks,
+            "profiles": cmd_profiles,
+            "diff": cmd_diff,
+            "waivers": cmd_waivers,
+        }
+        return commands[args.command](args)
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE

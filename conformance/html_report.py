@@ -32,7 +32,48 @@ _STYLE = """<style>
 .gnc .m th.r{writing-mode:vertical-rl;transform:rotate(180deg);font-weight:normal;white-space:nowrap;max-height:190px}
 .gnc .fam{text-align:center;background:#f5f5f5}
 .gnc pre{white-space:pre-wrap;margin:2px 0}
-</style>"""
+.gnc .m td.c[data-test]{cursor:pointer}
+tbody.gnc-target td{outline:2px solid #1565c0}
+</style>
+<script>
+// A click on a matrix cell shows its result row: re-enable the outcome filter that hides it,
+// expand it and scroll to it. Rows are tbody elements whose id is the pytest node id.
+document.addEventListener("click", function (ev) {
+  var cell = ev.target.closest && ev.target.closest("td.c[data-test]");
+  if (!cell) return;
+  var test = cell.getAttribute("data-test");
+  function find() {
+    var rows = document.querySelectorAll("tbody.results-table-row");
+    for (var i = 0; i < rows.length; i++) {
+      var id = rows[i].id;  // "<node id>" for the call phase, "<node id>::setup" for a setup error
+      if (id === test || id.indexOf(test + "::") === 0) return rows[i];
+    }
+    return null;
+  }
+  function reveal(row) {
+    // expand without going through the table's own handlers, which may re-render it
+    var extras = row.querySelector("tr.extras-row");
+    if (extras) extras.classList.remove("hidden");
+    var result = row.querySelector("td.col-result");
+    if (result) result.classList.remove("collapsed");
+    document.querySelectorAll("tbody.gnc-target").forEach(function (r) { r.classList.remove("gnc-target"); });
+    row.classList.add("gnc-target");
+    row.scrollIntoView({block: "center"});
+  }
+  if (!find()) {
+    // filtered out: turn the outcome filters back on (the table re-renders)
+    var boxes = document.querySelectorAll("input.filter:not(:checked)");
+    for (var j = 0; j < boxes.length; j++) boxes[j].click();
+  }
+  // reveal now and again for a moment, in case the table re-renders after this click
+  var ticks = 0;
+  (function again() {
+    var r = find();
+    if (r && !r.classList.contains("gnc-target")) reveal(r);
+    if (++ticks < 20) setTimeout(again, 50);
+  })();
+});
+</script>"""
 
 
 def e(value: Any) -> str:
@@ -70,6 +111,43 @@ def verdict_table(run: Run) -> str:
     )
 
 
+def waivers_and_diff(run: Run) -> str:
+    parts = []
+    w = run.waivers_json()
+    if w is not None:
+        unused = "".join(
+            f"<li>#{x['index']} {e(x['check'])} on {e(x['nodes'])} (expires {e(x['expires'])}): {e(x['justification'])}</li>"
+            for x in w["unused"]
+        )
+        parts.append(
+            f"<p>Waivers: {w['count']} from {e(w['file'])}; matching nothing: {len(w['unused'])}</p>"
+            + (f"<ul>{unused}</ul>" if unused else "")
+        )
+    if run.diff is not None:
+        d = run.diff
+        rows = "".join(
+            f"<tr><td>{label}</td><td>{e(r['node'])}</td><td>{e(r['check'])}</td><td>{e(r['was'])} &rarr; "
+            f"{e(r['outcome'])}</td><td>{e(r['message'][:200])}</td></tr>"
+            for label, key in (("new failure", "new_failures"), ("fixed", "fixed"))
+            for r in d[key]
+        )
+        nodes = "".join(f"<li>new node {e(n)}</li>" for n in d["new_nodes"]) + "".join(
+            f"<li>vanished node {e(n)}</li>" for n in d["vanished_nodes"]
+        )
+        parts.append(
+            f"<h2>Changes since the baseline run of {e(d.get('baseline_started_at'))}</h2><p>{len(d['new_failures'])} new "
+            f"failure(s), {len(d['fixed'])} fixed, {len(d['still_failing'])} still failing, {len(d['new_nodes'])} new "
+            f"node(s), {len(d['vanished_nodes'])} vanished node(s).</p>"
+            + (
+                f"<table><tr><th></th><th>node</th><th>check</th><th>outcome</th><th>message</th></tr>{rows}</table>"
+                if rows
+                else ""
+            )
+            + (f"<ul>{nodes}</ul>" if nodes else "")
+        )
+    return "".join(parts)
+
+
 def matrix(run: Run) -> str:
     """Nodes down, check ids across (grouped by family), each cell coloured by outcome."""
     ids = sorted({r["check"] for r in run.results}, key=lambda c: (REGISTRY[c].family, c) if c in REGISTRY else ("", c))
@@ -97,14 +175,15 @@ def matrix(run: Run) -> str:
             r = cells.get((node, c))
             o = r["outcome"] if r else None
             tip = f"{node} {c}: {o or 'not run'}" + (f" - {r['message']}" if r and r["message"] else "")
-            tds.append(f"<td class='c' style='background:{COLOURS[o]}' title='{e(tip[:400])}'>{SYMBOLS[o]}</td>")
+            test = f" data-test='{e(r.get('test', ''))}'" if r else ""
+            tds.append(f"<td class='c' style='background:{COLOURS[o]}' title='{e(tip[:400])}'{test}>{SYMBOLS[o]}</td>")
         body.append(f"<tr><td>{e(node)}</td>{''.join(tds)}</tr>")
     legend = " ".join(
         f"<span class='verdict' style='background:{COLOURS[o]}'>{SYMBOLS[o]} {o}</span>"
         for o in ("passed", "failed", "error", "skipped", "waived")
     )
     return (
-        f"<h2>Node x check matrix</h2><p>{legend} (hover a cell for its message)</p>"
+        f"<h2>Node x check matrix</h2><p>{legend} (hover a cell for its message, click it for its row)</p>"
         f"<table class='m'><tr><th></th>{head1}</tr><tr><th>node</th>{head2}</tr>{''.join(body)}</table>"
     )
 
@@ -140,7 +219,9 @@ def pytest_html_results_summary(prefix: list[str], summary: list[str], postfix: 
     run = _run(session)
     if run is None or not run.results:
         return
-    prefix.append(f"<div class='gnc'>{_STYLE}{verdict_table(run)}{matrix(run)}{latency_section(run)}</div>")
+    prefix.append(
+        f"<div class='gnc'>{_STYLE}{verdict_table(run)}{waivers_and_diff(run)}{matrix(run)}{latency_section(run)}</div>"
+    )
 
 
 def pytest_html_results_table_header(cells: list[str]) -> None:

@@ -6,6 +6,7 @@ The same rules are published as a JSON Schema in `inventory/inventory.schema.jso
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +30,8 @@ SSH_KEYS = {
 }
 NODE_KEYS = {"name", "address", "transport", "ssh", "profile", "labels", "host_root", "endpoints"}
 DEFAULT_KEYS = {"ssh", "profile", "transport", "labels"}
-TOP_KEYS = {"defaults", "nodes"}
+TOP_KEYS = {"defaults", "nodes", "profile_rules"}
+RULE_KEYS = {"nodes", "labels", "profile"}
 
 
 @dataclass
@@ -54,9 +56,46 @@ class NodeSpec:
 
 
 @dataclass
+class ProfileRule:
+    """Select a profile by node-name glob and/or node labels (all given conditions must hold)."""
+
+    profile: str
+    nodes: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def matches(self, node: NodeSpec) -> bool:
+        if self.nodes is not None and not fnmatch.fnmatchcase(node.name, self.nodes):
+            return False
+        return all(node.labels.get(k) == v for k, v in self.labels.items())
+
+    def describe(self) -> str:
+        conds = ([f"name matches {self.nodes!r}"] if self.nodes else []) + [f"label {k}={v}" for k, v in self.labels.items()]
+        return " and ".join(conds)
+
+
+@dataclass
 class Inventory:
     path: str
     nodes: list[NodeSpec]
+    default_profile: str | None = None
+    rules: list[ProfileRule] = field(default_factory=list)
+
+    def select_profile(self, node: NodeSpec) -> tuple[str | None, str]:
+        """The node's profile reference and why: its own, else the first matching rule, else defaults."""
+        if node.profile:
+            return self._resolve(node.profile), "set on the node"
+        for i, rule in enumerate(self.rules):
+            if rule.matches(node):
+                return self._resolve(rule.profile), f"profile_rules[{i}]: {rule.describe()}"
+        if self.default_profile:
+            return self._resolve(self.default_profile), "inventory defaults"
+        return None, "built-in default"
+
+    def _resolve(self, ref: str) -> str:
+        """A profile path is relative to the inventory file's folder; a bare name is a bundled profile."""
+        if ("/" in ref or ref.endswith((".yaml", ".yml"))) and not ref.startswith(("/", "~")) and Path(self.path).is_file():
+            return str(Path(self.path).parent / ref)
+        return ref
 
 
 def local_inventory(host_root: str = "") -> Inventory:
@@ -157,7 +196,7 @@ def parse_inventory(doc: Any, path: str) -> Inventory:
             host_root = ""
         if host_root and transport != "local":
             errors.append(f"{where}.host_root: only applies to transport local")
-        profile = entry.get("profile", d_profile)
+        profile = entry.get("profile")
         if profile is not None and not isinstance(profile, str):
             errors.append(f"{where}.profile: must be a profile name or file path")
         labels = dict(d_labels)
@@ -175,9 +214,34 @@ def parse_inventory(doc: Any, path: str) -> Inventory:
                 endpoints=endpoints,
             )
         )
+    rules = _parse_rules(doc.get("profile_rules", []), errors)
     if errors:
         raise UsageError(f"{path}: invalid inventory:\n  " + "\n  ".join(errors))
-    return Inventory(path=path, nodes=nodes)
+    return Inventory(path=path, nodes=nodes, default_profile=d_profile, rules=rules)
+
+
+def _parse_rules(raw: Any, errors: list[str]) -> list[ProfileRule]:
+    if not isinstance(raw, list):
+        errors.append("profile_rules: must be a list of {nodes: GLOB, labels: {...}, profile: NAME}")
+        return []
+    rules = []
+    for i, r in enumerate(raw):
+        where = f"profile_rules[{i}]"
+        if not isinstance(r, dict):
+            errors.append(f"{where}: must be a mapping")
+            continue
+        for k in r:
+            if k not in RULE_KEYS:
+                errors.append(f"{where}.{k}: unknown field (allowed: {', '.join(sorted(RULE_KEYS))})")
+        if not isinstance(r.get("profile"), str):
+            errors.append(f"{where}.profile: required, a profile name or file path")
+        if r.get("nodes") is not None and not isinstance(r.get("nodes"), str):
+            errors.append(f"{where}.nodes: must be a node-name glob such as 'h100-*'")
+        labels = _check_labels(r.get("labels", {}), f"{where}.labels", errors)
+        if r.get("nodes") is None and not labels:
+            errors.append(f"{where}: give nodes (a name glob) or labels, or both")
+        rules.append(ProfileRule(profile=str(r.get("profile")), nodes=r.get("nodes"), labels=labels))
+    return rules
 
 
 def load_inventory(path: str | Path) -> Inventory:

@@ -4,6 +4,7 @@ It stays inert for test functions that are not checks, so the project's own test
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from conformance import fixtures
 from conformance.checks import Evidence, spec_of
 from conformance.errors import ConformanceError, UsageError
+from conformance.outputs import diff, junit_xml, load_results, prometheus_text
 from conformance.session import RUN_KEY, Run
 
 MESSAGE_LIMIT = 2000
@@ -37,6 +39,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="evaluate node snapshots saved by 'conformance collect' instead of collecting live",
     )
     g.addoption("--results-json", dest="conformance_results", metavar="FILE", help="write results.json here")
+    g.addoption(
+        "--junit",
+        dest="conformance_junit",
+        metavar="FILE",
+        help="write a JUnit XML with one testsuite per node and one testcase per check",
+    )
+    g.addoption(
+        "--prometheus",
+        dest="conformance_prometheus",
+        metavar="FILE",
+        help="write results in the Prometheus text format (for the node exporter's textfile collector)",
+    )
+    g.addoption(
+        "--baseline",
+        dest="conformance_baseline",
+        metavar="RESULTS_JSON",
+        help="a previous run's results.json: show new failures, fixed, still failing, new and vanished nodes",
+    )
+    g.addoption(
+        "--waivers",
+        dest="conformance_waivers",
+        metavar="FILE",
+        help="waivers YAML: known failures reported as waived until they expire",
+    )
     g.addoption(
         "--host-root",
         dest="conformance_host_root",
@@ -66,6 +92,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(fixtures, "conformance-fixtures")
     try:
         config.stash[RUN_KEY] = Run.from_options(config)
+        if config.getoption("conformance_baseline"):
+            load_results(config.getoption("conformance_baseline"))  # a bad baseline is a usage error, early
     except UsageError as e:
         raise pytest.UsageError(str(e)) from None
     if config.pluginmanager.hasplugin("html"):
@@ -125,12 +153,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     else:
         return report
     message = _message(excinfo)
+    run: Run = item.config.stash[RUN_KEY]
+    waiver = None
+    if outcome == "failed" and run.waivers:
+        outcome, waiver, message = run.apply_waivers(node, spec.id, message)
+        if outcome == "waived":
+            report.outcome = "skipped"  # in pytest's own terms: an expected failure
+            report.wasxfail = f"waived: {waiver['justification'] if waiver else ''}"
     if (excinfo is not None and outcome == "failed") or (
         outcome == "error" and isinstance(getattr(excinfo, "value", None), ConformanceError)
     ):
         report.longrepr = f"{outcome.upper()} [{spec.id}] {node}: {message}"
     ev: Evidence = getattr(item, "funcargs", {}).get("evidence") or Evidence()
-    run: Run = item.config.stash[RUN_KEY]
     result = {
         "node": node,
         "check": spec.id,
@@ -140,8 +174,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         "message": message,
         "evidence": ev.lines[:200],
         "source": ev.source or spec.source,
-        "waiver": None,
+        "waiver": waiver,
         "duration_s": round(report.duration, 4),
+        "test": item.nodeid,
     }
     if ev.metrics is not None:
         result["metrics"] = ev.metrics
@@ -160,6 +195,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     if exitstatus == pytest.ExitCode.INTERRUPTED:
         run.interrupted = True
-    path = session.config.getoption("conformance_results")
-    if path:
-        run.write_results(path)
+    opt = session.config.getoption
+    if opt("conformance_baseline"):
+        run.diff = diff(load_results(opt("conformance_baseline")), run.to_json())
+    doc = run.to_json()
+    if opt("conformance_results"):
+        run.write_results(opt("conformance_results"), doc)
+    if opt("conformance_junit"):
+        _write(opt("conformance_junit"), junit_xml(doc))
+    if opt("conformance_prometheus"):
+        _write(opt("conformance_prometheus"), prometheus_text(doc).encode("utf-8"))
+
+
+def _write(path: str, data: bytes) -> None:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_bytes(data)

@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 
-from conformance.errors import UsageError
-from conformance.facts.units import parse_duration
+from conformance.errors import ParseError, UsageError
+from conformance.facts.units import parse_duration, parse_quantity
 
 BUNDLED = "default"
 
@@ -29,7 +29,7 @@ class Profile:
         return cur
 
 
-def _bundled_names() -> list[str]:
+def bundled_names() -> list[str]:
     folder = resources.files("conformance").joinpath("profiles")
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
@@ -44,8 +44,8 @@ def _read(ref: str) -> tuple[str, dict[str, Any], str]:
             raise UsageError(f"profile {ref}: cannot read it: {e.strerror}") from None
         source, name = str(path), path.stem
     else:
-        if ref not in _bundled_names():
-            raise UsageError(f"profile {ref!r}: no such bundled profile (bundled: {', '.join(_bundled_names())})")
+        if ref not in bundled_names():
+            raise UsageError(f"profile {ref!r}: no such bundled profile (bundled: {', '.join(bundled_names())})")
         text = resources.files("conformance").joinpath("profiles", f"{ref}.yaml").read_text(encoding="utf-8")
         source, name = f"bundled profile {ref}", ref
     try:
@@ -114,6 +114,33 @@ def _validate(values: dict[str, Any], source: str) -> None:
     need("latency.max_jitter_coefficient", _is_number(lat["max_jitter_coefficient"]), "a number")
     need("latency.max_p99_ms", lat["max_p99_ms"] is None or _is_number(lat["max_p99_ms"]), "a number or null")
     need("latency.max_error_rate", _is_number(lat["max_error_rate"]) and 0 <= lat["max_error_rate"] <= 1, "a number from 0 to 1")
+    g = values["gpu"]
+    need(
+        "gpu.expected_count",
+        g["expected_count"] is None or (isinstance(g["expected_count"], int) and g["expected_count"] >= 0),
+        "a number of GPUs or null",
+    )
+    need("gpu.pcie_generation", g["pcie_generation"] in (None, 1, 2, 3, 4, 5, 6), "a PCIe generation (1-6) or null")
+    need("gpu.pcie_width", g["pcie_width"] in (1, 2, 4, 8, 16, 32), "a link width (1-32)")
+    need(
+        "gpu.h2d_floor_gbps",
+        isinstance(g["h2d_floor_gbps"], dict) and all(_is_number(v) for v in g["h2d_floor_gbps"].values()),
+        "a mapping of PCIe generation to GB/s",
+    )
+    need("gpu.mig", g["mig"] in ("any", "off", "on"), "any, off or on")
+    need("gpu.measure_bandwidth", isinstance(g["measure_bandwidth"], bool), "true or false")
+    need("gpu.pcie_replay_limit", isinstance(g["pcie_replay_limit"], int), "an integer")
+    p = values["pods"]
+    for key in ("shm_min", "shm_min_multi_gpu"):
+        try:
+            parse_quantity(p[key])
+        except ParseError:
+            need(f"pods.{key}", False, "a size such as 2Gi")
+    need(
+        "pods.thread_env",
+        isinstance(p["thread_env"], list) and all(isinstance(v, str) for v in p["thread_env"]),
+        "a list of environment variable names",
+    )
     need("runtime.gpu_handlers", isinstance(values["runtime"]["gpu_handlers"], list), "a list of handler names")
 
 

@@ -20,6 +20,8 @@ from conformance.inventory import Inventory, NodeSpec, load_inventory, local_inv
 from conformance.latency import Endpoint, LatencyResult, measure
 from conformance.node_facts import NodeFacts
 from conformance.profile import Profile, load_profile
+from conformance.waivers import Waiver, load_waivers
+from conformance.waivers import find as find_waivers
 
 SCHEMA_VERSION = 1
 
@@ -42,18 +44,25 @@ class Run:
         self.started_at = datetime.now(UTC).isoformat(timespec="seconds")
         self.results: list[dict[str, Any]] = []
         self.interrupted = False
+        self.diff: dict[str, Any] | None = None
         self._facts: dict[str, NodeFacts] | None = None
         self._lock = threading.Lock()
         self._latency: dict[tuple[str, str], LatencyResult] = {}
         self._profiles: dict[str, Profile] = {}
         self.profile_names: dict[str, str] = {}
+        self.profile_reasons: dict[str, str] = {}
         cache: dict[str | None, Profile] = {}
         for node in inventory.nodes:
-            ref = profile_override or node.profile
+            ref, why = (profile_override, "--profile") if profile_override else inventory.select_profile(node)
             if ref not in cache:
                 cache[ref] = load_profile(ref)
             self._profiles[node.name] = cache[ref]
             self.profile_names[node.name] = cache[ref].name
+            self.profile_reasons[node.name] = why
+        self.waivers: list[Waiver] = []
+        self.waivers_file: str | None = None
+        self.today = datetime.now(UTC).date()
+        self._waivers_matched: set[int] = set()
         self._snapshots: dict[str, Bundle] = {}
         if snapshot_dir:
             self._snapshots = load_snapshots(snapshot_dir)
@@ -69,7 +78,7 @@ class Run:
             inv = load_inventory(opt.conformance_inventory)
         else:
             inv = local_inventory(getattr(opt, "conformance_host_root", "") or "")
-        return cls(
+        run = cls(
             inv,
             profile_override=getattr(opt, "conformance_profile", None),
             snapshot_dir=snapshot,
@@ -77,6 +86,36 @@ class Run:
             timeout=getattr(opt, "conformance_timeout", 120.0),
             verbose=config.option.verbose > 0,
         )
+        if getattr(opt, "conformance_waivers", None):
+            run.load_waivers(opt.conformance_waivers)
+        return run
+
+    def load_waivers(self, path: str) -> None:
+        self.waivers = load_waivers(path)
+        self.waivers_file = path
+
+    def apply_waivers(self, node: str, check: str, message: str) -> tuple[str, dict[str, Any] | None, str]:
+        """(outcome, waiver json, message) for a failed result."""
+        labels = next((n.labels for n in self.inventory.nodes if n.name == node), {})
+        matches = find_waivers(self.waivers, node, check, labels)
+        self._waivers_matched.update(w.index for w in matches)
+        active = [w for w in matches if not w.expired(self.today)]
+        if active:
+            return "waived", active[0].to_json(self.today), message
+        if matches:
+            w = matches[0]
+            note = f" [waiver #{w.index} expired on {w.expires.isoformat()}: {w.justification}]"
+            return "failed", w.to_json(self.today), message + note
+        return "failed", None, message
+
+    def waivers_json(self) -> dict[str, Any] | None:
+        if self.waivers_file is None:
+            return None
+        return {
+            "file": self.waivers_file,
+            "count": len(self.waivers),
+            "unused": [w.to_json(self.today) for w in self.waivers if w.index not in self._waivers_matched],
+        }
 
     @property
     def node_names(self) -> list[str]:
@@ -135,6 +174,7 @@ class Run:
             "name": node,
             "verdict": verdict,
             "profile": self.profile_names[node],
+            "profile_reason": self.profile_reasons[node],
             "transport": spec.transport,
             "labels": spec.labels,
             "counts": counts,
@@ -163,14 +203,16 @@ class Run:
             "inventory": self.inventory.path,
             "nodes": [self.node_summary(n) for n in self.node_names],
             "checks": {cid: REGISTRY[cid].to_json() for cid in used if cid in REGISTRY},
+            "waivers": self.waivers_json(),
+            "diff": self.diff,
             "results": self.results,
         }
 
-    def write_results(self, path: str) -> None:
+    def write_results(self, path: str, doc: dict[str, Any] | None = None) -> None:
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_suffix(p.suffix + ".tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=2, sort_keys=False) + "\n", encoding="utf-8")
+        tmp.write_text(json.dumps(doc or self.to_json(), indent=2, sort_keys=False) + "\n", encoding="utf-8")
         tmp.replace(p)
 
 

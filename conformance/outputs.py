@@ -1,0 +1,221 @@
+"""Outputs derived from results.json: JUnit per node, Prometheus text format, and run diffs.
+
+They read the results document only, so a live run, a snapshot replay and a re-render agree."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+FAILING = ("failed", "error")
+
+
+def subject_text(subject: dict[str, Any]) -> str:
+    if "endpoint" in subject:
+        return f"endpoint={subject['endpoint']}"
+    if "pod" in subject:
+        return f"{subject.get('namespace', '')}/{subject['pod']}/{subject.get('container', '')}"
+    if "gpu" in subject:
+        return f"gpu={subject['gpu']}"
+    return ""
+
+
+def result_key(r: dict[str, Any]) -> tuple[str, str, str]:
+    return r["node"], r["check"], json.dumps(r.get("subject") or {}, sort_keys=True)
+
+
+# -- JUnit -------------------------------------------------------------------------------------
+def junit_xml(doc: dict[str, Any]) -> bytes:
+    """One testsuite per node; each testcase is named by check id (and subject), classname = node."""
+    root = ET.Element("testsuites", name="gpu-node-conformance")
+    by_node: dict[str, list[dict[str, Any]]] = {n["name"]: [] for n in doc["nodes"]}
+    for r in doc["results"]:
+        by_node.setdefault(r["node"], []).append(r)
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for node in doc["nodes"]:
+        rows = by_node.get(node["name"], [])
+        counts = {
+            "tests": len(rows),
+            "failures": sum(r["outcome"] == "failed" for r in rows),
+            "errors": sum(r["outcome"] == "error" for r in rows),
+            "skipped": sum(r["outcome"] in ("skipped", "waived") for r in rows),
+        }
+        for k in totals:
+            totals[k] += counts[k]
+        suite = ET.SubElement(
+            root, "testsuite", name=node["name"], timestamp=doc.get("started_at") or "", **{k: str(v) for k, v in counts.items()}
+        )
+        props = ET.SubElement(suite, "properties")
+        for k in ("verdict", "profile"):
+            ET.SubElement(props, "property", name=k, value=str(node.get(k, "")))
+        for r in rows:
+            sub = subject_text(r.get("subject") or {})
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                classname=node["name"],
+                name=r["check"] + (f" [{sub}]" if sub else ""),
+                time=f"{r.get('duration_s', 0):.3f}",
+            )
+            cprops = ET.SubElement(case, "properties")
+            for k in ("node", "check", "severity", "outcome"):
+                ET.SubElement(cprops, "property", name=k, value=str(r[k]))
+            text = "\n".join([r["message"], f"source: {r['source']}", *r.get("evidence", [])])
+            if r["outcome"] == "failed":
+                ET.SubElement(case, "failure", message=r["message"][:500], type=r["severity"]).text = text
+            elif r["outcome"] == "error":
+                ET.SubElement(case, "error", message=r["message"][:500], type="error").text = text
+            elif r["outcome"] == "skipped":
+                ET.SubElement(case, "skipped", message=r["message"][:500])
+            elif r["outcome"] == "waived":
+                w = r.get("waiver") or {}
+                ET.SubElement(case, "skipped", message=f"waived until {w.get('expires')}: {w.get('justification')}")
+    for k, v in totals.items():
+        root.set(k, str(v))
+    ET.indent(root)
+    return b'<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="utf-8")
+
+
+# -- Prometheus --------------------------------------------------------------------------------
+def _label(value: Any) -> str:
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(**kv: Any) -> str:
+    return "{" + ",".join(f'{k}="{_label(v)}"' for k, v in kv.items()) + "}"
+
+
+def _epoch(iso: str | None) -> float:
+    return datetime.fromisoformat(iso).timestamp() if iso else 0.0
+
+
+def prometheus_text(doc: dict[str, Any]) -> str:
+    """Text exposition format: one series per (node, check, subject), per-node verdicts, run times."""
+    p = "gpu_node_conformance"
+    out = [
+        f"# HELP {p}_check_result 1 for the outcome of a check on a node and subject (labels say which).",
+        f"# TYPE {p}_check_result gauge",
+    ]
+    for r in doc["results"]:
+        labels = _labels(
+            node=r["node"],
+            check=r["check"],
+            subject=subject_text(r.get("subject") or {}),
+            severity=r["severity"],
+            outcome=r["outcome"],
+        )
+        out.append(f"{p}_check_result{labels} 1")
+    out += [
+        f"# HELP {p}_node_accepted 1 when the node is accepted, else 0; verdict and profile as labels.",
+        f"# TYPE {p}_node_accepted gauge",
+    ]
+    for n in doc["nodes"]:
+        labels = _labels(node=n["name"], verdict=n["verdict"], profile=n["profile"])
+        out.append(f"{p}_node_accepted{labels} {1 if n['verdict'] == 'accepted' else 0}")
+    started, finished = _epoch(doc.get("started_at")), _epoch(doc.get("finished_at"))
+    out += [
+        f"# HELP {p}_run_timestamp_seconds When the run started (Unix time).",
+        f"# TYPE {p}_run_timestamp_seconds gauge",
+        f"{p}_run_timestamp_seconds {started:.0f}",
+        f"# HELP {p}_run_duration_seconds How long the run took.",
+        f"# TYPE {p}_run_duration_seconds gauge",
+        f"{p}_run_duration_seconds {max(0.0, finished - started):.0f}",
+        f"# HELP {p}_run_complete 1 when the run was not interrupted.",
+        f"# TYPE {p}_run_complete gauge",
+        f"{p}_run_complete {1 if doc.get('complete', True) else 0}",
+    ]
+    return "\n".join(out) + "\n"
+
+
+def push_to_gateway(url: str, text: str, job: str = "gpu_node_conformance", timeout: float = 10.0) -> None:
+    """PUT the metrics to a Pushgateway (replacing the job's group). Raises OSError on failure."""
+    import urllib3
+
+    target = url.rstrip("/") + f"/metrics/job/{job}"
+    try:
+        r = urllib3.request(
+            "PUT",
+            target,
+            body=text.encode("utf-8"),
+            headers={"Content-Type": "text/plain; version=0.0.4"},
+            timeout=timeout,
+            retries=False,
+        )
+    except urllib3.exceptions.HTTPError as e:
+        raise OSError(f"Pushgateway {url}: {e}") from None
+    if r.status >= 300:
+        raise OSError(f"Pushgateway {url} answered HTTP {r.status}: {r.data[:200]!r}")
+
+
+# -- diff --------------------------------------------------------------------------------------
+def diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """What changed between two runs: failures new, fixed or still there; nodes new or vanished."""
+    old = {result_key(r): r for r in before["results"]}
+    new = {result_key(r): r for r in after["results"]}
+    old_nodes = {n["name"] for n in before["nodes"]}
+    new_nodes = {n["name"] for n in after["nodes"]}
+
+    def item(r: dict[str, Any], was: str | None = None) -> dict[str, Any]:
+        out = {
+            "node": r["node"],
+            "check": r["check"],
+            "subject": r.get("subject") or {},
+            "outcome": r["outcome"],
+            "severity": r["severity"],
+            "message": r["message"],
+        }
+        if was is not None:
+            out["was"] = was
+        return out
+
+    new_failures, fixed, still = [], [], []
+    for k, r in new.items():
+        prev = old.get(k)
+        if r["outcome"] in FAILING:
+            if prev is not None and prev["outcome"] in FAILING:
+                still.append(item(r, prev["outcome"]))
+            elif r["node"] in old_nodes:
+                new_failures.append(item(r, prev["outcome"] if prev else "absent"))
+        elif prev is not None and prev["outcome"] in FAILING and r["outcome"] in ("passed", "waived"):
+            fixed.append(item(r, prev["outcome"]))
+    return {
+        "baseline_started_at": before.get("started_at"),
+        "new_failures": new_failures,
+        "fixed": fixed,
+        "still_failing": still,
+        "new_nodes": sorted(new_nodes - old_nodes),
+        "vanished_nodes": sorted(old_nodes - new_nodes),
+    }
+
+
+def diff_lines(d: dict[str, Any]) -> list[str]:
+    lines = [
+        f"compared with the run of {d.get('baseline_started_at')}: {len(d['new_failures'])} new failure(s), "
+        f"{len(d['fixed'])} fixed, {len(d['still_failing'])} still failing, {len(d['new_nodes'])} new node(s), "
+        f"{len(d['vanished_nodes'])} vanished node(s)"
+    ]
+    for label, key in (("NEW", "new_failures"), ("FIXED", "fixed")):
+        for r in d[key]:
+            sub = subject_text(r["subject"])
+            lines.append(f"  {label:<6} {r['node']} {r['check']}{' ' + sub if sub else ''}: {r['was']} -> {r['outcome']}")
+    for n in d["new_nodes"]:
+        lines.append(f"  NEW NODE {n}")
+    for n in d["vanished_nodes"]:
+        lines.append(f"  VANISHED NODE {n}")
+    return lines
+
+
+def load_results(path: str | Path) -> dict[str, Any]:
+    from conformance.errors import UsageError
+
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{p}: not a readable results.json: {e}") from None
+    if not isinstance(doc, dict) or doc.get("schema_version") != 1 or not isinstance(doc.get("results"), list):
+        raise UsageError(f"{p}: not a gpu-node-conformance results.json (schema_version 1)")
+    return doc
