@@ -91,6 +91,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_collection_args(col)
     col.add_argument("--output", metavar="DIR", required=True, help="folder for <node>.json snapshots")
 
+    rep = sub.add_parser(
+        "report",
+        formatter_class=_Formatter,
+        help="re-render reports from results.json files (several files merge, the latest run per node wins)",
+        epilog="examples:\n  conformance report reports/20261202T101500Z/results.json --output reports/rerendered\n"
+        "  conformance report node-a/results.json node-b/results.json --output reports/merged",
+    )
+    rep.add_argument("results", nargs="+", metavar="RESULTS_JSON")
+    rep.add_argument("--output", metavar="DIR", help="output folder (default: a new timestamped folder under reports/)")
+    rep.add_argument("--baseline", metavar="RESULTS_JSON", help="a previous results.json to compare with")
+    rep.add_argument("--pushgateway", metavar="URL", help="also push the Prometheus metrics to this Pushgateway")
+    rep.add_argument("-v", "--verbose", action="count", default=0)
+
     dif = sub.add_parser(
         "diff",
         formatter_class=_Formatter,
@@ -212,49 +225,73 @@ def cmd_collect(args: argparse.Namespace) -> int:
     return EXIT_REJECTED if bad else EXIT_OK
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    import pytest
-
-    out = Path(args.output) if args.output else _default_output()
-    out.mkdir(parents=True, exist_ok=True)
-    results = out / "results.json"
-    pargs = [
-        str(suites_dir()),
-        "--rootdir",
-        str(suites_dir().parent),
+def _pytest_args(out: Path, verbose: int) -> list[str]:
+    return [
         "-p",
         "no:cacheprovider",
         "-p",
         "no:hypothesispytest",  # test-only plugins cost start-up time and add nothing to an audit
         "-p",
         "no:testinfra",
-        f"--results-json={results}",
+        f"--results-json={out / 'results.json'}",
         f"--junit={out / 'junit.xml'}",
         f"--prometheus={out / 'results.prom'}",
         f"--html={out / 'report.html'}",
         "--self-contained-html",
+        *(["-v"] * verbose if verbose else ["-q", "--no-header", "-rN", "--tb=no", "-p", "no:warnings"]),
+    ]
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import pytest
+
+    out = Path(args.output) if args.output else _default_output()
+    out.mkdir(parents=True, exist_ok=True)
+    pargs = [
+        str(suites_dir()),
+        "--rootdir",
+        str(suites_dir().parent),
+        *_pytest_args(out, args.verbose),
         f"--parallel={args.parallel}",
         f"--collect-timeout={args.timeout}",
     ]
-    if args.inventory:
-        pargs.append(f"--inventory={args.inventory}")
-    if args.profile:
-        pargs.append(f"--profile={args.profile}")
-    if args.snapshot:
-        pargs.append(f"--snapshot={args.snapshot}")
-    if args.host_root:
-        pargs.append(f"--host-root={args.host_root}")
-    if args.waivers:
-        pargs.append(f"--waivers={args.waivers}")
+    for flag, value in (
+        ("inventory", args.inventory),
+        ("profile", args.profile),
+        ("snapshot", args.snapshot),
+        ("host-root", args.host_root),
+        ("waivers", args.waivers),
+        ("baseline", args.baseline),
+    ):
+        if value:
+            pargs.append(f"--{flag}={value}")
+    pargs += args.pytest_args
+    return _finish(int(pytest.main(pargs)), out, args.pushgateway)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    import pytest
+
+    for f in args.results:
+        load_results(f)  # a clear usage error before pytest starts
+    out = Path(args.output) if args.output else _default_output()
+    out.mkdir(parents=True, exist_ok=True)
+    pargs = ["--rootdir", str(out), "-c", "/dev/null", *_pytest_args(out, args.verbose)]
+    pargs += [f"--replay={f}" for f in args.results]
     if args.baseline:
         pargs.append(f"--baseline={args.baseline}")
-    pargs += ["-v"] * args.verbose if args.verbose else ["-q", "--no-header", "-rN", "--tb=no", "-p", "no:warnings"]
-    pargs += args.pytest_args
-    rc = pytest.main(pargs)
+    return _finish(int(pytest.main(pargs)), out, args.pushgateway)
+
+
+def _finish(rc: int, out: Path, pushgateway: str | None) -> int:
+    """Print the verdicts, the diff and where the reports are; map to the exit codes."""
+    import pytest
+
+    results = out / "results.json"
     if rc == pytest.ExitCode.USAGE_ERROR:
         return EXIT_USAGE
     if not results.is_file():
-        print(f"error: pytest ended with exit code {int(rc)} and wrote no results", file=sys.stderr)
+        print(f"error: pytest ended with exit code {rc} and wrote no results", file=sys.stderr)
         return EXIT_INTERRUPTED if rc == pytest.ExitCode.INTERRUPTED else EXIT_USAGE
     doc = json.loads(results.read_text(encoding="utf-8"))
     print()
@@ -280,10 +317,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"\nreport:     {out / 'report.html'}\nresults:    {out / 'results.json'}\njunit:      {out / 'junit.xml'}"
         f"\nprometheus: {out / 'results.prom'}"
     )
-    if args.pushgateway:
+    if pushgateway:
         try:
-            push_to_gateway(args.pushgateway, (out / "results.prom").read_text(encoding="utf-8"))
-            print(f"pushed to {args.pushgateway}")
+            push_to_gateway(pushgateway, (out / "results.prom").read_text(encoding="utf-8"))
+            print(f"pushed to {pushgateway}")
         except OSError as e:
             print(f"error: {e}", file=sys.stderr)
     if rc == pytest.ExitCode.INTERRUPTED or not doc.get("complete", True):
@@ -304,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
             "run": cmd_run,
             "collect": cmd_collect,
             "checks": cmd_checks,
+            "report": cmd_report,
             "profiles": cmd_profiles,
             "diff": cmd_diff,
             "waivers": cmd_waivers,

@@ -13,6 +13,7 @@ from conformance import fixtures
 from conformance.checks import Evidence, spec_of
 from conformance.errors import ConformanceError, UsageError
 from conformance.outputs import diff, junit_xml, load_results, prometheus_text
+from conformance.replay import ReplayItem, make_items
 from conformance.session import RUN_KEY, Run
 
 MESSAGE_LIMIT = 2000
@@ -56,6 +57,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="conformance_baseline",
         metavar="RESULTS_JSON",
         help="a previous run's results.json: show new failures, fixed, still failing, new and vanished nodes",
+    )
+    g.addoption(
+        "--replay",
+        dest="conformance_replay",
+        action="append",
+        metavar="RESULTS_JSON",
+        help="render reports from results.json files instead of running checks (repeat to merge runs)",
     )
     g.addoption(
         "--waivers",
@@ -102,6 +110,18 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(html_report, "conformance-html")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection(session: pytest.Session) -> bool | None:
+    run: Run | None = session.config.stash.get(RUN_KEY, None)
+    if run is None or run.replay is None:
+        return None
+    session.items = make_items(session, run.replay)
+    session.testscollected = len(session.items)
+    session.config.hook.pytest_collection_modifyitems(session=session, config=session.config, items=session.items)
+    session.config.hook.pytest_collection_finish(session=session)
+    return True
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "node" not in metafunc.fixturenames or spec_of(metafunc.function) is None:
         return
@@ -133,6 +153,8 @@ def _message(excinfo: pytest.ExceptionInfo[BaseException] | None) -> str:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report: pytest.TestReport = yield
+    if isinstance(item, ReplayItem):
+        return _replayed_report(item, report)
     spec = spec_of(getattr(item, "obj", None))
     if spec is None or not hasattr(item, "callspec"):
         return report
@@ -185,6 +207,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     item.user_properties.extend(props)  # junitxml writes the item's properties with the teardown report
     report.user_properties.extend(props)
     report.conformance_result = result  # type: ignore[attr-defined]
+    return report
+
+
+def _replayed_report(item: ReplayItem, report: pytest.TestReport) -> pytest.TestReport:
+    r = item.result
+    decided = (report.when == "setup" and r["outcome"] == "error") or (report.when == "call" and r["outcome"] != "error")
+    if not decided:
+        return report
+    r["test"] = item.nodeid
+    if not report.passed:
+        report.longrepr = f"{r['outcome'].upper()} [{r['check']}] {r['node']}: {r['message']}"
+    props = [("check", r["check"]), ("node", r["node"]), ("severity", r["severity"]), ("outcome", r["outcome"])]
+    item.user_properties.extend(props)
+    report.user_properties.extend(props)
+    report.conformance_result = r  # type: ignore[attr-defined]
+    item.config.stash[RUN_KEY].results.append(r)
     return report
 
 

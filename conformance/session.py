@@ -45,6 +45,8 @@ class Run:
         self.results: list[dict[str, Any]] = []
         self.interrupted = False
         self.diff: dict[str, Any] | None = None
+        self.replay: dict[str, Any] | None = None
+        self.replayed_nodes: dict[str, dict[str, Any]] = {}
         self._facts: dict[str, NodeFacts] | None = None
         self._lock = threading.Lock()
         self._latency: dict[tuple[str, str], LatencyResult] = {}
@@ -70,6 +72,8 @@ class Run:
     @classmethod
     def from_options(cls, config: pytest.Config) -> Run:
         opt = config.option
+        if getattr(opt, "conformance_replay", None):
+            return cls.from_results(opt.conformance_replay)
         snapshot = getattr(opt, "conformance_snapshot", None)
         if snapshot and not getattr(opt, "conformance_inventory", None):
             bundles = load_snapshots(snapshot)
@@ -117,6 +121,21 @@ class Run:
             "unused": [w.to_json(self.today) for w in self.waivers if w.index not in self._waivers_matched],
         }
 
+    @classmethod
+    def from_results(cls, paths: list[str]) -> Run:
+        from conformance.replay import inventory_of, merge_documents, register_checks
+
+        doc = merge_documents(paths)
+        register_checks(doc["checks"])
+        run = cls(inventory_of(doc))
+        run.replay = doc
+        run.started_at = doc["started_at"]
+        run.replayed_nodes = {n["name"]: n for n in doc["nodes"]}
+        for n in doc["nodes"]:
+            run.profile_names[n["name"]] = n.get("profile", "default")
+            run.profile_reasons[n["name"]] = n.get("profile_reason", "")
+        return run
+
     @property
     def node_names(self) -> list[str]:
         return [n.name for n in self.inventory.nodes]
@@ -161,7 +180,8 @@ class Run:
             counts[r["outcome"]] += 1
         blocking = [r["check"] for r in rows if r["outcome"] in ("failed", "error") and r["severity"] in BLOCKING]
         bundle = self._facts[node].bundle if self._facts and node in self._facts else None
-        if bundle is not None and bundle.error is not None:
+        replayed = (self.replayed_nodes.get(node) or {}).get("collection")
+        if (bundle is not None and bundle.error is not None) or (replayed and replayed.get("error")):
             verdict = "unreachable"
         elif not rows:
             verdict = "incomplete"
@@ -190,6 +210,8 @@ class Run:
                 "notes": bundle.notes,
                 "source": "snapshot" if self.snapshot_dir else "live",
             }
+        elif replayed is not None:
+            out["collection"] = replayed
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -203,7 +225,7 @@ class Run:
             "inventory": self.inventory.path,
             "nodes": [self.node_summary(n) for n in self.node_names],
             "checks": {cid: REGISTRY[cid].to_json() for cid in used if cid in REGISTRY},
-            "waivers": self.waivers_json(),
+            "waivers": self.waivers_json() if self.replay is None else self.replay.get("waivers"),
             "diff": self.diff,
             "results": self.results,
         }
