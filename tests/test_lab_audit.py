@@ -51,7 +51,7 @@ def test_verdicts_exit_code_and_printed_lines(audit):
     assert p.returncode == 1, p.stderr
     assert "good" in p.stdout and "ACCEPTED" in p.stdout
     assert "UNREACHABLE" in p.stdout
-    assert f"report:  {out / 'report.html'}" in p.stdout
+    assert f"report:     {out.resolve() / 'report.html'}" in p.stdout
 
 
 def test_one_remote_execution_per_node(audit):
