@@ -76,6 +76,27 @@ document.addEventListener("click", function (ev) {
 </script>"""
 
 
+_CONFIG: list[pytest.Config] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _CONFIG[:] = [config]
+
+
+def _passed_rows(report: pytest.TestReport) -> bool:
+    if not _CONFIG:
+        return True
+    mode = _CONFIG[0].getoption("conformance_html_passed")
+    if mode != "auto":
+        return mode == "rows"
+    session_items = getattr(_CONFIG[0], "_gnc_items", None)
+    return session_items is None or session_items <= PASSED_ROWS_LIMIT
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    session.config._gnc_items = len(session.items)  # type: ignore[attr-defined]
+
+
 def e(value: Any) -> str:
     return escape(str(value), quote=True)
 
@@ -230,8 +251,15 @@ def pytest_html_results_table_header(cells: list[str]) -> None:
     cells.insert(3, "<th>Severity</th>")
 
 
+PASSED_ROWS_LIMIT = 2000
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_html_results_table_row(report: pytest.TestReport, cells: list[str]) -> None:
     r = getattr(report, "conformance_result", None) or {}
+    if r.get("outcome") == "passed" and not _passed_rows(report):
+        cells.clear()  # pytest-html drops a row without cells; the matrix still shows the result
+        return
     cells.insert(1, f"<td>{e(r.get('node', ''))}</td>")
     cells.insert(2, f"<td>{e(r.get('check', ''))}</td>")
     cells.insert(3, f"<td>{e(r.get('severity', ''))}</td>")

@@ -66,6 +66,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="render reports from results.json files instead of running checks (repeat to merge runs)",
     )
     g.addoption(
+        "--html-passed",
+        dest="conformance_html_passed",
+        choices=("auto", "rows", "matrix"),
+        default="auto",
+        help="passed results in the HTML: as table rows, in the matrix only, or auto (rows up to 2000 results)",
+    )
+    g.addoption(
         "--waivers",
         dest="conformance_waivers",
         metavar="FILE",
@@ -108,6 +115,21 @@ def pytest_configure(config: pytest.Config) -> None:
         from conformance import html_report
 
         config.pluginmanager.register(html_report, "conformance-html")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # A check's failure is its message: skip pytest's traceback formatting (slow at fleet scale),
+    # but keep the traceback of a defect (any other exception) for whoever fixes it.
+    for item in items:
+        if spec_of(getattr(item, "obj", None)) is not None:
+            original = item.repr_failure
+
+            def short(excinfo: pytest.ExceptionInfo[BaseException], style: Any = None, _orig: Any = original) -> Any:
+                if isinstance(excinfo.value, AssertionError | ConformanceError):
+                    return _message(excinfo)
+                return _orig(excinfo, style) if style is not None else _orig(excinfo)
+
+            item.repr_failure = short  # type: ignore[method-assign]
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -6,6 +6,7 @@ Several files merge by node: for a node present in more than one, the run that f
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -71,13 +72,23 @@ class ReplayItem(pytest.Item):
         if outcome == "waived":
             pytest.xfail(f"waived: {(self.result.get('waiver') or {}).get('justification', '')}")
 
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        # the recorded message is the whole story; no traceback to format (that costs ~0.2 s each)
+        r = self.result
+        return f"{r['outcome'].upper()} [{r['check']}] {r['node']}: {r['message']}"
+
     def reportinfo(self) -> tuple[str, int, str]:
         return "replay", 0, f"{self.result['node']}::{self.result['check']}"
+
+
+def _safe(text: Any) -> str:
+    # pytest-html writes test ids into the page unescaped; a results.json is data, so keep ids plain
+    return re.sub(r"[^A-Za-z0-9._:=/-]", "_", str(text))
 
 
 def make_items(session: pytest.Session, doc: dict[str, Any]) -> list[ReplayItem]:
     items = []
     for r in doc["results"]:
-        sub = "".join(f"[{k}={v}]" for k, v in sorted((r.get("subject") or {}).items()))
-        items.append(ReplayItem.from_parent(session, name=f"{r['node']}::{r['check']}{sub}", result=r))
+        sub = "".join(f"[{_safe(k)}={_safe(v)}]" for k, v in sorted((r.get("subject") or {}).items()))
+        items.append(ReplayItem.from_parent(session, name=f"{_safe(r['node'])}::{_safe(r['check'])}{sub}", result=r))
     return items
