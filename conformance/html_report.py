@@ -14,14 +14,6 @@ from conformance.checks import REGISTRY
 from conformance.session import RUN_KEY, Run
 from conformance.svg import histogram
 
-COLOURS = {
-    "passed": "#2e7d32",
-    "failed": "#c62828",
-    "error": "#ef6c00",
-    "skipped": "#9e9e9e",
-    "waived": "#6a1b9a",
-    None: "#eeeeee",
-}
 SYMBOLS = {"passed": "✓", "failed": "✗", "error": "!", "skipped": "–", "waived": "w", None: ""}
 VERDICT_COLOURS = {"accepted": "#2e7d32", "rejected": "#c62828", "unreachable": "#ef6c00", "incomplete": "#9e9e9e"}
 _STYLE = """<style>
@@ -32,16 +24,28 @@ _STYLE = """<style>
 .gnc .m th.r{writing-mode:vertical-rl;transform:rotate(180deg);font-weight:normal;white-space:nowrap;max-height:190px}
 .gnc .fam{text-align:center;background:#f5f5f5}
 .gnc pre{white-space:pre-wrap;margin:2px 0}
-.gnc .m td.c[data-test]{cursor:pointer}
+.gnc .m td.c{cursor:pointer}
+.gnc .o-passed{background:#2e7d32}
+.gnc .o-failed{background:#c62828}
+.gnc .o-error{background:#ef6c00}
+.gnc .o-skipped{background:#9e9e9e}
+.gnc .o-waived{background:#6a1b9a}
+.gnc .o-none{background:#eeeeee}
 tbody.gnc-target td{outline:2px solid #1565c0}
 </style>
 <script>
 // A click on a matrix cell shows its result row: re-enable the outcome filter that hides it,
 // expand it and scroll to it. Rows are tbody elements whose id is the pytest node id.
 document.addEventListener("click", function (ev) {
-  var cell = ev.target.closest && ev.target.closest("td.c[data-test]");
+  var cell = ev.target.closest && ev.target.closest(".gnc table.m td.c");
   if (!cell) return;
   var test = cell.getAttribute("data-test");
+  if (!test) {
+    var head = cell.closest("table").querySelector("tr.ids").children[cell.cellIndex];
+    var tpl = head && head.getAttribute("data-tpl");
+    if (!tpl) return;
+    test = tpl.replace("{node}", cell.parentNode.getAttribute("data-node"));
+  }
   function find() {
     var rows = document.querySelectorAll("tbody.results-table-row");
     for (var i = 0; i < rows.length; i++) {
@@ -188,24 +192,40 @@ def matrix(run: Run) -> str:
         else:
             fams.append((fam, 1))
     head1 = "".join(f"<th class='fam' colspan='{n}'>{e(f)}</th>" for f, n in fams)
-    head2 = "".join(f"<th class='r' title='{e(REGISTRY[c].title if c in REGISTRY else c)}'>{e(c)}</th>" for c in ids)
+    # A cell's result row is found from its test id. Where a column's ids differ only by node name,
+    # the column carries the pattern once (data-tpl) instead of every cell: this keeps a 1000-node
+    # matrix small.
+    templates: dict[str, str] = {}
+    for c in ids:
+        pats = {(r.get("test") or "").replace(node, "{node}", 1) for (node, cc), r in cells.items() if cc == c}
+        if len(pats) == 1:
+            templates[c] = next(iter(pats))
+    head2 = "".join(
+        f"<th class='r' title='{e(REGISTRY[c].title if c in REGISTRY else c)}'"
+        + (f" data-tpl='{e(templates[c])}'" if c in templates else "")
+        + f">{e(c)}</th>"
+        for c in ids
+    )
     body = []
     for node in run.node_names:
         tds = []
         for c in ids:
             r = cells.get((node, c))
             o = r["outcome"] if r else None
-            tip = f"{node} {c}: {o or 'not run'}" + (f" - {r['message']}" if r and r["message"] else "")
-            test = f" data-test='{e(r.get('test', ''))}'" if r else ""
-            tds.append(f"<td class='c' style='background:{COLOURS[o]}' title='{e(tip[:400])}'{test}>{SYMBOLS[o]}</td>")
-        body.append(f"<tr><td>{e(node)}</td>{''.join(tds)}</tr>")
+            attrs = f" class='c o-{o or 'none'}'"
+            if o != "passed":
+                tip = f"{node} {c}: {o or 'not run'}" + (f" - {r['message']}" if r and r["message"] else "")
+                attrs += f" title='{e(tip[:300])}'"
+            if r and c not in templates:
+                attrs += f" data-test='{e(r.get('test', ''))}'"
+            tds.append(f"<td{attrs}>{SYMBOLS[o]}</td>")
+        body.append(f"<tr data-node='{e(node)}'><td>{e(node)}</td>{''.join(tds)}</tr>")
     legend = " ".join(
-        f"<span class='verdict' style='background:{COLOURS[o]}'>{SYMBOLS[o]} {o}</span>"
-        for o in ("passed", "failed", "error", "skipped", "waived")
+        f"<span class='verdict o-{o}'>{SYMBOLS[o]} {o}</span>" for o in ("passed", "failed", "error", "skipped", "waived")
     )
     return (
         f"<h2>Node x check matrix</h2><p>{legend} (hover a cell for its message, click it for its row)</p>"
-        f"<table class='m'><tr><th></th>{head1}</tr><tr><th>node</th>{head2}</tr>{''.join(body)}</table>"
+        f"<table class='m'><tr><th></th>{head1}</tr><tr class='ids'><th>node</th>{head2}</tr>{''.join(body)}</table>"
     )
 
 

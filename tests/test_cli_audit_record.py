@@ -127,3 +127,8 @@ def test_profile_selection_by_rule_label_and_node(tmp_path):
 def test_profiles_show(name):
     p = conformance("profiles", "show", name)
     assert p.returncode == 0 and "kubelet:" in p.stdout and "cpu_manager_policy: static" in p.stdout
+
+
+def test_shipped_waivers_example_lints_clean():
+    p = conformance("waivers", "lint", "inventory/waivers.example.yaml")
+    assert p.returncode == 0, p.stdout

@@ -99,6 +99,14 @@ def test_renders_without_console_errors_and_shows_verdicts_and_matrix(driver, re
     assert "matching nothing: 1" in driver.find_element(By.CSS_SELECTOR, ".gnc").text
 
 
+def matrix_cell(driver, node: str, check: str):
+    from selenium.webdriver.common.by import By
+
+    heads = [th.text for th in driver.find_elements(By.CSS_SELECTOR, ".gnc table.m tr.ids th")]
+    row = driver.find_element(By.CSS_SELECTOR, f".gnc table.m tr[data-node='{node}']")
+    return row.find_elements(By.CSS_SELECTOR, "td")[heads.index(check)]
+
+
 def test_click_on_a_matrix_cell_reveals_its_row(driver, report):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
@@ -108,14 +116,13 @@ def test_click_on_a_matrix_cell_reveals_its_row(driver, report):
     passed = next(r for r in doc["results"] if r["outcome"] == "passed")
     # pytest-html collapses passed rows; hide them too through the outcome filter, then click
     driver.find_element(By.CSS_SELECTOR, "input.filter[data-test-result='passed']").click()
-    cell = driver.find_element(By.CSS_SELECTOR, f"td.c[data-test='{passed['test']}']")
-    cell.click()
+    matrix_cell(driver, passed["node"], passed["check"]).click()
     row = WebDriverWait(driver, 5).until(lambda d: d.find_element(By.CSS_SELECTOR, "tbody.gnc-target"))
     assert row.get_attribute("id") in (passed["test"], passed["test"] + "::setup")
     assert row.is_displayed()
     assert "hidden" not in row.find_element(By.CSS_SELECTOR, "tr.extras-row").get_attribute("class")
     waived = next(r for r in doc["results"] if r["outcome"] == "waived")
-    driver.find_element(By.CSS_SELECTOR, f"td.c[data-test='{waived['test']}']").click()
+    matrix_cell(driver, waived["node"], waived["check"]).click()
     row = WebDriverWait(driver, 5).until(
         lambda d: next(r for r in d.find_elements(By.CSS_SELECTOR, "tbody.gnc-target") if waived["test"] in r.get_attribute("id"))
     )
