@@ -70,7 +70,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="conformance_html_passed",
         choices=("auto", "rows", "matrix"),
         default="auto",
-        help="passed results in the HTML: as table rows, in the matrix only, or auto (rows up to 2000 results)",
+        help="passed and skipped results in the HTML: as table rows, in the matrix only, or auto (rows up to 2000 results)",
     )
     g.addoption(
         "--waivers",
