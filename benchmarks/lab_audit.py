@@ -52,7 +52,7 @@ def main() -> int:
                 doc = json.loads((out / "results.json").read_text())
         finally:
             lab.stop()
-    print(f"lab setup (5 nodes, real sshd in namespaces): {setup:.2f} s")
+    print(f"lab setup ({len(specs())} nodes, real sshd in namespaces): {setup:.2f} s")
     print(
         f"conformance run wall time over {args.repeat} runs: median {statistics.median(walls):.2f} s "
         f"(min {min(walls):.2f}, max {max(walls):.2f}), including Python start-up and report writing"
