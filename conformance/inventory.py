@@ -16,6 +16,7 @@ import yaml
 
 from conformance.errors import UsageError
 from conformance.latency import Endpoint, parse_endpoints
+from conformance.validation import unknown_fields
 
 NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$")
 SSH_KEYS = {
@@ -118,9 +119,9 @@ def _check_ssh(block: Any, where: str, errors: list[str]) -> dict[str, Any]:
     if not isinstance(block, dict):
         errors.append(f"{where}: must be a mapping of SSH settings")
         return {}
+    unknown_fields(block, SSH_KEYS, where, errors)
     for k, v in block.items():
         if k not in SSH_KEYS:
-            errors.append(f"{where}.{k}: unknown field (allowed: {', '.join(sorted(SSH_KEYS))})")
             continue
         t = SSH_KEYS[k]
         if (isinstance(v, bool) and t is not bool) or not isinstance(v, t):
@@ -148,9 +149,7 @@ def parse_inventory(doc: Any, path: str) -> Inventory:
     if not isinstance(defaults, dict):
         errors.append("defaults: must be a mapping")
         defaults = {}
-    for k in defaults:
-        if k not in DEFAULT_KEYS:
-            errors.append(f"defaults.{k}: unknown field (allowed: {', '.join(sorted(DEFAULT_KEYS))})")
+    unknown_fields(defaults, DEFAULT_KEYS, "defaults", errors)
     d_ssh = _check_ssh(defaults.get("ssh", {}), "defaults.ssh", errors)
     d_labels = _check_labels(defaults.get("labels", {}), "defaults.labels", errors)
     d_profile = defaults.get("profile")
@@ -177,9 +176,7 @@ def parse_inventory(doc: Any, path: str) -> Inventory:
             if name in seen:
                 errors.append(f"{where}.name: duplicate node name")
             seen.add(name)
-        for k in entry:
-            if k not in NODE_KEYS:
-                errors.append(f"{where}.{k}: unknown field (allowed: {', '.join(sorted(NODE_KEYS))})")
+        unknown_fields(entry, NODE_KEYS, where, errors)
         transport = entry.get("transport", d_transport)
         if transport not in ("ssh", "local"):
             errors.append(f"{where}.transport: {transport!r} is not one of ssh, local")
@@ -230,9 +227,7 @@ def _parse_rules(raw: Any, errors: list[str]) -> list[ProfileRule]:
         if not isinstance(r, dict):
             errors.append(f"{where}: must be a mapping")
             continue
-        for k in r:
-            if k not in RULE_KEYS:
-                errors.append(f"{where}.{k}: unknown field (allowed: {', '.join(sorted(RULE_KEYS))})")
+        unknown_fields(r, RULE_KEYS, where, errors)
         if not isinstance(r.get("profile"), str):
             errors.append(f"{where}.profile: required, a profile name or file path")
         if r.get("nodes") is not None and not isinstance(r.get("nodes"), str):

@@ -22,6 +22,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import urllib3
 
+from conformance.validation import unknown_fields
+
 ENDPOINT_KEYS = {
     "name",
     "url",
@@ -140,9 +142,7 @@ def parse_endpoints(raw: Any, where: str, errors: list[str]) -> list[Endpoint]:
         if not isinstance(e, dict):
             errors.append(f"{w}: must be a mapping with name and url")
             continue
-        for k in e:
-            if k not in ENDPOINT_KEYS:
-                errors.append(f"{w}.{k}: unknown field (allowed: {', '.join(sorted(ENDPOINT_KEYS))})")
+        unknown_fields(e, ENDPOINT_KEYS, w, errors)
         name, url = e.get("name"), e.get("url")
         if not isinstance(name, str) or not name or not all(c.isalnum() or c in "._-" for c in name):
             errors.append(f"{w}.name: {name!r} is not a valid endpoint name (letters, digits, '.', '-', '_')")
@@ -194,10 +194,11 @@ def parse_endpoints(raw: Any, where: str, errors: list[str]) -> list[Endpoint]:
         if not isinstance(tls, dict):
             errors.append(f"{w}.tls: must be a mapping")
             tls = {}
+        unknown_fields(tls, TLS_KEYS, f"{w}.tls", errors)
         for k, v in tls.items():
             if k not in TLS_KEYS:
-                errors.append(f"{w}.tls.{k}: unknown field (allowed: {', '.join(sorted(TLS_KEYS))})")
-            elif k == "verify" and not isinstance(v, bool):
+                continue
+            if k == "verify" and not isinstance(v, bool):
                 errors.append(f"{w}.tls.verify: must be true or false")
             elif k != "verify" and not isinstance(v, str):
                 errors.append(f"{w}.tls.{k}: must be a file path")

@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from conformance.errors import UsageError
+from conformance.validation import unknown_fields
 
 KEYS = {"check", "nodes", "selector", "justification", "owner", "ticket", "expires"}
 
@@ -88,9 +89,7 @@ def parse_waivers(doc: Any, source: str) -> tuple[list[Waiver], list[str]]:
         if not isinstance(w, dict):
             problems.append(f"{where}: must be a mapping")
             continue
-        for k in w:
-            if k not in KEYS:
-                problems.append(f"{where}.{k}: unknown field (allowed: {', '.join(sorted(KEYS))})")
+        unknown_fields(w, KEYS, where, problems)
         check = w.get("check")
         if not isinstance(check, str) or not check:
             problems.append(f"{where}.check: required, a check id or glob")
