@@ -42,6 +42,13 @@ def _add_collection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host-root", metavar="DIR", default="", help="with no inventory: read this machine below DIR")
     p.add_argument("--parallel", type=int, default=16, metavar="N", help="nodes collected at once (default 16)")
     p.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS", help="per-node collection timeout")
+    p.add_argument(
+        "--retries",
+        type=int,
+        default=2,
+        metavar="N",
+        help="retries of a transient connection failure, with backoff (default 2; never auth or host keys)",
+    )
     p.add_argument("-v", "--verbose", action="count", default=0, help="more detail (progress, each check)")
 
 
@@ -213,7 +220,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
     from conformance.session import write_snapshots
 
     inv = _inventory(args)
-    bundles = collect_all(inv.nodes, args.parallel, args.timeout, stderr_progress(args.verbose > 0))
+    bundles = collect_all(inv.nodes, args.parallel, args.timeout, stderr_progress(args.verbose > 0), args.retries)
     files = write_snapshots(bundles, args.output)
     bad = 0
     for b, f in zip(bundles.values(), files, strict=True):
@@ -254,6 +261,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         *_pytest_args(out, args.verbose),
         f"--parallel={args.parallel}",
         f"--collect-timeout={args.timeout}",
+        f"--retries={args.retries}",
     ]
     for flag, value in (
         ("inventory", args.inventory),

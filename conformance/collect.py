@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -42,8 +43,34 @@ def transport_for(node: NodeSpec) -> LocalTransport | SshTransport:
     )
 
 
-def collect_node(node: NodeSpec, timeout: float = 120.0, max_bytes: int = MAX_BYTES) -> Bundle:
-    """Run the collector on one node. Never raises: failures become a bundle with `error` set."""
+RETRYABLE = ("unreachable",)  # refused, reset, no banner: worth another try; auth and host keys are not
+
+
+def collect_node(
+    node: NodeSpec, timeout: float = 120.0, max_bytes: int = MAX_BYTES, retries: int = 2, backoff: float = 0.5
+) -> Bundle:
+    """Run the collector on one node, retrying transient connection failures with exponential
+    backoff (0.5 s, 1 s, ...). Never raises: failures become a bundle with `error` set."""
+    started = time.monotonic()
+    earlier: list[str] = []
+    executions = 0
+    for attempt in range(retries + 1):
+        bundle = _attempt(node, timeout, max_bytes)
+        executions += bundle.executions
+        if bundle.error is None or bundle.error_kind not in RETRYABLE or attempt == retries:
+            break
+        earlier.append(f"attempt {attempt + 1} failed: {bundle.error}")
+        time.sleep(backoff * (2**attempt) * (0.8 + 0.4 * random.random()))
+    bundle.executions = executions
+    bundle.duration_s = round(time.monotonic() - started, 3)
+    if earlier and bundle.error is None:
+        bundle.notes = [*earlier, *bundle.notes]
+    elif earlier:
+        bundle.error = f"{bundle.error} (after {len(earlier) + 1} attempts)"
+    return bundle
+
+
+def _attempt(node: NodeSpec, timeout: float, max_bytes: int) -> Bundle:
     started = time.monotonic()
     when = datetime.now(UTC).isoformat(timespec="seconds")
     try:
@@ -98,13 +125,14 @@ def collect_all(
     parallel: int = 16,
     timeout: float = 120.0,
     progress: Callable[[int, int, Bundle], None] | None = None,
+    retries: int = 2,
 ) -> dict[str, Bundle]:
     """Collect every node with at most `parallel` at once. Returns bundles by node name."""
     nodes = list(nodes)
     out: dict[str, Bundle] = {}
     pool = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(nodes) or 1)), thread_name_prefix="collect")
     try:
-        futures = {pool.submit(collect_node, n, timeout): n for n in nodes}
+        futures = {pool.submit(collect_node, n, timeout, MAX_BYTES, retries): n for n in nodes}
         for done, fut in enumerate(as_completed(futures), 1):
             bundle = fut.result()
             out[bundle.node] = bundle

@@ -59,6 +59,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="a previous run's results.json: show new failures, fixed, still failing, new and vanished nodes",
     )
     g.addoption(
+        "--retries",
+        dest="conformance_retries",
+        type=int,
+        default=2,
+        metavar="N",
+        help="retries of a transient connection failure, with exponential backoff (default 2)",
+    )
+    g.addoption(
         "--replay",
         dest="conformance_replay",
         action="append",

@@ -41,6 +41,7 @@ class Run:
         self.parallel = parallel
         self.timeout = timeout
         self.verbose = verbose
+        self.retries = 2
         self.started_at = datetime.now(UTC).isoformat(timespec="seconds")
         self.results: list[dict[str, Any]] = []
         self.interrupted = False
@@ -90,6 +91,7 @@ class Run:
             timeout=getattr(opt, "conformance_timeout", 120.0),
             verbose=config.option.verbose > 0,
         )
+        run.retries = getattr(opt, "conformance_retries", 2)
         if getattr(opt, "conformance_waivers", None):
             run.load_waivers(opt.conformance_waivers)
         return run
@@ -168,7 +170,9 @@ class Run:
                             raise UsageError(f"{self.snapshot_dir}: no snapshot for node {n.name}")
                         bundles[n.name] = self._snapshots[n.name]
                 else:
-                    bundles = collect_all(self.inventory.nodes, self.parallel, self.timeout, stderr_progress(self.verbose))
+                    bundles = collect_all(
+                        self.inventory.nodes, self.parallel, self.timeout, stderr_progress(self.verbose), self.retries
+                    )
                 self._facts = {name: NodeFacts(b) for name, b in bundles.items()}
             return self._facts
 

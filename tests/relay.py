@@ -11,9 +11,11 @@ class ResettingRelay:
     """Forwards 127.0.0.1:<port> to `target`; once `limit` bytes have come back from the server,
     it cuts both connections, as a network fault in the middle of a collection."""
 
-    def __init__(self, target: tuple[str, int], limit: int) -> None:
+    def __init__(self, target: tuple[str, int], limit: int, faulty: int | None = None) -> None:
         self.target = target
         self.limit = limit
+        self.faulty = faulty  # cut only the first N connections (None: all)
+        self.connections = 0
         self.server = socket.socket()
         self.server.bind(("127.0.0.1", 0))
         self.server.listen(8)
@@ -30,8 +32,10 @@ class ResettingRelay:
             except OSError:
                 continue
             upstream = socket.create_connection(self.target, timeout=5)
+            self.connections += 1
+            limit = self.limit if self.faulty is None or self.connections <= self.faulty else None
             threading.Thread(target=self._pipe, args=(client, upstream, None), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(upstream, client, self.limit), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, limit), daemon=True).start()
 
     def _pipe(self, src: socket.socket, dst: socket.socket, limit: int | None) -> None:
         sent = 0

@@ -61,3 +61,26 @@ def test_sigint_writes_reports_and_exits_2(tmp_path):
     doc = json.loads((out / "results.json").read_text())
     assert doc["complete"] is False
     assert {n["name"]: n["verdict"] for n in doc["nodes"]} == {"hanging": "incomplete", "here": "incomplete"}
+
+
+def test_silent_node_ends_within_its_timeouts_and_the_run_goes_on(tmp_path):
+    """A node that accepts TCP but never speaks SSH: connect timeout 1 s, 2 retries with backoff."""
+    from conformance.collect import collect_node
+    from conformance.inventory import NodeSpec
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    try:
+        spec = NodeSpec(
+            name="silent",
+            address="127.0.0.1",
+            ssh={"port": server.getsockname()[1], "known_hosts": "/dev/null", "connect_timeout": 1},
+        )
+        t = time.monotonic()
+        b = collect_node(spec, retries=2, backoff=0.1)
+        took = time.monotonic() - t
+    finally:
+        server.close()
+    assert b.error_kind == "unreachable" and "after 3 attempts" in b.error
+    assert 3 <= took < 8  # three 1 s banner timeouts plus short backoffs, no more

@@ -199,3 +199,31 @@ def test_connection_reset_mid_collection_then_the_run_goes_on(lab, tmp_path):
     ), flaky[0]["message"]
     for name in ("report.html", "junit.xml", "results.json"):
         assert (tmp_path / "out" / name).is_file()
+
+
+def test_transient_failure_is_retried_with_backoff(lab, tmp_path):
+    good = next(n for n in lab.nodes if n.spec.name == "good")
+    relay = ResettingRelay((good.address, 22), limit=6000, faulty=1)
+    try:
+        kh = tmp_path / "known_hosts"
+        key = next(line for line in lab.known_hosts.read_text().splitlines() if line.startswith(good.address + " "))
+        kh.write_text(f"[127.0.0.1]:{relay.port} {key.split(' ', 1)[1]}\n")
+        spec = NodeSpec(
+            name="flaky",
+            address="127.0.0.1",
+            ssh={"port": relay.port, "user": "root", "identity_file": str(lab.client_key), "known_hosts": str(kh)},
+        )
+        b = collect_node(spec, retries=2, backoff=0.1)
+    finally:
+        relay.close()
+    assert b.error is None and b.complete
+    assert b.executions == 2 and relay.connections == 2
+    assert b.notes[0].startswith("attempt 1 failed: connection to 127.0.0.1") and "broke during collection" in b.notes[0]
+
+
+def test_auth_failures_are_not_retried(lab, tmp_path):
+    other = tmp_path / "id"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    t = time.monotonic()
+    b = collect_node(spec_for(lab, "good", identity_file=str(other)), retries=3, backoff=2)
+    assert b.error_kind == "auth" and "attempts" not in b.error and time.monotonic() - t < 2
