@@ -1,0 +1,172 @@
+"""Fleet benchmark: a lab of N simulated nodes (network namespaces, real sshd) behind 50 ms
+round-trip delay lines, audited by the real `conformance run`; and, on the same lab for N = 10, the
+naive approach a testinfra user would write (testinfra's paramiko backend, one connection per node
+reused, one command per fact, nodes one after another).
+
+    sudo python -m benchmarks.fleet [--sizes 10,50,100,200] [--parallel 64]
+
+Prints wall time, nodes per second, remote executions per node and peak memory per size, the naive
+time for 10 nodes and the ratio. Goals (issue 6): 100 nodes in at most 10 s on 2 cores, at most 2
+remote executions per node, at least 10 x faster than the naive approach.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.delayline import DelayLines, measure_round_trip
+from tests.lab.builder import Lab, NodeSpec, lab_available
+from tests.lab.nodes import GOOD_ARGS, GOOD_FILES, GOOD_SYSCTLS
+
+# What the collector reads on a conformant lab node, as a testinfra user would fetch it: one call each.
+NAIVE_FACTS = [
+    "cat /proc/sys/kernel/hostname",
+    "uname -r",
+    "stat -fc %T /sys/fs/cgroup",
+    "pgrep -x kubelet",
+    "pgrep -x containerd",
+    "cat /proc/$(pgrep -x kubelet)/cmdline",
+    "readlink /proc/$(pgrep -x kubelet)/cwd",
+    "cat /etc/kubernetes/kubelet-config.yaml",
+    "ls /etc/kubernetes/kubelet.conf.d/",
+    "cat /etc/kubernetes/kubelet.conf.d/10-topology.conf",
+    "cat /var/lib/kubelet/cpu_manager_state",
+    "cat /var/lib/kubelet/memory_manager_state",
+    "cat /etc/containerd/config.toml",
+    "ls /etc/containerd/conf.d/",
+    "cat /etc/containerd/conf.d/99-nvidia.toml",
+    "cat /etc/crio/crio.conf",
+    "ls /etc/crio/crio.conf.d/",
+    "test -d /sys/fs/cgroup/kubepods.slice",
+    "test -d /sys/fs/cgroup/kubepods",
+    "cat /proc/sys/net/ipv4/tcp_tw_reuse",
+    "cat /proc/sys/net/core/somaxconn",
+    "cat /proc/sys/net/ipv4/ip_local_port_range",
+    "cat /proc/sys/net/ipv4/ip_local_reserved_ports",
+    "cat /sys/devices/system/node/online",
+    "cat /sys/devices/system/cpu/online",
+    "cat /sys/devices/system/node/node0/cpulist",
+    "cat /sys/devices/system/node/node1/cpulist",
+    *[f"cat /sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list" for c in range(16)],
+    "ls /sys/block/",
+    "cat /sys/block/nvme0n1/queue/scheduler",
+]
+
+
+def build_lab(root: Path, n: int) -> Lab:
+    lab = Lab(root)
+    for i in range(n):
+        lab.add(
+            NodeSpec(
+                name=f"node-{i:03d}",
+                kubelet_args=GOOD_ARGS,
+                files=dict(GOOD_FILES),
+                sysctls=GOOD_SYSCTLS,
+                nvme={"nvme0n1": "[none] mq-deadline"},
+            )
+        )
+    lab.start()
+    return lab
+
+
+def relay_inventory(lab: Lab, lines: DelayLines, nodes: int, tmp: Path) -> Path:
+    kh = tmp / "known_hosts_relay"
+    keys = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in lab.known_hosts.read_text().splitlines()}
+    kh.write_text(
+        "".join(f"[127.0.0.1]:{port} {keys[node.address]}\n" for node, port in zip(lab.nodes, lines.ports, strict=True))
+    )
+    inv = tmp / f"inventory-{nodes}.yaml"
+    rows = [
+        f"  - {{name: {n.spec.name}, address: 127.0.0.1, ssh: {{port: {p}}}}}"
+        for n, p in zip(lab.nodes[:nodes], lines.ports[:nodes], strict=True)
+    ]
+    inv.write_text(
+        f"defaults:\n  ssh: {{user: root, identity_file: {lab.client_key}, known_hosts: {kh}}}\nnodes:\n" + "\n".join(rows) + "\n"
+    )
+    return inv
+
+
+def timed_run(inv: Path, out: Path, parallel: int) -> tuple[float, int, dict]:
+    t = time.monotonic()
+    p = subprocess.Popen(
+        [sys.executable, "-m", "conformance", "run", "--inventory", str(inv), "--output", str(out), f"--parallel={parallel}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    _, _, usage = os.wait4(p.pid, 0)
+    wall = time.monotonic() - t
+    return wall, usage.ru_maxrss, json.loads((out / "results.json").read_text())
+
+
+def naive(lab: Lab, lines: DelayLines, n: int) -> tuple[float, int]:
+    import warnings
+
+    import testinfra
+
+    warnings.filterwarnings("ignore", message="Unknown ssh-ed25519 host key")  # testinfra's WarningPolicy
+    t = time.monotonic()
+    calls = 0
+    for node, port in zip(lab.nodes[:n], lines.ports[:n], strict=True):
+        host = testinfra.get_host(f"paramiko://root@127.0.0.1:{port}", ssh_identity_file=str(lab.client_key))
+        for cmd in NAIVE_FACTS:
+            host.run(cmd)
+            calls += 1
+        del node
+    return time.monotonic() - t, calls // n
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="10,50,100,200")
+    ap.add_argument("--parallel", type=int, default=64)
+    ap.add_argument("--naive-nodes", type=int, default=10)
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    reason = lab_available()
+    if reason:
+        print(f"cannot build the lab: {reason}", file=sys.stderr)
+        return 4
+    rt = measure_round_trip(lambda t: DelayLines(t, 0.025), samples=10)
+    print(
+        f"delay line round trip (ping-pong over the relay): median {statistics.median(rt[1:]) * 1000:.1f} ms, "
+        f"first {rt[0] * 1000:.1f} ms (includes connection setup)"
+    )
+    with tempfile.TemporaryDirectory(prefix="gnc-fleet-") as tmp_s:
+        tmp = Path(tmp_s)
+        t = time.monotonic()
+        lab = build_lab(tmp / "lab", max(sizes))
+        print(f"lab of {max(sizes)} nodes (namespaces, sshd, kubelet process) built in {time.monotonic() - t:.1f} s")
+        lines = DelayLines([(n.address, 22) for n in lab.nodes], delay=0.025)
+        try:
+            print(f"{'nodes':>6} {'wall s':>8} {'nodes/s':>8} {'exec/node':>10} {'peak MB':>8}  verdicts")
+            ours: dict[int, float] = {}
+            for n in sizes:
+                inv = relay_inventory(lab, lines, n, tmp)
+                wall, rss_kb, doc = timed_run(inv, tmp / f"out-{n}", args.parallel)
+                ours[n] = wall
+                execs = statistics.mean(x["collection"]["remote_executions"] for x in doc["nodes"])
+                verdicts = {v: sum(x["verdict"] == v for x in doc["nodes"]) for v in ("accepted", "rejected", "unreachable")}
+                print(f"{n:>6} {wall:>8.1f} {n / wall:>8.1f} {execs:>10.1f} {rss_kb / 1024:>8.0f}  {verdicts}")
+            k = args.naive_nodes
+            naive_s, per_node = naive(lab, lines, k)
+            mine = ours.get(k) or timed_run(relay_inventory(lab, lines, k, tmp), tmp / "out-naive", args.parallel)[0]
+            print(
+                f"naive testinfra approach, {k} nodes one after another: {naive_s:.1f} s, {per_node} remote "
+                f"executions per node; conformance run on the same {k} nodes: {mine:.1f} s; ratio {naive_s / mine:.1f} x"
+            )
+        finally:
+            lines.close()
+            lab.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
