@@ -56,6 +56,8 @@ class Bundle:
             raise FactUnavailable(f"{label}: no such file on node {self.node}")
         if rec.status == "denied":
             raise FactUnavailable(f"{label}: permission denied reading it on node {self.node}")
+        if rec.status == "unreadable":
+            raise FactUnavailable(f"{label}: not one line of plain text on node {self.node}")
         if rec.status == "dir":
             raise FactUnavailable(f"{label}: is a directory on node {self.node}, expected a file")
         if rec.truncated:
@@ -164,6 +166,14 @@ def parse_wire(node: str, raw: bytes, max_bytes: int) -> Bundle:
     records: list[Record] = []
     for lineno, line in enumerate(raw.splitlines(), 1):
         if not line.strip():
+            continue
+        if line.startswith(b"T "):  # one-line text file: `T =NAME STATUS TEXT`
+            t = line.split(b" ", 3)
+            if len(t) != 4 or not t[1].startswith(b"="):
+                raise ParseError(f"collector output line {lineno}: malformed text record")
+            status = t[2].decode("ascii", "replace")
+            data = t[3] + b"\n" if status == "ok" else b""
+            records.append(Record("F", t[1][1:].decode("utf-8", "replace"), status, data))
             continue
         parts = line.split(b" ")
         if len(parts) != 4:

@@ -1,7 +1,8 @@
 # gpu-node-conformance collector. It is sent on stdin (`sh -s -- ROOT MAX`) and only reads:
 # it writes no file and changes nothing. Every record is one line:
 #   KIND NAME STATUS DATA_BASE64   (NAME: "=name" when plain, else base64)
-# KIND: F file, C command, D directory, G glob, P process, L symlink, M meta.
+# KIND: F file, C command, D directory, G glob, P process, L symlink, M meta; and T, a one-line text
+# file given as `T =NAME STATUS TEXT` (the rest of the line, not base64).
 # ROOT is a host-root prefix (e.g. /host when run in a pod with the host filesystem mounted).
 R=${1:-}
 MAX=${2:-4194304}
@@ -34,6 +35,21 @@ emit_glob() {  # $1 pattern on the node; emits G with the matches, then each fil
   set -f
   rec G "$1" ok; printf '%s' "$m" | b64; echo
   for f in $m; do emit_file "$f"; done
+}
+emit_lines() {  # $1 pattern of one-line sysfs text files: one awk reads them all (no process per file)
+  set +f
+  m=
+  for f in $R$1; do [ -e "$f" ] && m="$m${f#"$R"}$NL"; done
+  set -f
+  rec G "$1" ok; printf '%s' "$m" | b64; echo
+  [ -n "$m" ] || return 0
+  set --
+  for f in $m; do set -- "$@" "$R$f"; done
+  awk -v r="$R" 'FNR == 1 {
+      name = substr(FILENAME, length(r) + 1)
+      if (name !~ /^[A-Za-z0-9\/._:+,@=-]+$/) next
+      if ($0 ~ /^[A-Za-z0-9,. \[\]_:-]*$/) printf "T =%s ok %s\n", name, $0
+      else printf "T =%s unreadable \n", name }' "$@" 2>/dev/null
 }
 emit_cmd() {  # $1 label, rest: the command
   label=$1; shift
@@ -135,8 +151,8 @@ done
 # NUMA topology and SMT siblings.
 emit_file /sys/devices/system/node/online
 emit_file /sys/devices/system/cpu/online
-emit_glob '/sys/devices/system/node/node[0-9]*/cpulist'
-emit_glob '/sys/devices/system/cpu/cpu[0-9]*/topology/thread_siblings_list'
+emit_lines '/sys/devices/system/node/node[0-9]*/cpulist'
+emit_lines '/sys/devices/system/cpu/cpu[0-9]*/topology/thread_siblings_list'
 
 # Block devices.
 emit_glob '/sys/block/nvme*/queue/scheduler'

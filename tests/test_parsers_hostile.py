@@ -169,3 +169,21 @@ def test_secrets_are_redacted_by_name_and_by_shape():
         assert secret not in out
     assert n == 5
     assert "cpuManagerPolicy: static" in out and "authentication:\n  anonymous:\n    enabled: false" in out
+
+
+def test_one_line_text_records():
+    from conformance.errors import FactUnavailable
+
+    raw = (
+        b"M =version ok MQ==\n"
+        b"T =/sys/devices/system/node/node0/cpulist ok 0-3,8-11\n"
+        b"T =/sys/devices/system/node/node1/cpulist ok \n"
+        b"T =/sys/devices/system/cpu/cpu3/topology/thread_siblings_list unreadable \n"
+    )
+    b = parse_wire("n", raw, 100)
+    assert b.text("/sys/devices/system/node/node0/cpulist") == "0-3,8-11\n"
+    assert b.text("/sys/devices/system/node/node1/cpulist") == "\n"  # a memory-only NUMA node
+    with pytest.raises(FactUnavailable, match="not one line of plain text"):
+        b.text("/sys/devices/system/cpu/cpu3/topology/thread_siblings_list")
+    with pytest.raises(ParseError):
+        parse_wire("n", b"M =version ok MQ==\nT nameless\n", 100)
