@@ -106,16 +106,29 @@ def timed_run(inv: Path, out: Path, parallel: int) -> tuple[float, int, dict]:
     return wall, usage.ru_maxrss, json.loads((out / "results.json").read_text())
 
 
-def naive(lab: Lab, lines: DelayLines, n: int) -> tuple[float, int]:
-    import warnings
-
+def naive(lab: Lab, lines: DelayLines, n: int, known_hosts: Path) -> tuple[float, int]:
+    import paramiko
     import testinfra
+    import testinfra.backend.paramiko as tb
 
-    warnings.filterwarnings("ignore", message="Unknown ssh-ed25519 host key")  # testinfra's WarningPolicy
+    class VerifyingClient(paramiko.SSHClient):
+        """testinfra's paramiko backend accepts unknown host keys with a warning; here the baseline
+        verifies them against the lab's known_hosts and refuses unknown ones, as conformance run does."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.load_host_keys(str(known_hosts))
+
+        def set_missing_host_key_policy(self, policy: object) -> None:
+            super().set_missing_host_key_policy(paramiko.RejectPolicy())
+
+    tb.paramiko.SSHClient = VerifyingClient  # type: ignore[misc]
+    cfg = known_hosts.with_name("ssh_config_naive")
+    cfg.write_text("")  # keep the runner's own ~/.ssh/config out of the measurement
     t = time.monotonic()
     calls = 0
     for node, port in zip(lab.nodes[:n], lines.ports[:n], strict=True):
-        host = testinfra.get_host(f"paramiko://root@127.0.0.1:{port}", ssh_identity_file=str(lab.client_key))
+        host = testinfra.get_host(f"paramiko://root@127.0.0.1:{port}", ssh_identity_file=str(lab.client_key), ssh_config=str(cfg))
         for cmd in NAIVE_FACTS:
             host.run(cmd)
             calls += 1
@@ -156,7 +169,8 @@ def main() -> int:
                 verdicts = {v: sum(x["verdict"] == v for x in doc["nodes"]) for v in ("accepted", "rejected", "unreachable")}
                 print(f"{n:>6} {wall:>8.1f} {n / wall:>8.1f} {execs:>10.1f} {rss_kb / 1024:>8.0f}  {verdicts}")
             k = args.naive_nodes
-            naive_s, per_node = naive(lab, lines, k)
+            relay_inventory(lab, lines, k, tmp)  # writes the relay ports' known_hosts
+            naive_s, per_node = naive(lab, lines, k, tmp / "known_hosts_relay")
             mine = ours.get(k) or timed_run(relay_inventory(lab, lines, k, tmp), tmp / "out-naive", args.parallel)[0]
             print(
                 f"naive testinfra approach, {k} nodes one after another: {naive_s:.1f} s, {per_node} remote "

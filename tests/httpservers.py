@@ -19,7 +19,7 @@ def make_handler(behaviour: str, seen_headers: list[dict[str, str]]) -> type[Bas
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:
-            pass
+            """Keep the test output quiet: no access log."""
 
         def _serve(self) -> None:
             with lock:

@@ -39,7 +39,7 @@ class ResettingRelay:
 
     def _pipe(self, src: socket.socket, dst: socket.socket, limit: int | None) -> None:
         sent = 0
-        try:
+        with contextlib.suppress(OSError):
             while True:
                 data = src.recv(4096)
                 if not data:
@@ -55,8 +55,6 @@ class ResettingRelay:
                     return
                 dst.sendall(data)
                 sent += len(data)
-        except OSError:
-            pass
         for s in (src, dst):
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
