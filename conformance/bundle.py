@@ -79,6 +79,12 @@ class Bundle:
             raise FactUnavailable(f"command {label}: not run on node {self.node}")
         return rec
 
+    def optional_command(self, label: str) -> Record | None:
+        return self._index.get(("C", label))
+
+    def meta(self, name: str) -> Record | None:
+        return self._index.get(("M", name))
+
     def dirs(self) -> dict[str, bool]:
         return {r.name: r.status == "present" for r in self.records if r.kind == "D"}
 

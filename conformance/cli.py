@@ -18,7 +18,7 @@ from conformance.errors import UsageError
 from conformance.outputs import diff, diff_lines, load_results, push_to_gateway
 
 EXIT_OK, EXIT_REJECTED, EXIT_INTERRUPTED, EXIT_USAGE = 0, 1, 2, 4
-SUITE_MODULES = ("test_kubelet", "test_cgroup_runtime", "test_sysctl", "test_node_hardware", "test_latency")
+SUITE_MODULES = ("test_kubelet", "test_cgroup_runtime", "test_sysctl", "test_node_hardware", "test_gpu", "test_latency")
 
 
 def suites_dir() -> Path:
@@ -78,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
               conformance run                                   # this machine, local transport
               conformance run --inventory nodes.yaml --profile default --output reports/acceptance
               conformance run --snapshot snapshots/ --output reports/replay
+              conformance run --inventory new-nodes.yaml --measure    # node acceptance: also H2D bandwidth
               conformance run --inventory nodes.yaml -- -k KUBELET   # extra pytest arguments after --"""),
     )
     _add_collection_args(run)
@@ -87,6 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--baseline", metavar="RESULTS_JSON", help="a previous results.json to compare with")
     run.add_argument("--pushgateway", metavar="URL", help="also push the Prometheus metrics to this Pushgateway")
     run.add_argument("--snapshot", metavar="DIR", help="evaluate snapshots saved by 'conformance collect' (offline)")
+    run.add_argument(
+        "--measure",
+        action="store_true",
+        help="measure pinned H2D bandwidth per GPU and NUMA node (opens a CUDA context on each idle GPU, "
+        "about 10 s per GPU; busy or MIG GPUs are skipped)",
+    )
     run.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="extra arguments for pytest")
 
     col = sub.add_parser(
@@ -273,6 +280,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     ):
         if value:
             pargs.append(f"--{flag}={value}")
+    if args.measure:
+        pargs.append("--measure")
     pargs += args.pytest_args
     return _finish(int(pytest.main(pargs)), out, args.pushgateway)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 import sys
 import time
@@ -13,6 +14,7 @@ from importlib import resources
 from conformance.bundle import Bundle, parse_wire
 from conformance.errors import ParseError, TransportError
 from conformance.inventory import NodeSpec
+from conformance.probes import payload
 from conformance.redact import redact_bundle
 from conformance.transports.local import LocalTransport
 from conformance.transports.ssh import SshTarget, SshTransport
@@ -20,8 +22,11 @@ from conformance.transports.ssh import SshTarget, SshTransport
 MAX_BYTES = 4 * 1024 * 1024
 
 
+@functools.cache
 def collector_script() -> bytes:
-    return resources.files("conformance").joinpath("collector.sh").read_bytes()
+    """The collector, carrying the NVML probe (with its bindings) packed in a shell variable."""
+    script = resources.files("conformance").joinpath("collector.sh").read_bytes()
+    return script.replace(b"@NVML_PROBE@", payload.packed("nvml_facts").encode()).replace(b"@UNPACK@", payload.UNPACK.encode())
 
 
 def transport_for(node: NodeSpec) -> LocalTransport | SshTransport:
@@ -145,15 +150,20 @@ def collect_all(
     return {n.name: out[n.name] for n in nodes}
 
 
-def stderr_progress(verbose: bool) -> Callable[[int, int, Bundle], None] | None:
+def stderr_progress(verbose: bool, write: Callable[[str], None] | None = None) -> Callable[[int, int, Bundle], None] | None:
     """A progress line on stderr: always on a terminal, and with -v elsewhere."""
     if not (verbose or sys.stderr.isatty()):
         return None
+    out = write or _write_stderr
 
     def show(done: int, total: int, bundle: Bundle) -> None:
         state = f"error: {bundle.error}" if bundle.error else f"ok in {bundle.duration_s:.2f} s"
         end = "\n" if verbose or done == total else ""
-        sys.stderr.write(f"\rcollecting {done}/{total} nodes  {bundle.node}: {state[:100]}\033[K{end}")
-        sys.stderr.flush()
+        out(f"\rcollecting {done}/{total} nodes  {bundle.node}: {state[:100]}\033[K{end}")
 
     return show
+
+
+def _write_stderr(text: str) -> None:
+    sys.stderr.write(text)
+    sys.stderr.flush()

@@ -5,6 +5,8 @@
 # file given as `T =NAME STATUS TEXT` (the rest of the line, not base64).
 # ROOT is a host-root prefix (e.g. /host when run in a pod with the host filesystem mounted).
 R=${1:-}
+GNC_NVML_PROBE='@NVML_PROBE@'
+GNC_UNPACK="@UNPACK@"
 MAX=${2:-4194304}
 set -f
 NL='
@@ -42,13 +44,17 @@ emit_lines() {  # $1 pattern of one-line sysfs text files: one awk reads them al
   for f in $R$1; do [ -e "$f" ] && m="$m${f#"$R"}$NL"; done
   set -f
   rec G "$1" ok; printf '%s' "$m" | b64; echo
+  emit_texts "$m"
+}
+emit_texts() {  # $1 newline-separated paths (on the node) of one-line text files, read by one awk
+  m=$1
   [ -n "$m" ] || return 0
   set --
   for f in $m; do set -- "$@" "$R$f"; done
   awk -v r="$R" 'FNR == 1 {
       name = substr(FILENAME, length(r) + 1)
       if (name !~ /^[A-Za-z0-9\/._:+,@=-]+$/) next
-      if ($0 ~ /^[A-Za-z0-9,. \[\]_:-]*$/) printf "T =%s ok %s\n", name, $0
+      if ($0 ~ /^[A-Za-z0-9,. \[\]_:\/-]*$/) printf "T =%s ok %s\n", name, $0
       else printf "T =%s unreadable \n", name }' "$@" 2>/dev/null
 }
 emit_cmd() {  # $1 label, rest: the command
@@ -153,6 +159,45 @@ emit_file /sys/devices/system/node/online
 emit_file /sys/devices/system/cpu/online
 emit_lines '/sys/devices/system/node/node[0-9]*/cpulist'
 emit_lines '/sys/devices/system/cpu/cpu[0-9]*/topology/thread_siblings_list'
+
+# GPUs: NVIDIA PCI functions (vendor 0x10de) of the display class (0x03xxxx), their sysfs NUMA and
+# link attributes; then NVML through python3 (the bindings travel in this script), else nvidia-smi.
+gpus=
+set +f
+for d in "$R"/sys/bus/pci/devices/*; do
+  { read -r v < "$d/vendor"; } 2>/dev/null || continue
+  [ "$v" = 0x10de ] || continue
+  { read -r c < "$d/class"; } 2>/dev/null || continue
+  case $c in 0x03*) gpus="$gpus${d##*/}$NL" ;; esac
+done
+set -f
+rec M gpus ok; printf '%s' "$gpus" | b64; echo
+if [ -n "$gpus" ]; then
+  m=
+  for g in $gpus; do
+    for a in numa_node local_cpulist current_link_speed current_link_width max_link_speed max_link_width device; do
+      [ -e "$R/sys/bus/pci/devices/$g/$a" ] && m="$m/sys/bus/pci/devices/$g/$a$NL"
+    done
+  done
+  emit_texts "$m"
+  rc=127; out=
+  if command -v python3 >/dev/null 2>&1; then
+    out=$(printf '%s' "$GNC_NVML_PROBE" | python3 -c "$GNC_UNPACK" "$R" 2>/dev/null); rc=$?
+  fi
+  rec C nvml-probe "$rc"; printf '%s' "$out" | b64; echo
+  if [ "$rc" -ne 0 ]; then
+    smi=
+    for s in "$(command -v nvidia-smi 2>/dev/null)" "$R/run/nvidia/driver/usr/bin/nvidia-smi" "$R/usr/bin/nvidia-smi"; do
+      [ -n "$s" ] && [ -x "$s" ] && { smi=$s; break; }
+    done
+    if [ -n "$smi" ]; then
+      emit_cmd nvidia-smi-q "$smi" -q -x
+      emit_cmd nvidia-smi-topo "$smi" topo -m
+    else
+      rec C nvidia-smi-q 127; echo
+    fi
+  fi
+fi
 
 # Block devices.
 emit_glob '/sys/block/nvme*/queue/scheduler'

@@ -9,6 +9,8 @@ import pytest
 
 from conformance.checks import Evidence
 from conformance.errors import FactUnavailable
+from conformance.facts.gpu import GpuFacts
+from conformance.gpu_measure import H2DMeasurement
 from conformance.latency import Endpoint, LatencyResult
 from conformance.node_facts import NodeFacts
 from conformance.profile import Profile
@@ -50,6 +52,32 @@ def latency(request: pytest.FixtureRequest, node: str, endpoint: Endpoint | None
         raise FactUnavailable(f"endpoint {endpoint.name} of node {node}: a header value could not be read: {e}") from None
 
 
+@pytest.fixture
+def node_gpus(facts: NodeFacts) -> GpuFacts:
+    """The node's GPUs; skips a node that has none (neither NVML nor the PCI bus shows one)."""
+    g = facts.gpus
+    if not g.gpus and not g.pci_functions:
+        pytest.skip(f"no NVIDIA GPU on this node ({g.source})")
+    return g
+
+
+@pytest.fixture
+def h2d(request: pytest.FixtureRequest, node: str, node_gpus: GpuFacts) -> H2DMeasurement:
+    """The node's H2D bandwidth measurement (opt-in; taken once per node, all nodes concurrently)."""
+    run = request.config.stash[RUN_KEY]
+    if run.snapshot_dir:
+        pytest.skip("bandwidth is measured live on the node; a snapshot replay does not measure it")
+    if not run.measuring(node):
+        pytest.skip("bandwidth not measured: opt in with `conformance run --measure` or a profile with gpu.measure_bandwidth")
+    m = run.h2d(node)
+    if m.error:
+        raise FactUnavailable(f"node {node}: {m.error}")
+    if not m.gpus:
+        reasons = "; ".join(f"{u}: {why}" for u, why in sorted(m.skipped.items()))
+        pytest.skip(f"no GPU could be measured: {reasons}")
+    return m
+
+
 def _fact(name: str) -> Any:
     def fixture(facts: NodeFacts) -> Any:
         return getattr(facts, name)
@@ -70,3 +98,4 @@ kubelet_cgroup_driver = _fact("kubelet_cgroup_driver")
 sysctls = _fact("sysctls")
 topology = _fact("topology")
 nvme_schedulers = _fact("nvme_schedulers")
+gpus = _fact("gpus")

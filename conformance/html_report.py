@@ -12,7 +12,7 @@ import pytest
 from conformance import __version__
 from conformance.checks import REGISTRY
 from conformance.session import RUN_KEY, Run
-from conformance.svg import histogram
+from conformance.svg import heatmap, histogram
 
 SYMBOLS = {"passed": "✓", "failed": "✗", "error": "!", "skipped": "–", "waived": "w", None: ""}
 VERDICT_COLOURS = {"accepted": "#2e7d32", "rejected": "#c62828", "unreachable": "#ef6c00", "incomplete": "#9e9e9e"}
@@ -256,13 +256,39 @@ def latency_section(run: Run) -> str:
     )
 
 
+def bandwidth_section(run: Run) -> str:
+    """Per node, the GPU x NUMA node H2D matrix as a heat map, with its verdict."""
+    figures = []
+    for r in run.results:
+        m = (r.get("metrics") or {}).get("h2d_matrix")
+        if r["check"] != "GPU-H2D-NUMA-MATRIX" or not m or not m.get("gpus"):
+            continue
+        svg = heatmap(
+            m["gpus"],
+            [f"node{n}" for n in m["nodes"]],
+            m["gbps"],
+            [m["nodes"].index(loc) if loc in m["nodes"] else None for loc in m["local"]],
+            title=f"{r['node']}: H2D bandwidth per GPU and NUMA node",
+        )
+        notes = "".join(f"<br>{e(n)}" for n in m.get("notes", [])[:20])
+        figures.append(
+            f"<figure style='display:inline-block;margin:4px 12px 8px 0'>{svg}<figcaption>{e(r['node'])}: "
+            f"<b>{e(r['outcome'])}</b> {e(r['message'])}{notes}</figcaption></figure>"
+        )
+    if not figures:
+        return ""
+    return (
+        "<h2>H2D bandwidth</h2><p>Pinned host-to-device copies, median of samples, decimal GB/s, the measuring "
+        "process bound to each NUMA node in turn (CPU affinity and memory policy).</p>" + "".join(figures)
+    )
+
+
 def pytest_html_results_summary(prefix: list[str], summary: list[str], postfix: list[str], session: pytest.Session) -> None:
     run = _run(session)
     if run is None or not run.results:
         return
-    prefix.append(
-        f"<div class='gnc'>{_STYLE}{verdict_table(run)}{waivers_and_diff(run)}{matrix(run)}{latency_section(run)}</div>"
-    )
+    sections = [verdict_table(run), waivers_and_diff(run), matrix(run), bandwidth_section(run), latency_section(run)]
+    prefix.append(f"<div class='gnc'>{_STYLE}{''.join(sections)}</div>")
 
 
 def pytest_html_results_table_header(cells: list[str]) -> None:

@@ -29,7 +29,7 @@ SSH_KEYS = {
     "insecure_accept_unknown_host_keys": bool,
     "connect_timeout": (int, float),
 }
-NODE_KEYS = {"name", "address", "transport", "ssh", "profile", "labels", "host_root", "endpoints"}
+NODE_KEYS = {"name", "address", "transport", "ssh", "profile", "labels", "host_root", "endpoints", "dcgm_exporter"}
 DEFAULT_KEYS = {"ssh", "profile", "transport", "labels"}
 TOP_KEYS = {"defaults", "nodes", "profile_rules"}
 RULE_KEYS = {"nodes", "labels", "profile"}
@@ -45,6 +45,7 @@ class NodeSpec:
     labels: dict[str, str] = field(default_factory=dict)
     host_root: str = ""
     endpoints: list[Endpoint] = field(default_factory=list)
+    dcgm_exporter: str | None = None  # the exporter's metrics URL, where the Kubernetes API is not used
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -199,6 +200,10 @@ def parse_inventory(doc: Any, path: str) -> Inventory:
         labels = dict(d_labels)
         labels.update(_check_labels(entry.get("labels", {}), f"{where}.labels", errors))
         endpoints = parse_endpoints(entry.get("endpoints", []), f"{where}.endpoints", errors)
+        dcgm = entry.get("dcgm_exporter")
+        if dcgm is not None and (not isinstance(dcgm, str) or not dcgm.startswith(("http://", "https://"))):
+            errors.append(f"{where}.dcgm_exporter: {dcgm!r} is not an http(s) URL of the exporter's /metrics")
+            dcgm = None
         nodes.append(
             NodeSpec(
                 name=name,
@@ -209,6 +214,7 @@ def parse_inventory(doc: Any, path: str) -> Inventory:
                 labels=labels,
                 host_root=host_root.rstrip("/"),
                 endpoints=endpoints,
+                dcgm_exporter=dcgm,
             )
         )
     rules = _parse_rules(doc.get("profile_rules", []), errors)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -18,6 +19,7 @@ from conformance.facts.checkpoints import (
     parse_memory_manager_state,
 )
 from conformance.facts.cpulist import parse_cpulist
+from conformance.facts.gpu import GpuFacts, parse_nvml_probe, parse_pci_function, parse_smi_xml, parse_topo_matrix
 from conformance.facts.kubelet import (
     KubeletArgs,
     KubeletConfig,
@@ -31,6 +33,7 @@ from conformance.facts.runtime import RuntimeConfig, containerd_runtime, crio_ru
 from conformance.facts.topology import Topology
 
 T = TypeVar("T")
+PCI_ATTRIBUTES = ("numa_node", "local_cpulist", "current_link_speed", "current_link_width", "max_link_speed", "max_link_width")
 
 
 def fact(fn: Callable[[NodeFacts], T]) -> property:
@@ -245,3 +248,71 @@ class NodeFacts:
             dev = path.split("/")[3]
             out[dev] = kernel.parse_scheduler(self.bundle.text(path), dev)
         return out
+
+    # -- GPUs ----------------------------------------------------------------------------------
+    @fact
+    def gpus(self) -> GpuFacts:
+        """GPUs from NVML (the probe), else nvidia-smi, joined with their PCI sysfs attributes."""
+        self.require_reachable()
+        b = self.bundle
+        listed = b.meta("gpus")
+        if listed is None:
+            raise FactUnavailable(f"node {self.name}: the collector did not list PCI GPUs (older snapshot?)")
+        functions = sorted(p for p in listed.data.decode("utf-8", "replace").split("\n") if p)
+        probe = b.optional_command("nvml-probe")
+        notes: list[str] = []
+        if probe is None and not functions:
+            return GpuFacts(gpus=[], source="sysfs: no NVIDIA display-class PCI function", pci_functions=[])
+        facts: GpuFacts | None = None
+        if probe is not None and probe.status == "0":
+            facts = parse_nvml_probe(probe.data.decode("utf-8", "replace"))
+        else:
+            why = _probe_failure(probe)
+            notes.append(f"NVML probe: {why}; using nvidia-smi")
+            smi = b.optional_command("nvidia-smi-q")
+            if smi is None or smi.status != "0":
+                state = "not found on the node" if smi is None or smi.status == "127" else f"exited {smi.status}"
+                raise FactUnavailable(f"node {self.name}: GPU facts unavailable: NVML probe: {why}; nvidia-smi: {state}")
+            facts = parse_smi_xml(smi.data.decode("utf-8", "replace"))
+            topo = b.optional_command("nvidia-smi-topo")
+            if topo is not None and topo.status == "0":
+                for index, (cpus, numa) in parse_topo_matrix(topo.data.decode("utf-8", "replace")).items():
+                    for g in facts.gpus:
+                        if g.index == index:
+                            g.affinity_cpus = cpus
+                            g.affinity_nodes = frozenset({numa}) if numa is not None else None
+            else:
+                notes.append("nvidia-smi topo -m failed: NVML affinity unknown")
+        for g in facts.gpus:
+            attrs = {}
+            for a in (
+                "numa_node",
+                "local_cpulist",
+                "current_link_speed",
+                "current_link_width",
+                "max_link_speed",
+                "max_link_width",
+            ):
+                rec = b.file(f"/sys/bus/pci/devices/{g.bus_id}/{a}")
+                if rec is not None and rec.status == "ok":
+                    attrs[a] = rec.data.decode("utf-8", "replace")
+            if attrs:
+                g.pci = parse_pci_function(g.bus_id, attrs)
+        facts.pci_functions = functions
+        facts.notes = notes + facts.notes
+        return facts
+
+
+def _probe_failure(probe: Any) -> str:
+    if probe is None:
+        return "not run"
+    if probe.status == "127":
+        return "python3 not found on the node"
+    text = probe.data.decode("utf-8", "replace").strip()
+    try:
+        doc = json.loads(text)
+        if isinstance(doc, dict) and doc.get("nvml"):
+            return str(doc["nvml"])[:300]
+    except ValueError:
+        pass
+    return f"exited {probe.status}" + (f": {text[:200]}" if text else "")

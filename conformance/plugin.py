@@ -67,6 +67,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="retries of a transient connection failure, with exponential backoff (default 2)",
     )
     g.addoption(
+        "--measure",
+        dest="conformance_measure",
+        action="store_true",
+        default=False,
+        help="measure pinned H2D bandwidth per GPU and NUMA node (opt-in: it opens a CUDA context on each idle GPU)",
+    )
+    g.addoption(
         "--replay",
         dest="conformance_replay",
         action="append",

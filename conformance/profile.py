@@ -130,6 +130,10 @@ def _validate(values: dict[str, Any], source: str) -> None:
     need("gpu.mig", g["mig"] in ("any", "off", "on"), "any, off or on")
     need("gpu.measure_bandwidth", isinstance(g["measure_bandwidth"], bool), "true or false")
     need("gpu.pcie_replay_limit", isinstance(g["pcie_replay_limit"], int), "an integer")
+    for key in ("h2d_buffer_mib", "h2d_copies", "h2d_samples", "h2d_warmup"):
+        need(f"gpu.{key}", isinstance(g[key], int) and g[key] >= (0 if key == "h2d_warmup" else 1), "a positive integer")
+    need("gpu.h2d_budget_s", _is_number(g["h2d_budget_s"]) and g["h2d_budget_s"] > 0, "a number of seconds")
+    need("gpu.h2d_matrix_tolerance", _is_number(g["h2d_matrix_tolerance"]) and g["h2d_matrix_tolerance"] >= 0, "a fraction")
     p = values["pods"]
     for key in ("shm_min", "shm_min_multi_gpu"):
         try:

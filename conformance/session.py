@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,8 @@ from conformance import __version__
 from conformance.bundle import Bundle
 from conformance.checks import BLOCKING, REGISTRY
 from conformance.collect import collect_all, stderr_progress
-from conformance.errors import ParseError, UsageError
+from conformance.errors import FactUnavailable, ParseError, UsageError
+from conformance.gpu_measure import H2DMeasurement, measure_node
 from conformance.inventory import Inventory, NodeSpec, load_inventory, local_inventory
 from conformance.latency import Endpoint, LatencyResult, measure
 from conformance.node_facts import NodeFacts
@@ -51,6 +53,10 @@ class Run:
         self._facts: dict[str, NodeFacts] | None = None
         self._lock = threading.Lock()
         self._latency: dict[tuple[str, str], LatencyResult] = {}
+        self.pytest_config: pytest.Config | None = None
+        self.measure = False  # --measure: H2D bandwidth on every node, whatever its profile says
+        self._h2d: dict[str, H2DMeasurement | Exception] | None = None
+        self._h2d_lock = threading.Lock()  # taken before self._lock (measuring needs the facts)
         self._profiles: dict[str, Profile] = {}
         self.profile_names: dict[str, str] = {}
         self.profile_reasons: dict[str, str] = {}
@@ -92,6 +98,8 @@ class Run:
             verbose=config.option.verbose > 0,
         )
         run.retries = getattr(opt, "conformance_retries", 2)
+        run.pytest_config = config
+        run.measure = bool(getattr(opt, "conformance_measure", False))
         if getattr(opt, "conformance_waivers", None):
             run.load_waivers(opt.conformance_waivers)
         return run
@@ -154,8 +162,7 @@ class Run:
                 def show(done: int, total: int) -> None:
                     if done == total or done % max(1, total // 20) == 0:
                         end = "\n" if done == total else ""
-                        sys.stderr.write(f"\rlatency {node}/{endpoint.name}: {done}/{total} requests\033[K{end}")
-                        sys.stderr.flush()
+                        self.say(f"\rlatency {node}/{endpoint.name}: {done}/{total} requests\033[K{end}")
 
             self._latency[key] = measure(endpoint, show)
         return self._latency[key]
@@ -170,11 +177,69 @@ class Run:
                             raise UsageError(f"{self.snapshot_dir}: no snapshot for node {n.name}")
                         bundles[n.name] = self._snapshots[n.name]
                 else:
-                    bundles = collect_all(
-                        self.inventory.nodes, self.parallel, self.timeout, stderr_progress(self.verbose), self.retries
-                    )
+                    progress = stderr_progress(self.verbose, self.say)
+                    bundles = collect_all(self.inventory.nodes, self.parallel, self.timeout, progress, self.retries)
                 self._facts = {name: NodeFacts(b) for name, b in bundles.items()}
             return self._facts
+
+    def say(self, text: str) -> None:
+        """A progress line on stderr, also while a check runs (pytest captures output then)."""
+        capman = self.pytest_config.pluginmanager.getplugin("capturemanager") if self.pytest_config else None
+        if capman is not None:
+            with capman.global_and_fixture_disabled():
+                sys.stderr.write(text)
+                sys.stderr.flush()
+        else:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+
+    def measuring(self, node: str) -> bool:
+        return self.measure or bool(self.profile_for(node).get("gpu.measure_bandwidth"))
+
+    def h2d(self, node: str) -> H2DMeasurement:
+        """The node's H2D measurement. On first use, every node that asks for one is measured,
+        concurrently across nodes (one GPU at a time within a node)."""
+        with self._h2d_lock:
+            if self._h2d is None:
+                self._h2d = self._measure_all()
+        got = self._h2d.get(node)
+        if got is None:
+            raise FactUnavailable(f"node {node}: bandwidth was not measured")
+        if isinstance(got, Exception):
+            raise FactUnavailable(f"node {node}: bandwidth not measured: {got}")
+        return got
+
+    def _h2d_executions(self, node: str) -> int:
+        got = (self._h2d or {}).get(node)
+        return got.executions if isinstance(got, H2DMeasurement) else 0
+
+    def _measure_all(self) -> dict[str, H2DMeasurement | Exception]:
+        facts = self.facts()
+        todo: dict[str, Any] = {}
+        out: dict[str, H2DMeasurement | Exception] = {}
+        for spec in self.inventory.nodes:
+            if not self.measuring(spec.name):
+                continue
+            f = facts[spec.name]
+            try:
+                todo[spec.name] = (spec, f.gpus, f.topology)
+            except FactUnavailable as e:
+                out[spec.name] = e
+        show = self.verbose or sys.stderr.isatty()
+        done = 0
+
+        def one(name: str) -> tuple[str, H2DMeasurement]:
+            spec, gpus, topology = todo[name]
+            return name, measure_node(spec, gpus, topology, self.profile_for(name).get("gpu"))
+
+        with ThreadPoolExecutor(max_workers=max(1, min(self.parallel, len(todo) or 1))) as pool:
+            for name, m in pool.map(one, list(todo)):
+                out[name] = m
+                done += 1
+                if show:
+                    end = "\n" if done == len(todo) else ""
+                    self.say(f"\rH2D bandwidth: {done}/{len(todo)} nodes measured ({name}: {len(m.gpus)} GPU(s))\033[K{end}")
+        return out
 
     # -- verdicts ------------------------------------------------------------------------------
     def node_summary(self, node: str) -> dict[str, Any]:
@@ -208,7 +273,7 @@ class Run:
             out["collection"] = {
                 "collected_at": bundle.collected_at,
                 "duration_s": bundle.duration_s,
-                "remote_executions": bundle.executions,
+                "remote_executions": bundle.executions + self._h2d_executions(node),
                 "error": bundle.error,
                 "error_kind": bundle.error_kind,
                 "notes": bundle.notes,

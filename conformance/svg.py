@@ -55,3 +55,44 @@ def histogram(
         )
     parts.append("</svg>")
     return "".join(parts)
+
+
+def heatmap(
+    rows: list[str], cols: list[str], values: list[list[float | None]], marked: list[int | None], *, title: str = ""
+) -> str:
+    """A matrix of numbers as coloured cells (darker = higher), the cell in `marked[row]` outlined.
+    Used for H2D GB/s: rows GPUs, columns NUMA nodes, the GPU's local node outlined."""
+    if not rows or not cols:
+        return ""
+    cell_w, cell_h, left, top = 86, 24, 70, 34
+    width, height = left + cell_w * len(cols) + 10, top + cell_h * len(rows) + 22
+    present = [v for row in values for v in row if v is not None]
+    hi = max(present, default=1.0) or 1.0
+    parts = [
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' role='img' "
+        f"aria-label='{escape(title, quote=True)}' style='font:11px sans-serif;background:#fff'>"
+    ]
+    if title:
+        parts.append(f"<text x='4' y='12' font-weight='bold'>{escape(title)}</text>")
+    for j, c in enumerate(cols):
+        parts.append(f"<text x='{left + j * cell_w + cell_w / 2}' y='{top - 6}' text-anchor='middle'>{escape(c)}</text>")
+    for i, r in enumerate(rows):
+        y = top + i * cell_h
+        parts.append(f"<text x='{left - 6}' y='{y + 16}' text-anchor='end'>{escape(r)}</text>")
+        for j, v in enumerate(values[i]):
+            x = left + j * cell_w
+            if v is None:
+                fill, label = "#eeeeee", "-"
+            else:
+                shade = int(235 - 170 * (v / hi))
+                fill, label = f"rgb({shade},{shade + 10 if shade < 245 else 255},255)", f"{v:.1f}"
+            stroke = "stroke='#c62828' stroke-width='2'" if marked[i] is not None and j == marked[i] else "stroke='#fff'"
+            colour = "#fff" if v is not None and v / hi > 0.6 else "#222"
+            parts.append(
+                f"<rect x='{x}' y='{y}' width='{cell_w - 2}' height='{cell_h - 2}' fill='{fill}' {stroke}>"
+                f"<title>{escape(r)} from {escape(cols[j])}: {escape(label)} GB/s</title></rect>"
+                f"<text x='{x + cell_w / 2 - 1}' y='{y + 16}' text-anchor='middle' fill='{colour}'>{escape(label)}</text>"
+            )
+    parts.append(f"<text x='4' y='{height - 6}'>GB/s host-to-device; outlined: the GPU's local NUMA node</text>")
+    parts.append("</svg>")
+    return "".join(parts)

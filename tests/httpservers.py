@@ -13,6 +13,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 
+def dcgm_metrics(full: bool) -> bytes:
+    """What dcgm-exporter serves for two GPUs; without the PROF field when not `full` (the default CSV)."""
+    names = ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL"] + (["DCGM_FI_PROF_PCIE_TX_BYTES"] if full else [])
+    lines = []
+    for name in names:
+        lines += [f"# HELP {name} stand-in", f"# TYPE {name} gauge"]
+        for gpu in (0, 1):
+            lines.append(f'{name}{{gpu="{gpu}",UUID="GPU-{gpu}",Hostname="gpu-node"}} {gpu * 3}')
+    return ("\n".join(lines) + "\n").encode()
+
+
 def make_handler(behaviour: str, seen_headers: list[dict[str, str]]) -> type[BaseHTTPRequestHandler]:
     counter = itertools.count()
     lock = threading.Lock()
@@ -38,9 +49,11 @@ def make_handler(behaviour: str, seen_headers: list[dict[str, str]]) -> type[Bas
                 status = 503 if n % 4 == 3 else 200
             elif behaviour == "hang":
                 time.sleep(60)
-            body = b'{"choices":[{"text":"ok"}]}'
+            body, kind = b'{"choices":[{"text":"ok"}]}', "application/json"
+            if behaviour.startswith("dcgm-"):  # a dcgm-exporter's /metrics (text exposition format)
+                body, kind = dcgm_metrics(full=behaviour == "dcgm-full"), "text/plain; version=0.0.4"
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)

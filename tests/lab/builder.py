@@ -7,7 +7,8 @@ Per node:
   are set for real in it;
 - a private mount namespace in which /etc, /var/lib and /opt are overlays (the node's files are
   its upper layer: kubelet config, checkpoints, containerd or CRI-O config), and fake sysfs trees
-  are bind-mounted over /sys/devices/system/node, /sys/devices/system/cpu and /sys/block;
+  are bind-mounted over /sys/devices/system/node, /sys/devices/system/cpu, /sys/block and
+  /sys/bus/pci/devices (a GPU node's PCI functions; none for the others);
   /sys/fs/cgroup is a real cgroup2 (a child of the host's, holding kubepods.slice or kubepods) or
   a tmpfs (cgroup v1);
 - a private PID namespace with /proc remounted: a real process named `kubelet` runs with the
@@ -51,6 +52,7 @@ class NodeSpec:
     up: bool = True  # False: the namespace exists but no sshd listens (an unreachable node)
     modes: dict[str, int] = field(default_factory=dict)  # file -> permission bits
     users: list[str] = field(default_factory=list)  # extra unprivileged accounts (home /tmp)
+    pci: dict[str, dict[str, str]] = field(default_factory=dict)  # bus id -> sysfs attribute files (vendor, class...)
 
 
 @dataclass
@@ -91,8 +93,10 @@ def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
 
 
 class Lab:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, first_subnet: int = 1) -> None:
+        """Nodes get 198.18.<first_subnet + i>.2; labs that run at the same time use distinct ranges."""
         self.root = root
+        self.first_subnet = first_subnet
         self.id = uuid.uuid4().hex[:6]
         self.nodes: list[LabNode] = []
         self.cg_root = _cgroup2_root()
@@ -112,7 +116,9 @@ class Lab:
     # -- building ------------------------------------------------------------------------------
     def add(self, spec: NodeSpec) -> LabNode:
         i = len(self.nodes) + 1
-        node = LabNode(spec, i, f"gnc{self.id}n{i}", f"198.18.{i}.2", self.root / spec.name)
+        net = self.first_subnet + i - 1
+        assert net < 256, "a lab's nodes must fit in 198.18.0.0/16"
+        node = LabNode(spec, i, f"gnc{self.id}n{i}", f"198.18.{net}.2", self.root / spec.name)
         self.nodes.append(node)
         return node
 
@@ -173,6 +179,12 @@ class Lab:
             (bd / dev / "queue").mkdir(parents=True)
             data = sched if isinstance(sched, bytes) else (sched + "\n").encode()
             (bd / dev / "queue" / "scheduler").write_bytes(data)
+        pd = sysdir / "pci"
+        pd.mkdir()
+        for bus_id, attrs in s.pci.items():
+            (pd / bus_id).mkdir()
+            for attr, value in attrs.items():
+                (pd / bus_id / attr).write_text(value + "\n")
         (d / "cgmnt").mkdir()
         (d / "sshd_config").write_text(
             f"ListenAddress {node.address}:22\nHostKey {d / 'host_ed25519'}\nPidFile none\nUsePAM no\n"
@@ -199,6 +211,7 @@ class Lab:
             f"mount --bind {q(str(d / 'sys' / 'node'))} /sys/devices/system/node",
             f"mount --bind {q(str(d / 'sys' / 'cpu'))} /sys/devices/system/cpu",
             f"mount --bind {q(str(d / 'sys' / 'block'))} /sys/block",
+            f"mount --bind {q(str(d / 'sys' / 'pci'))} /sys/bus/pci/devices",
         ]
         if s.cgroup == "v2":
             lines += [
@@ -228,7 +241,7 @@ class Lab:
             _run("ip", "netns", "add", node.netns)
             _run("ip", "link", "add", host_if, "type", "veth", "peer", "name", node_if)
             _run("ip", "link", "set", node_if, "netns", node.netns)
-            _run("ip", "addr", "add", f"198.18.{node.index}.1/24", "dev", host_if)
+            _run("ip", "addr", "add", f"{node.address.rsplit('.', 1)[0]}.1/24", "dev", host_if)
             _run("ip", "link", "set", host_if, "up")
             ns = ["ip", "netns", "exec", node.netns]
             _run(*ns, "ip", "addr", "add", f"{node.address}/24", "dev", node_if)

@@ -235,10 +235,22 @@ ALL_CHECKS = [
     "NODE-NUMA-TOPOLOGY",
     "NODE-NVME-SCHEDULER",
 ]
+GPU_CHECKS = [
+    "GPU-COUNT",
+    "GPU-NUMA-KNOWN",
+    "GPU-NUMA-CONSISTENT",
+    "GPU-PCIE-LINK",
+    "GPU-PCIE-REPLAY",
+    "GPU-MIG-MODE",
+    "GPU-DCGM-EXPORTER",
+    "GPU-H2D-LOCAL-BW",
+    "GPU-H2D-NUMA-MATRIX",
+]
 
 
 def _row(default: str, **changes: str) -> dict[str, str]:
     row = dict.fromkeys(ALL_CHECKS, default)
+    row.update(dict.fromkeys(GPU_CHECKS, "error" if default == "error" else "skipped"))  # these nodes have no GPU
     row["LATENCY-JITTER"] = "skipped"  # the lab's nodes name no endpoint (tests/test_latency.py measures)
     row.update({k.replace("_", "-"): v for k, v in changes.items()})
     return row

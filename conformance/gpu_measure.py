@@ -1,0 +1,174 @@
+"""Measuring H2D bandwidth on a node: one more remote execution (the probe on stdin), opt-in only."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from conformance.errors import ParseError, TransportError
+from conformance.facts.gpu import GpuFacts
+from conformance.facts.topology import Topology
+from conformance.inventory import NodeSpec
+from conformance.probes import payload
+
+
+@dataclass
+class H2DRow:
+    """One GPU measured from one NUMA node."""
+
+    node: int
+    gbps: float | None
+    samples: list[float] = field(default_factory=list)
+    binding: dict[str, Any] = field(default_factory=dict)
+    pages_on: dict[str, int] | None = None
+    error: str | None = None
+    note: str | None = None
+    cleanup_errors: list[str] = field(default_factory=list)
+
+    @property
+    def pages_node(self) -> int | None:
+        """The NUMA node most of the pinned buffer's pages were on."""
+        if not self.pages_on:
+            return None
+        key, _ = Counter(self.pages_on).most_common(1)[0]
+        return int(key) if key.isdigit() else None
+
+    def placement_problem(self) -> str | None:
+        """Why this figure is not a measurement from `node` (CPU or memory not where asked), or None."""
+        cpus = self.binding.get("cpu_error")
+        if cpus:
+            return f"CPU binding to node {self.node} failed: {cpus}"
+        landed = self.pages_node
+        if landed is not None and landed != self.node:
+            policy = self.binding.get("mem_policy", "")
+            return f"pinned buffer landed on NUMA node {landed}, not {self.node} (memory policy: {policy})"
+        return None
+
+
+@dataclass
+class H2DGpu:
+    uuid: str
+    bus_id: str | None
+    rows: list[H2DRow] = field(default_factory=list)
+    nvml_before: dict[str, Any] = field(default_factory=dict)
+    nvml_after: dict[str, Any] = field(default_factory=dict)
+    duration_s: float | None = None
+    error: str | None = None
+    note: str | None = None
+
+    def row(self, node: int) -> H2DRow | None:
+        return next((r for r in self.rows if r.node == node), None)
+
+
+@dataclass
+class H2DMeasurement:
+    node: str
+    gpus: dict[str, H2DGpu] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)  # uuid -> why it was not measured
+    error: str | None = None
+    duration_s: float | None = None
+    library: str | None = None
+    executions: int = 0  # remote executions spent (0 when no GPU was eligible)
+
+
+def plan(gpus: GpuFacts) -> tuple[list[str], dict[str, str]]:
+    """(GPUs to measure, {GPU: why not}). Measuring needs an idle, whole GPU."""
+    measure, skipped = [], {}
+    for g in gpus.gpus:
+        if g.processes:
+            skipped[g.uuid] = (
+                f"{len(g.processes)} compute process(es) running on it (pids {', '.join(map(str, g.processes[:5]))})"
+            )
+        elif g.mig:
+            skipped[g.uuid] = "MIG mode is enabled: the copy would measure one slice, not the GPU"
+        else:
+            measure.append(g.uuid)
+    return measure, skipped
+
+
+def probe_spec(uuids: list[str], topology: Topology, gpu_profile: dict[str, Any], root: str) -> dict[str, Any]:
+    return {
+        "root": root,
+        "gpus": uuids,
+        "numa": {str(n): sorted(c) for n, c in sorted(topology.nodes.items()) if c},
+        "bytes": int(gpu_profile["h2d_buffer_mib"]) << 20,
+        "copies": gpu_profile["h2d_copies"],
+        "samples": gpu_profile["h2d_samples"],
+        "warmup": gpu_profile["h2d_warmup"],
+        "budget_s": gpu_profile["h2d_budget_s"],
+    }
+
+
+def parse_probe_output(node: str, text: str) -> H2DMeasurement:
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise ParseError(f"H2D probe output on node {node} is not JSON: {e}") from None
+    if not isinstance(doc, dict) or doc.get("probe") != 1:
+        raise ParseError(f"H2D probe output on node {node}: not a version-1 probe document")
+    m = H2DMeasurement(node=node, error=doc.get("error"), duration_s=doc.get("duration_s"), library=doc.get("library"))
+    for g in doc.get("gpus") or []:
+        if not isinstance(g, dict):
+            continue
+        uuid = str(g.get("uuid") or f"ordinal {g.get('ordinal')}")
+        gpu = H2DGpu(
+            uuid=uuid,
+            bus_id=g.get("bus_id"),
+            nvml_before=g.get("nvml_before") or {},
+            nvml_after=g.get("nvml_after") or {},
+            duration_s=g.get("duration_s"),
+            error=g.get("error"),
+            note=g.get("note"),
+        )
+        for r in g.get("results") or []:
+            gpu.rows.append(
+                H2DRow(
+                    node=int(r["node"]),
+                    gbps=r.get("gbps"),
+                    samples=list(r.get("samples_gbps") or []),
+                    binding=r.get("binding") or {},
+                    pages_on=r.get("pages_on"),
+                    error=r.get("error"),
+                    note=r.get("note"),
+                    cleanup_errors=list(r.get("cleanup_errors") or []),
+                )
+            )
+        m.gpus[uuid] = gpu
+    return m
+
+
+def measure_node(spec: NodeSpec, gpus: GpuFacts, topology: Topology, gpu_profile: dict[str, Any]) -> H2DMeasurement:
+    """Run the probe on the node (one execution). Never raises: failures are in `error`."""
+    from conformance.collect import transport_for
+
+    uuids, skipped = plan(gpus)
+    if not uuids:
+        return H2DMeasurement(node=spec.name, skipped=skipped)
+    spec_doc = probe_spec(uuids, topology, gpu_profile, spec.host_root)
+    timeout = float(gpu_profile["h2d_budget_s"]) * len(uuids) + 60
+    started = time.monotonic()
+    try:
+        transport = transport_for(spec)
+    except TransportError as e:
+        return H2DMeasurement(node=spec.name, skipped=skipped, error=str(e))
+    try:
+        result = transport.run(
+            ["python3", "-", json.dumps(spec_doc, separators=(",", ":"))], payload.program("h2d_bandwidth"), timeout
+        )
+    except TransportError as e:
+        return H2DMeasurement(node=spec.name, skipped=skipped, error=f"H2D probe: {e}")
+    finally:
+        transport.close()
+    text = result.stdout.decode("utf-8", "replace")
+    try:
+        m = parse_probe_output(spec.name, text)
+    except ParseError as e:
+        err = result.stderr.decode("utf-8", "replace").strip()[-300:]
+        return H2DMeasurement(node=spec.name, skipped=skipped, error=f"{e} (exit {result.exit_status}; {err})", executions=1)
+    m.skipped.update(skipped)
+    m.executions = 1
+    m.duration_s = round(time.monotonic() - started, 3)
+    return m

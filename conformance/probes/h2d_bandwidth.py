@@ -1,0 +1,297 @@
+"""Host-to-device copy bandwidth per GPU and per NUMA node, run on the node by python3.
+
+Uses only the NVIDIA driver: the CUDA driver API through ctypes on libcuda.so.1 (no toolkit, no
+PyTorch), and NVML (nvidia-ml-py travels with this program) for the PCIe link state and replay counter
+before and after. One GPU at a time; for each NUMA node that has CPUs: bind this process to the node
+(CPU affinity and MPOL_BIND memory policy), allocate pinned host memory, check on which node its pages
+landed (move_pages), warm up, then time batches of async copies with CUDA events and keep the median
+of the samples, in decimal GB/s. Everything allocated is freed, also after a failure.
+
+argv[1] is a JSON document: {"gpus": [uuid...] or null, "numa": {"0": [cpus]}, "bytes": N, "copies": 10,
+"samples": 5, "warmup": 3, "budget_s": 10}. Prints one JSON document. Exit 0, or 3 when CUDA could not
+be used at all. Kept compatible with python3.6+.
+"""
+
+import ctypes
+import json
+import os
+import platform
+import sys
+import time
+
+SPEC = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+ROOT = SPEC.get("root", "")
+LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib/aarch64-linux-gnu", "/usr/lib")
+SYSCALLS = {"x86_64": {"set_mempolicy": 238, "move_pages": 279}, "aarch64": {"set_mempolicy": 237, "move_pages": 239}}
+MPOL_DEFAULT, MPOL_BIND = 0, 2
+
+
+class CudaError(Exception):
+    def __init__(self, call, code, name):
+        Exception.__init__(self, "%s failed: %s (%d)" % (call, name, code))
+        self.call = call
+        self.code = code
+
+
+def find_library(soname):
+    roots = [ROOT, ROOT + "/run/nvidia/driver"] if ROOT else ["", "/run/nvidia/driver"]
+    paths = [] if ROOT else [soname]
+    paths += [r + d + "/" + soname for r in roots for d in LIB_DIRS]
+    errors = []
+    for path in paths:
+        if "/" in path and not os.path.exists(path):
+            continue
+        try:
+            return path, ctypes.CDLL(path)
+        except OSError as e:
+            errors.append("%s: %s" % (path, e))
+    raise RuntimeError("%s not found or not loadable (%s)" % (soname, "; ".join(errors[-3:]) or "no candidate exists"))
+
+
+class Cuda:
+    """The few driver API calls this probe needs, each checked."""
+
+    def __init__(self, lib):
+        self.lib = lib
+
+    def name(self, code):
+        s = ctypes.c_char_p()
+        try:
+            if self.lib.cuGetErrorName(code, ctypes.byref(s)) == 0 and s.value:
+                return s.value.decode()
+        except AttributeError:
+            pass
+        return "CUDA error"
+
+    def __call__(self, fn, *args):
+        code = getattr(self.lib, fn)(*args)
+        if code != 0:
+            raise CudaError(fn, code, self.name(code))
+
+
+def uuid_text(raw):
+    h = "".join("%02x" % b for b in bytearray(raw))
+    return "GPU-%s-%s-%s-%s-%s" % (h[0:8], h[8:12], h[12:16], h[16:20], h[20:32])
+
+
+class Numa:
+    """CPU affinity and memory policy of this process, and where pages are."""
+
+    def __init__(self):
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.nr = SYSCALLS.get(platform.machine(), {})
+
+    def bind(self, node, cpus):
+        got = {"node": node}
+        try:
+            os.sched_setaffinity(0, cpus)
+            got["cpus"] = sorted(os.sched_getaffinity(0))
+        except OSError as e:
+            got["cpus"] = sorted(os.sched_getaffinity(0))
+            got["cpu_error"] = "sched_setaffinity(%s): %s" % (cpus, e.strerror)
+        if "set_mempolicy" not in self.nr:
+            got["mem_policy"] = "not set: unknown syscall numbers for %s" % platform.machine()
+            return got
+        mask = ctypes.c_ulong(1 << node) if node < 64 else None
+        if mask is None:
+            got["mem_policy"] = "not set: node number above 63"
+            return got
+        rc = self.libc.syscall(self.nr["set_mempolicy"], MPOL_BIND, ctypes.byref(mask), 65)
+        if rc != 0:
+            err = ctypes.get_errno()
+            got["mem_policy"] = "not set: set_mempolicy(MPOL_BIND, node %d): %s" % (node, os.strerror(err))
+        else:
+            got["mem_policy"] = "bind"
+        return got
+
+    def unbind(self, all_cpus):
+        if "set_mempolicy" in self.nr:
+            self.libc.syscall(self.nr["set_mempolicy"], MPOL_DEFAULT, None, 0)
+        try:
+            os.sched_setaffinity(0, all_cpus)
+        except OSError:
+            pass
+
+    def pages_on(self, addr, size, samples=64):
+        """Histogram {node: pages} of a sample of the buffer's pages (move_pages with no target nodes)."""
+        if "move_pages" not in self.nr:
+            return None
+        page = os.sysconf("SC_PAGE_SIZE")
+        count = max(1, min(samples, size // page))
+        step = max(page, (size // count) // page * page)
+        pages = (ctypes.c_void_p * count)(*[addr + i * step for i in range(count)])
+        status = (ctypes.c_int * count)()
+        rc = self.libc.syscall(self.nr["move_pages"], 0, ctypes.c_ulong(count), pages, None, status, 0)
+        if rc != 0:
+            return None
+        out = {}
+        for s in status:
+            key = str(s) if s >= 0 else "absent"
+            out[key] = out.get(key, 0) + 1
+        return out
+
+
+def nvml_reader():
+    """A function uuid -> {replay, gen, width}, or None when NVML cannot be used here."""
+    try:
+        import pynvml
+
+        _, pynvml.nvmlLib = find_library("libnvidia-ml.so.1")
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+
+    def read(uuid):
+        out = {}
+        try:
+            h = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+        except pynvml.NVMLError as e:
+            return {"error": str(e)}
+        for key, fn in (
+            ("replay", pynvml.nvmlDeviceGetPcieReplayCounter),
+            ("gen", pynvml.nvmlDeviceGetCurrPcieLinkGeneration),
+            ("width", pynvml.nvmlDeviceGetCurrPcieLinkWidth),
+        ):
+            try:
+                out[key] = fn(h)
+            except pynvml.NVMLError as e:
+                out[key + "_error"] = str(e)
+        return out
+
+    return read
+
+
+def median(xs):
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2.0
+
+
+def measure(cu, dev, numa, node, cpus, deadline):
+    """One (GPU, NUMA node) figure. Frees what it allocated, whatever happens."""
+    size = int(SPEC.get("bytes", 256 << 20))
+    copies = int(SPEC.get("copies", 10))
+    samples = int(SPEC.get("samples", 5))
+    warmup = int(SPEC.get("warmup", 3))
+    row = {"node": node, "bytes": size, "copies": copies}
+    row["binding"] = numa.bind(node, cpus)
+    ctx, dptr, host = ctypes.c_void_p(), ctypes.c_uint64(), ctypes.c_void_p()
+    stream, ev0, ev1 = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+    retained = False
+    cleanup = []
+    try:
+        cu("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), dev)
+        retained = True
+        cu("cuCtxSetCurrent", ctx)
+        cu("cuMemAlloc_v2", ctypes.byref(dptr), ctypes.c_size_t(size))
+        cu("cuMemHostAlloc", ctypes.byref(host), ctypes.c_size_t(size), 0)
+        ctypes.memset(host, 0x5A, size)
+        row["pages_on"] = numa.pages_on(host.value, size)
+        cu("cuStreamCreate", ctypes.byref(stream), 1)
+        cu("cuEventCreate", ctypes.byref(ev0), 0)
+        cu("cuEventCreate", ctypes.byref(ev1), 0)
+        for _ in range(warmup):
+            cu("cuMemcpyHtoDAsync_v2", dptr, host, ctypes.c_size_t(size), stream)
+        cu("cuStreamSynchronize", stream)
+        figures = []
+        for _ in range(samples):
+            cu("cuEventRecord", ev0, stream)
+            for _ in range(copies):
+                cu("cuMemcpyHtoDAsync_v2", dptr, host, ctypes.c_size_t(size), stream)
+            cu("cuEventRecord", ev1, stream)
+            cu("cuEventSynchronize", ev1)
+            ms = ctypes.c_float()
+            cu("cuEventElapsedTime", ctypes.byref(ms), ev0, ev1)
+            if ms.value > 0:
+                figures.append(size * copies / (ms.value / 1000.0) / 1e9)
+            if time.monotonic() > deadline:
+                row["note"] = "time budget reached after %d sample(s)" % len(figures)
+                break
+        row["samples_gbps"] = [round(x, 3) for x in figures]
+        row["gbps"] = round(median(figures), 3) if figures else None
+    except CudaError as e:
+        row["error"] = str(e)
+        row["failed_call"] = e.call
+    finally:
+        for fn, handle, needed in (
+            ("cuEventDestroy_v2", ev1, ev1.value),
+            ("cuEventDestroy_v2", ev0, ev0.value),
+            ("cuStreamDestroy_v2", stream, stream.value),
+            ("cuMemFreeHost", host, host.value),
+            ("cuMemFree_v2", dptr, dptr.value),
+        ):
+            if needed:
+                try:
+                    cu(fn, handle)
+                except CudaError as e:
+                    cleanup.append(str(e))
+        if retained:
+            try:
+                cu("cuDevicePrimaryCtxRelease_v2", dev)
+            except CudaError as e:
+                cleanup.append(str(e))
+    if cleanup:
+        row["cleanup_errors"] = cleanup
+    return row
+
+
+def main():
+    doc = {"probe": 1}
+    started = time.monotonic()
+    try:
+        doc["library"], lib = find_library("libcuda.so.1")
+        cu = Cuda(lib)
+        cu("cuInit", 0)
+        n = ctypes.c_int()
+        cu("cuDeviceGetCount", ctypes.byref(n))
+    except (RuntimeError, CudaError) as e:
+        doc["error"] = str(e)
+        print(json.dumps(doc))
+        return 3
+    wanted = SPEC.get("gpus")
+    numa = Numa()
+    all_cpus = os.sched_getaffinity(0)
+    nodes = sorted((int(k), sorted(v)) for k, v in SPEC.get("numa", {}).items() if v)
+    if not nodes:
+        nodes = [(0, sorted(all_cpus))]
+    reader = nvml_reader()
+    budget = float(SPEC.get("budget_s", 10))
+    doc["gpus"] = []
+    for ordinal in range(n.value):
+        g = {"ordinal": ordinal}
+        try:
+            dev = ctypes.c_int()
+            cu("cuDeviceGet", ctypes.byref(dev), ordinal)
+            raw = (ctypes.c_ubyte * 16)()
+            cu("cuDeviceGetUuid", raw, dev)
+            g["uuid"] = uuid_text(raw)
+            bus = ctypes.create_string_buffer(32)
+            cu("cuDeviceGetPCIBusId", bus, 32, dev)
+            g["bus_id"] = bus.value.decode()
+        except CudaError as e:
+            g["error"] = str(e)
+            g["failed_call"] = e.call
+            doc["gpus"].append(g)
+            continue
+        if wanted is not None and g["uuid"] not in wanted:
+            continue
+        t0 = time.monotonic()
+        if reader:
+            g["nvml_before"] = reader(g["uuid"])
+        g["results"] = []
+        for node, cpus in nodes:
+            g["results"].append(measure(cu, dev.value, numa, node, cpus, t0 + budget))
+            numa.unbind(all_cpus)
+            if time.monotonic() > t0 + budget:
+                g["note"] = "time budget of %g s reached" % budget
+                break
+        if reader:
+            g["nvml_after"] = reader(g["uuid"])
+        g["duration_s"] = round(time.monotonic() - t0, 3)
+        doc["gpus"].append(g)
+    doc["duration_s"] = round(time.monotonic() - started, 3)
+    print(json.dumps(doc))
+    return 0
+
+
+sys.exit(main())

@@ -1,0 +1,144 @@
+"""GPU facts through NVML, run on the node by python3 (sent on stdin; nothing is installed there).
+
+The nvidia-ml-py bindings (`pynvml`) travel with this program and are loaded from memory. Output:
+one JSON document on stdout. Exit 0 when NVML answered, 3 when it could not be used (no library,
+no driver): the collector then falls back to `nvidia-smi`.
+
+Kept compatible with the python3 of older node images (3.6+): no dataclasses, no walrus.
+"""
+
+import json
+import os
+import sys
+
+try:
+    import pynvml
+except ImportError as e:  # the bindings did not come along: report, let the collector fall back
+    print(json.dumps({"probe": 1, "nvml": "bindings unavailable: %s" % e}))
+    sys.exit(3)
+
+ROOT = sys.argv[1] if len(sys.argv) > 1 else ""
+LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib/aarch64-linux-gnu", "/usr/lib")
+CPU_WORDS = 64  # 64 x 64 bits: up to 4096 CPUs
+NODE_WORDS = 16
+
+
+def candidates(soname):
+    """Where the driver's library may be: the host root's, the GPU Operator's driver root, the loader's."""
+    out = []
+    roots = [ROOT, ROOT + "/run/nvidia/driver"] if ROOT else ["", "/run/nvidia/driver"]
+    if not ROOT:
+        out.append(soname)
+    for r in roots:
+        for d in LIB_DIRS:
+            out.append(r + d + "/" + soname)
+    return out
+
+
+def load_library():
+    import ctypes
+
+    errors = []
+    for path in candidates("libnvidia-ml.so.1"):
+        if "/" in path and not os.path.exists(path):
+            continue
+        try:
+            pynvml.nvmlLib = ctypes.CDLL(path)
+            return path
+        except OSError as e:
+            errors.append("%s: %s" % (path, e))
+    raise RuntimeError("libnvidia-ml.so.1 not found or not loadable (" + "; ".join(errors[-3:] or ["no candidate exists"]) + ")")
+
+
+def text(v):
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
+
+def bits(words):
+    """CPU or node numbers from NVML's array of 64-bit masks."""
+    out = []
+    for i, w in enumerate(words):
+        w = int(w)
+        b = 0
+        while w:
+            if w & 1:
+                out.append(i * 64 + b)
+            w >>= 1
+            b += 1
+    return out
+
+
+def gpu(index, missing):
+    h = pynvml.nvmlDeviceGetHandleByIndex(index)
+    g = {"index": index}
+    errors = {}
+
+    def read(key, fn, convert=None):
+        try:
+            v = fn()
+            g[key] = convert(v) if convert else v
+        except pynvml.NVMLError as e:
+            code = getattr(e, "value", None)
+            if code == pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
+                missing.add(key)
+                errors[key] = "function not in this driver's NVML"
+            elif code == pynvml.NVML_ERROR_NOT_SUPPORTED:
+                errors[key] = "not supported on this GPU"
+            else:
+                errors[key] = text(e)
+
+    read("uuid", lambda: pynvml.nvmlDeviceGetUUID(h), text)
+    read("name", lambda: pynvml.nvmlDeviceGetName(h), text)
+    read("minor", lambda: pynvml.nvmlDeviceGetMinorNumber(h))
+    read("bus_id", lambda: pynvml.nvmlDeviceGetPciInfo(h).busId, text)
+    read("pcie_gen", lambda: pynvml.nvmlDeviceGetCurrPcieLinkGeneration(h))
+    read("pcie_width", lambda: pynvml.nvmlDeviceGetCurrPcieLinkWidth(h))
+    read("pcie_max_gen", lambda: pynvml.nvmlDeviceGetMaxPcieLinkGeneration(h))
+    read("pcie_max_width", lambda: pynvml.nvmlDeviceGetMaxPcieLinkWidth(h))
+    read("pcie_gpu_max_gen", lambda: pynvml.nvmlDeviceGetGpuMaxPcieLinkGeneration(h))
+    read("pcie_replay", lambda: pynvml.nvmlDeviceGetPcieReplayCounter(h))
+    read("mig", lambda: pynvml.nvmlDeviceGetMigMode(h))
+    read("cpu_affinity", lambda: pynvml.nvmlDeviceGetCpuAffinityWithinScope(h, CPU_WORDS, 0), bits)
+    read("mem_affinity", lambda: pynvml.nvmlDeviceGetMemoryAffinity(h, NODE_WORDS, 0), bits)
+    read(
+        "processes",
+        lambda: pynvml.nvmlDeviceGetComputeRunningProcesses(h),
+        lambda ps: [{"pid": int(p.pid), "used_bytes": p.usedGpuMemory} for p in ps],
+    )
+    g["errors"] = errors
+    return g
+
+
+def main():
+    doc = {"probe": 1}
+    try:
+        doc["library"] = load_library()
+        pynvml.nvmlInit()
+    except (RuntimeError, pynvml.NVMLError) as e:
+        doc["nvml"] = text(e)
+        print(json.dumps(doc))
+        return 3
+    doc["nvml"] = "ok"
+    missing = set()
+    try:
+        try:
+            doc["driver"] = text(pynvml.nvmlSystemGetDriverVersion())
+        except pynvml.NVMLError as e:
+            doc["driver"] = None
+            doc["driver_error"] = text(e)
+        doc["gpus"] = [gpu(i, missing) for i in range(pynvml.nvmlDeviceGetCount())]
+    except pynvml.NVMLError as e:
+        doc["nvml"] = "NVML failed while listing GPUs: %s" % text(e)
+        print(json.dumps(doc))
+        return 3
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            doc["shutdown_error"] = True
+    doc["missing_functions"] = sorted(missing)
+    print(json.dumps(doc))
+    return 0
+
+
+sys.exit(main())

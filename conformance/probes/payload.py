@@ -1,0 +1,42 @@
+"""Builds the Python programs sent to nodes: a probe with the nvidia-ml-py bindings embedded, so the
+node needs only python3 and the NVIDIA driver. Nothing is written on the node."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import zlib
+from importlib import resources
+from pathlib import Path
+
+import pynvml
+
+BOOT = (
+    "import base64, sys, types, zlib\n"
+    "_m = sys.modules['pynvml'] = types.ModuleType('pynvml')\n"
+    "exec(compile(zlib.decompress(base64.b64decode({blob!r})), 'pynvml.py', 'exec'), _m.__dict__)\n"
+    "del _m\n"
+)
+
+
+@functools.cache
+def _bindings_blob() -> str:
+    source = Path(pynvml.__file__).read_bytes()
+    return base64.b64encode(zlib.compress(source, 9)).decode("ascii")
+
+
+@functools.cache
+def program(name: str) -> bytes:
+    """The probe `name` (a module of conformance.probes) as one self-contained Python program."""
+    source = resources.files("conformance.probes").joinpath(f"{name}.py").read_text(encoding="utf-8")
+    return (BOOT.format(blob=_bindings_blob()) + source).encode("utf-8")
+
+
+@functools.cache
+def packed(name: str) -> str:
+    """The program compressed and base64-encoded: a value a shell script can carry in a variable."""
+    return base64.b64encode(zlib.compress(program(name), 9)).decode("ascii")
+
+
+# How the collector runs a packed program: stdin carries it, python3 unpacks it in memory.
+UNPACK = "import base64,sys,zlib;exec(compile(zlib.decompress(base64.b64decode(sys.stdin.read())),'gnc-probe','exec'))"

@@ -1,0 +1,339 @@
+"""GPUs: count, NUMA locality, PCIe link, MIG, the metrics exporter, and measured H2D bandwidth."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance import dcgm
+from conformance.checks import check
+from conformance.errors import FactUnavailable
+from conformance.facts.cpulist import format_cpulist
+from conformance.gpu_rules import expected_generation, floor_for, local_node
+
+
+def _fail_or_error(failures: list[str], errors: list[str]) -> None:
+    """Failures decide; with only errors (facts missing), the outcome is error."""
+    if failures:
+        raise AssertionError("; ".join(failures + errors))
+    if errors:
+        raise FactUnavailable("; ".join(errors))
+
+
+@check(
+    "GPU-COUNT",
+    "critical",
+    title="NVML sees every GPU the node should have",
+    rationale="""A GPU that fell off the bus or failed to initialise leaves the node advertising capacity it
+    cannot serve, or a pool smaller than planned; pods then wait or land on a half-working node.""",
+    remediation="Compare `nvidia-smi -L` with `lspci -d 10de:`; check `dmesg` for Xid/NVRM errors, reseat or "
+    "replace the GPU, and make the profile's gpu.expected_count match the hardware.",
+    source="NVML (device count), /sys/bus/pci/devices (vendor 0x10de, display class)",
+)
+def test_gpu_count(node, node_gpus, profile, evidence):
+    g = node_gpus
+    evidence.source = f"{g.source}; sysfs PCI"
+    evidence.add(f"{g.source}: {len(g.gpus)} GPU(s); PCI bus: {len(g.pci_functions)} NVIDIA display function(s)")
+    evidence.add(*(f"{x.label} {x.name or ''}".rstrip() for x in g.gpus), *g.notes)
+    problems = []
+    want = profile.get("gpu.expected_count")
+    if want is not None and len(g.gpus) != want:
+        problems.append(f"{len(g.gpus)} GPU(s) visible to {g.source}, profile expects {want}")
+    seen = {x.bus_id for x in g.gpus}
+    lost = [b for b in g.pci_functions if b not in seen]
+    if lost:
+        problems.append(f"on the PCI bus but not in {g.source}: {', '.join(lost)} (driver did not bring them up)")
+    evidence.add("nvidia.com/gpu capacity not compared: no Kubernetes API configured for this run")
+    assert not problems, "; ".join(problems)
+
+
+@check(
+    "GPU-NUMA-KNOWN",
+    "high",
+    title="Each GPU's PCI NUMA node is known on a multi-NUMA host",
+    rationale="""With numa_node -1 the kubelet's topology manager and every NUMA-aware library treat the GPU
+    as local to nothing, so CPUs and memory cannot be aligned with it.""",
+    remediation="Enable ACPI SRAT/_PXM reporting (BIOS: NUMA / ACPI SRAT L3 cache as NUMA, or update firmware); "
+    "the value is /sys/bus/pci/devices/<bdf>/numa_node.",
+    source="/sys/bus/pci/devices/<bdf>/numa_node, local_cpulist",
+)
+def test_gpu_numa_known(node, node_gpus, topology, evidence):
+    if len(topology.nodes) < 2:
+        pytest.skip(f"one NUMA node on this host: locality does not apply ({len(node_gpus.gpus)} GPU(s))")
+    evidence.source = "/sys/bus/pci/devices/<bdf>/numa_node"
+    unknown = []
+    for g in node_gpus.gpus:
+        n = g.pci.numa_node if g.pci else None
+        cpus = format_cpulist(g.pci.local_cpus) if g.pci and g.pci.local_cpus is not None else "?"
+        evidence.add(f"{g.label}: numa_node {n if n is not None else -1}, local_cpulist {cpus}")
+        if g.pci is None:
+            unknown.append(f"{g.label}: no sysfs attributes collected")
+        elif n is None:
+            unknown.append(f"{g.label}: numa_node is -1")
+    assert not unknown, "; ".join(unknown) + f" on a host with {len(topology.nodes)} NUMA nodes"
+
+
+@check(
+    "GPU-NUMA-CONSISTENT",
+    "medium",
+    title="NVML's CPU and memory affinity agree with sysfs",
+    rationale="""Device plugins and NCCL take locality from NVML, the kubelet from sysfs; if they disagree,
+    one of them aligns pods with the wrong socket.""",
+    remediation="Update the NVIDIA driver and firmware; check `nvidia-smi topo -m` against "
+    "/sys/bus/pci/devices/<bdf>/local_cpulist.",
+    source="NVML nvmlDeviceGetCpuAffinityWithinScope / nvmlDeviceGetMemoryAffinity (node scope), sysfs",
+)
+def test_gpu_numa_consistent(node, node_gpus, topology, evidence):
+    evidence.source = f"{node_gpus.source} affinity vs sysfs"
+    failures, errors = [], []
+    for g in node_gpus.gpus:
+        pci = g.pci
+        if pci is None or g.affinity_cpus is None:
+            errors.append(f"{g.label}: affinity not available ({'no sysfs attributes' if pci is None else g.errors})")
+            continue
+        nv_cpus = g.affinity_cpus & topology.online
+        sys_cpus = (pci.local_cpus or frozenset()) & topology.online
+        evidence.add(
+            f"{g.label}: NVML CPUs {format_cpulist(nv_cpus)} nodes {sorted(g.affinity_nodes or [])}; "
+            f"sysfs CPUs {format_cpulist(sys_cpus)} node {pci.numa_node if pci.numa_node is not None else -1}"
+        )
+        if nv_cpus != sys_cpus:
+            failures.append(
+                f"{g.label}: NVML CPU affinity {format_cpulist(nv_cpus)} != sysfs local_cpulist {format_cpulist(sys_cpus)}"
+            )
+        if pci.numa_node is not None and g.affinity_nodes is not None and g.affinity_nodes != {pci.numa_node}:
+            failures.append(f"{g.label}: NVML memory affinity {sorted(g.affinity_nodes)} != sysfs numa_node {pci.numa_node}")
+    _fail_or_error(failures, errors)
+
+
+@check(
+    "GPU-PCIE-LINK",
+    "critical",
+    title="PCIe link runs at the expected generation and width",
+    rationale="""A GPU trained at x8 or one generation down has half the host-to-device bandwidth: model loads,
+    KV-cache offload and input copies slow down with no error anywhere.""",
+    remediation="Reseat the GPU or riser, check the BIOS PCIe speed setting for the slot, and compare "
+    "`nvidia-smi -q | grep -A3 'Link'` under load; a gap between device-and-slot and GPU maximum is a slot/BIOS limit.",
+    source="NVML nvmlDeviceGetCurr/MaxPcieLinkGeneration/Width, nvmlDeviceGetGpuMaxPcieLinkGeneration",
+)
+def test_gpu_pcie_link(node, node_gpus, profile, request, evidence):
+    gp = profile.get("gpu")
+    want_width = gp["pcie_width"]
+    after = _link_after_measurement(request, node)
+    evidence.source = node_gpus.source + (" (link read right after the bandwidth run)" if after else "")
+    failures, errors = [], []
+    for g in node_gpus.gpus:
+        want_gen, why = expected_generation(g, gp)
+        busy = after.get(g.uuid, {})
+        gen = busy.get("gen") if busy.get("gen") is not None else g.pcie_max_gen
+        width = busy.get("width") if busy.get("width") is not None else g.pcie_width
+        basis = "under load" if busy.get("gen") is not None else "device-and-slot maximum (idle links downshift)"
+        evidence.add(
+            f"{g.label}: Gen{gen} x{width} {basis}; current Gen{g.pcie_gen} x{g.pcie_width}; "
+            f"device-and-slot max Gen{g.pcie_max_gen} x{g.pcie_max_width}; GPU max Gen{g.pcie_gpu_max_gen}; "
+            f"expected Gen{want_gen} x{want_width} ({why})"
+        )
+        if "pcie_gpu_max_gen" in g.errors:
+            evidence.add(f"{g.label}: GPU maximum generation: {g.errors['pcie_gpu_max_gen']}")
+        if gen is None or width is None or want_gen is None:
+            errors.append(f"{g.label}: link generation or width not reported ({g.errors})")
+            continue
+        if gen < want_gen:
+            slot = ""
+            if g.pcie_gpu_max_gen and g.pcie_max_gen and g.pcie_max_gen < g.pcie_gpu_max_gen:
+                slot = f" (the slot or BIOS caps it: device-and-slot max Gen{g.pcie_max_gen}, GPU max Gen{g.pcie_gpu_max_gen})"
+            failures.append(f"{g.label}: Gen{gen}, expected Gen{want_gen}{slot}")
+        if width < want_width:
+            failures.append(f"{g.label}: x{width}, expected x{want_width}")
+    _fail_or_error(failures, errors)
+
+
+def _link_after_measurement(request: pytest.FixtureRequest, node: str) -> dict[str, dict]:
+    """Link state read by the bandwidth probe right after its copies, when a measurement ran."""
+    from conformance.session import RUN_KEY
+
+    run = request.config.stash[RUN_KEY]
+    if run.snapshot_dir or not run.measuring(node):
+        return {}
+    try:
+        m = run.h2d(node)
+    except FactUnavailable:
+        return {}
+    return {u: g.nvml_after for u, g in m.gpus.items() if g.nvml_after}
+
+
+@check(
+    "GPU-PCIE-REPLAY",
+    "medium",
+    title="PCIe replay counter stays flat across the bandwidth run",
+    rationale="""Replays are link-level retransmissions: a marginal riser, cable or slot shows up as replays
+    under load long before it fails, costing bandwidth on every copy.""",
+    remediation="Reseat or replace the riser/cable, check slot signal integrity and BIOS PCIe settings; DCGM's "
+    "diagnostic uses the same limit.",
+    source="NVML nvmlDeviceGetPcieReplayCounter before and after the H2D run",
+)
+def test_gpu_pcie_replay(node, node_gpus, h2d, profile, evidence):
+    limit = profile.get("gpu.pcie_replay_limit")
+    evidence.source = "NVML replay counter around the H2D probe"
+    failures, errors = [], []
+    for g in node_gpus.gpus:
+        m = h2d.gpus.get(g.uuid)
+        if m is None:
+            evidence.add(f"{g.label}: not measured ({h2d.skipped.get(g.uuid, 'not reported by the probe')})")
+            continue
+        before, after = m.nvml_before.get("replay"), m.nvml_after.get("replay")
+        if before is None or after is None:
+            errors.append(f"{g.label}: replay counter not readable ({m.nvml_before.get('error') or m.nvml_before})")
+            continue
+        grew = after - before
+        evidence.add(f"{g.label}: replay counter {before} -> {after} (+{grew}; limit {limit}; cumulative since driver load)")
+        if grew >= limit:
+            failures.append(f"{g.label}: {grew} PCIe replays during the bandwidth run (limit {limit})")
+    _fail_or_error(failures, errors)
+
+
+@check(
+    "GPU-MIG-MODE",
+    "low",
+    title="MIG mode is what the profile asks for",
+    rationale="""MIG splits a GPU into slices: right for some inference pools, wrong for training nodes
+    that expect whole GPUs.""",
+    remediation="Set MIG mode with `nvidia-smi -i <gpu> -mig 0|1` (GPU reset needed), or through the GPU "
+    "Operator's MIG manager; or change the profile's gpu.mig.",
+    source="NVML nvmlDeviceGetMigMode",
+)
+def test_gpu_mig_mode(node, node_gpus, profile, evidence):
+    want = profile.get("gpu.mig")
+    evidence.source = node_gpus.source
+    wrong = []
+    for g in node_gpus.gpus:
+        state = {True: "enabled", False: "disabled", None: "not supported"}[g.mig]
+        evidence.add(f"{g.label}: MIG {state}")
+        if (want == "off" and g.mig) or (want == "on" and not g.mig):
+            wrong.append(f"{g.label}: MIG {state}")
+    assert not wrong, "; ".join(wrong) + f"; the profile requires MIG {want}"
+
+
+@check(
+    "GPU-DCGM-EXPORTER",
+    "medium",
+    title="dcgm-exporter serves the profile's GPU metrics for this node",
+    rationale="""Without utilisation, copy-engine and PCIe throughput metrics, a slow or stuck GPU is
+    invisible to alerting and capacity planning.""",
+    remediation="Deploy dcgm-exporter (GPU Operator) on the node and enable the profiling (PROF) fields in its "
+    "metrics CSV, e.g. DCGM_FI_PROF_PCIE_TX_BYTES.",
+    source="dcgm-exporter /metrics (inventory dcgm_exporter URL; through the Kubernetes pod proxy once configured)",
+)
+def test_gpu_dcgm_exporter(node, node_gpus, request, profile, evidence):
+    from conformance.session import RUN_KEY
+
+    run = request.config.stash[RUN_KEY]
+    spec = next(n for n in run.inventory.nodes if n.name == node)
+    if not spec.dcgm_exporter:
+        pytest.skip("no dcgm-exporter to ask: set the node's dcgm_exporter URL in the inventory")
+    if run.snapshot_dir:
+        pytest.skip("the exporter is read live; a snapshot replay does not read it")
+    series = dcgm.metric_series(dcgm.fetch(spec.dcgm_exporter))
+    want = profile.get("gpu.dcgm_metrics")
+    evidence.source = spec.dcgm_exporter
+    evidence.add(*(f"{m}: {series.get(m, 0)} series" for m in want))
+    missing = [m for m in want if not series.get(m)]
+    assert not missing, f"{spec.dcgm_exporter} does not serve {', '.join(missing)}"
+
+
+@check(
+    "GPU-H2D-LOCAL-BW",
+    "critical",
+    title="Pinned host-to-device bandwidth from the GPU's own NUMA node meets the floor",
+    rationale="""This is the number the whole NUMA-alignment chain exists for: below the floor, every model
+    load, input copy and KV-cache transfer is slower than the hardware allows.""",
+    remediation="Check GPU-PCIE-LINK first (generation and width), then BIOS settings (PCIe ASPM, IOMMU "
+    "passthrough, relaxed ordering), and compare with nvbandwidth host_to_device_memcpy_ce.",
+    source="measured: CUDA driver API copies from a pinned buffer bound to the GPU's NUMA node",
+)
+def test_gpu_h2d_local_bandwidth(node, node_gpus, h2d, profile, evidence):
+    gp = profile.get("gpu")
+    margin = float(gp["h2d_margin"])
+    evidence.source = "H2D probe (CUDA events, median of samples, decimal GB/s)"
+    failures, errors, metrics = [], [], {}
+    for g in node_gpus.gpus:
+        m = h2d.gpus.get(g.uuid)
+        if m is None:
+            evidence.add(f"{g.label}: not measured: {h2d.skipped.get(g.uuid, 'not reported by the probe')}")
+            continue
+        gen, why = expected_generation(g, gp)
+        floor = floor_for(gen, gp)
+        try:
+            local = local_node(g)
+        except FactUnavailable as e:
+            errors.append(str(e))
+            continue
+        row = m.row(local)
+        if m.error or row is None or row.error or row.gbps is None:
+            errors.append(f"{g.label}: no figure from NUMA node {local}: {m.error or (row.error if row else 'not measured')}")
+            continue
+        placement = row.placement_problem()
+        if placement:
+            errors.append(f"{g.label}: {placement}")
+            continue
+        metrics[g.uuid] = {"local_node": local, "gbps": row.gbps, "floor_gbps": floor, "generation": gen}
+        line = f"{g.label}: {row.gbps:.2f} GB/s from NUMA node {local} (samples {row.samples}); "
+        line += f"floor {floor} GB/s for Gen{gen} ({why})"
+        if floor is None:
+            errors.append(f"{g.label}: no floor in the profile for Gen{gen} (gpu.h2d_floor_gbps)")
+        elif row.gbps < floor:
+            failures.append(f"{g.label}: {row.gbps:.2f} GB/s < floor {floor} GB/s (Gen{gen} x16)")
+        elif row.gbps < floor * (1 + margin):
+            line += f"; within {margin:.0%} above the floor"
+        evidence.add(line)
+    evidence.metrics = {"h2d_local": metrics}
+    _fail_or_error(failures, errors)
+
+
+@check(
+    "GPU-H2D-NUMA-MATRIX",
+    "low",
+    title="H2D bandwidth from every NUMA node: the local node is the fastest",
+    rationale="""The matrix shows what a misaligned pod pays: copies from the far socket cross the
+    inter-socket link. On many Gen4 hosts the penalty is small; on others it halves bandwidth.""",
+    remediation="If a remote node is faster, the firmware's numa_node for the GPU is probably wrong: compare "
+    "`nvidia-smi topo -m` with the board's slot-to-socket map.",
+    source="measured: the H2D probe bound to each NUMA node in turn",
+)
+def test_gpu_h2d_numa_matrix(node, node_gpus, h2d, profile, evidence):
+    tol = float(profile.get("gpu.h2d_matrix_tolerance"))
+    evidence.source = "H2D probe, one binding per NUMA node"
+    nodes = sorted({r.node for m in h2d.gpus.values() for r in m.rows})
+    matrix: dict[str, object] = {"nodes": nodes, "gpus": [], "gbps": [], "local": [], "notes": []}
+    failures, errors = [], []
+    for g in node_gpus.gpus:
+        m = h2d.gpus.get(g.uuid)
+        if m is None:
+            continue
+        figures = {r.node: r.gbps for r in m.rows if r.gbps is not None and not r.error}
+        try:
+            local = local_node(g)
+        except FactUnavailable as e:
+            errors.append(str(e))
+            local = None
+        matrix["gpus"].append(f"GPU{g.index}")  # type: ignore[attr-defined]
+        matrix["gbps"].append([figures.get(n) for n in nodes])  # type: ignore[attr-defined]
+        matrix["local"].append(local)  # type: ignore[attr-defined]
+        cells = ", ".join(f"node{n} {figures[n]:.2f}" if n in figures else f"node{n} -" for n in nodes)
+        evidence.add(f"{g.label} (local node {local}): {cells} GB/s")
+        for r in m.rows:
+            problem = r.error or r.placement_problem()
+            if problem:
+                evidence.add(f"{g.label} from node {r.node}: {problem}")
+                matrix["notes"].append(f"GPU{g.index} node{r.node}: {problem}")  # type: ignore[attr-defined]
+        if local is None or local not in figures:
+            if local is not None:
+                errors.append(f"{g.label}: no figure from its local node {local}")
+            continue
+        best_remote = max(((v, n) for n, v in figures.items() if n != local), default=None)
+        if best_remote and best_remote[0] > figures[local] * (1 + tol):
+            failures.append(
+                f"{g.label}: node{best_remote[1]} {best_remote[0]:.2f} GB/s beats its local node{local} "
+                f"{figures[local]:.2f} GB/s by more than {tol:.0%}"
+            )
+    evidence.metrics = {"h2d_matrix": matrix}
+    _fail_or_error(failures, errors)

@@ -1,0 +1,227 @@
+"""The GPU lab: nodes whose sysfs shows NVIDIA GPUs and whose /run/nvidia/driver holds the driver
+stand-ins (tests/standins), so the NVML probe, the nvidia-smi fallback and the H2D probe run for real
+over SSH. Two NUMA nodes are laid over the machine's first two CPUs; memory binding is real only on
+node 0 (the machine has one), so every GPU that must pass sits on node 0.
+
+GPU_EXPECTED is the exact outcome of every GPU check on every node, which tests/test_lab_gpu.py asserts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.gpu_standins import driver_files, gpu_line
+from tests.lab.builder import NodeSpec
+from tests.lab.nodes import GPU_CHECKS, SAMPLES
+
+NUMA = {0: "0", 1: "1"}
+SIBLINGS = {0: "0", 1: "1"}
+STANDIN_CPUS = "cpu\t0\t0\ncpu\t1\t1\n"
+UUID = {bus: f"GPU-6a4c5e1c-0000-4000-8000-0000000000{bus[5:7]}" for bus in ("0000:18:00.0", "0000:19:00.0", "0000:9a:00.0")}
+
+LAB_PROFILE = """\
+extends: default
+description: the GPU lab (stand-in driver, copies paced to a few GB/s)
+gpu:
+  mig: "off"
+  h2d_floor_gbps: {4: 1.0, 5: 1.0}
+  h2d_buffer_mib: 2
+  h2d_copies: 4
+  h2d_samples: 3
+  h2d_warmup: 1
+  h2d_budget_s: 10
+"""
+
+SMI_TOPO = """\
+\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID
+GPU0\t X \tSYS\t0\t0\t\tN/A
+GPU1\tSYS\t X \t1\t1\t\tN/A
+
+Legend:
+
+  X    = Self
+  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)
+"""
+SMI_SCRIPT = """\
+#!/bin/sh
+# nvidia-smi stand-in for the fallback path: the recorded outputs of `-q -x` and `topo -m`.
+case "$1 $2" in
+  "-q -x") cat /run/nvidia/driver/smi-q.xml ;;
+  "topo -m") cat /run/nvidia/driver/smi-topo.txt ;;
+  *) echo "unsupported in the stand-in: $*" >&2; exit 2 ;;
+esac
+"""
+
+
+def pci(numa: str, cpus: str, gen_speed: str = "32.0 GT/s PCIe", width: str = "16", vendor: str = "0x10de") -> dict[str, str]:
+    return {
+        "vendor": vendor,
+        "class": "0x030200",
+        "numa_node": numa,
+        "local_cpulist": cpus,
+        "current_link_speed": gen_speed,
+        "current_link_width": width,
+        "max_link_speed": "32.0 GT/s PCIe",
+        "max_link_width": "16",
+    }
+
+
+OTHER_FUNCTIONS = {
+    "0000:17:00.0": {**pci("0", "0"), "vendor": "0x8086", "class": "0x020000"},  # a NIC
+    "0000:18:00.1": {**pci("0", "0"), "class": "0x040300"},  # the GPU's audio function: not a GPU
+}
+
+
+def gpu_specs(built: dict[str, Path]) -> list[NodeSpec]:
+    good_conf = (
+        "\n".join(
+            [
+                gpu_line(
+                    uuid=UUID["0000:18:00.0"],
+                    name="Stand-in H100",
+                    bus="00000000:18:00.0",
+                    gen=5,
+                    maxgen=5,
+                    gpumaxgen=5,
+                    cpumask="0x1",
+                    nodemask="0x1",
+                ),
+                gpu_line(
+                    uuid=UUID["0000:19:00.0"],
+                    name="Stand-in H100",
+                    bus="00000000:19:00.0",
+                    gen=5,
+                    maxgen=5,
+                    gpumaxgen=5,
+                    cpumask="0x1",
+                    nodemask="0x1",
+                ),
+                "bw\t0\t0\t2.0\nbw\t0\t1\t0.6\nbw\t1\t0\t2.0\nbw\t1\t1\t0.6",
+            ]
+        )
+        + "\n"
+        + STANDIN_CPUS
+    )
+    good = NodeSpec(
+        name="gpu-good",
+        files=driver_files(built, good_conf),
+        numa=NUMA,
+        siblings=SIBLINGS,
+        online="0-1",
+        pci={"0000:18:00.0": pci("0", "0"), "0000:19:00.0": pci("0", "0"), **OTHER_FUNCTIONS},
+    )
+    bad_conf = (
+        "\n".join(
+            [
+                # trained at Gen4 x8 in a slot that caps it (device-and-slot max Gen4, GPU max Gen5); replays under load
+                gpu_line(
+                    uuid=UUID["0000:18:00.0"],
+                    name="Stand-in H100",
+                    bus="00000000:18:00.0",
+                    gen=4,
+                    width=8,
+                    maxgen=4,
+                    gpumaxgen=5,
+                    replay=100,
+                    replay_step=100,
+                    cpumask="0x1",
+                    nodemask="0x1",
+                ),
+                # MIG on; NVML places it on node 1 while sysfs does not know its node
+                gpu_line(
+                    uuid=UUID["0000:9a:00.0"],
+                    name="Stand-in H100",
+                    bus="00000000:9A:00.0",
+                    gen=5,
+                    maxgen=5,
+                    gpumaxgen=5,
+                    mig=1,
+                    cpumask="0x2",
+                    nodemask="0x2",
+                ),
+                "bw\t0\t0\t0.4\nbw\t0\t1\t1.6",
+            ]
+        )
+        + "\n"
+        + STANDIN_CPUS
+    )
+    bad = NodeSpec(
+        name="gpu-bad",
+        files=driver_files(built, bad_conf),
+        numa=NUMA,
+        siblings=SIBLINGS,
+        online="0-1",
+        pci={
+            "0000:18:00.0": pci("0", "0", "16.0 GT/s PCIe", "8"),
+            "0000:9a:00.0": pci("-1", "0-1"),
+            "0000:c1:00.0": pci("1", "1"),  # on the bus, but the driver never brought it up
+        },
+    )
+    smi = NodeSpec(
+        name="gpu-smi",
+        files={
+            **driver_files(built, STANDIN_CPUS, nvml=None, cuda=False),
+            "/run/nvidia/driver/usr/bin/nvidia-smi": SMI_SCRIPT,
+            "/run/nvidia/driver/smi-q.xml": (SAMPLES / "nvidia-smi_q_x.2gpu.constructed.xml").read_text(),
+            "/run/nvidia/driver/smi-topo.txt": SMI_TOPO,
+        },
+        modes={"/run/nvidia/driver/usr/bin/nvidia-smi": 0o755},
+        numa=NUMA,
+        siblings=SIBLINGS,
+        online="0-1",
+        pci={"0000:18:00.0": pci("0", "0"), "0000:9a:00.0": pci("1", "1", "16.0 GT/s PCIe", "8")},
+    )
+    old_conf = (
+        gpu_line(
+            uuid=UUID["0000:18:00.0"],
+            name="Stand-in A100",
+            bus="00000000:18:00.0",
+            gen=4,
+            maxgen=4,
+            cpumask="0x1",
+            nodemask="0x1",
+            procs="4242",
+        )
+        + "\n"
+        + STANDIN_CPUS
+    )
+    old = NodeSpec(
+        name="gpu-old-driver",
+        files=driver_files(built, old_conf, nvml="libnvidia-ml-old.so.1"),
+        numa=NUMA,
+        siblings=SIBLINGS,
+        online="0-1",
+        pci={"0000:18:00.0": pci("0", "0", "16.0 GT/s PCIe")},
+    )
+    return [good, bad, smi, old]
+
+
+def _row(**outcomes: str) -> dict[str, str]:
+    return {c: outcomes[c.replace("-", "_")] for c in GPU_CHECKS}
+
+
+GPU_EXPECTED = {
+    "gpu-good": dict.fromkeys(GPU_CHECKS, "passed"),
+    "gpu-bad": dict.fromkeys(GPU_CHECKS, "failed"),
+    "gpu-smi": _row(
+        GPU_COUNT="passed",
+        GPU_NUMA_KNOWN="passed",
+        GPU_NUMA_CONSISTENT="passed",
+        GPU_PCIE_LINK="failed",
+        GPU_PCIE_REPLAY="error",
+        GPU_MIG_MODE="failed",
+        GPU_DCGM_EXPORTER="skipped",
+        GPU_H2D_LOCAL_BW="error",
+        GPU_H2D_NUMA_MATRIX="error",
+    ),
+    "gpu-old-driver": _row(
+        GPU_COUNT="passed",
+        GPU_NUMA_KNOWN="passed",
+        GPU_NUMA_CONSISTENT="passed",
+        GPU_PCIE_LINK="passed",
+        GPU_PCIE_REPLAY="skipped",
+        GPU_MIG_MODE="passed",
+        GPU_DCGM_EXPORTER="skipped",
+        GPU_H2D_LOCAL_BW="skipped",
+        GPU_H2D_NUMA_MATRIX="skipped",
+    ),
+}

@@ -1,0 +1,122 @@
+/* Configuration shared by the stand-ins for libnvidia-ml.so.1 and libcuda.so.1 (test doubles of the
+ * NVIDIA driver's libraries, built by the tests). One file describes a node's GPUs, read from
+ * $GNC_FAKE_GPU_CONFIG or /run/nvidia/driver/fake-gpus.conf. Lines, fields separated by tabs:
+ *   gpu  uuid=GPU-... name=... bus=00000000:18:00.0 minor=0 gen=5 width=16 maxgen=5 maxwidth=16
+ *        gpumaxgen=5 replay=0 replay_step=0 mig=0 cpumask=0x1 nodemask=0x1 procs=12,34
+ *   bw   GPU NODE GBPS        host-to-device copy rate for a calling thread on NUMA node NODE
+ *   cpu  CPU NODE             NUMA node of a CPU, as the stand-in's view of the machine
+ *   fail SYMBOL CODE [NTH]    the symbol returns CODE on its NTH call (default 1st), once
+ *   leaks PATH                at exit, write the handles still alive to PATH
+ *   driver VERSION
+ */
+#ifndef GNC_STANDIN_CONFIG_H
+#define GNC_STANDIN_CONFIG_H
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAXGPU 16
+#define MAXNODE 8
+#define MAXCPU 1024
+#define MAXFAIL 16
+
+struct fake_gpu {
+    char uuid[96], name[96], bus[32];
+    unsigned minor, gen, width, maxgen, maxwidth, gpumaxgen, replay, replay_step, mig, nprocs;
+    unsigned long long cpumask, nodemask;
+    unsigned procs[8];
+    double bw[MAXNODE];
+};
+struct fake_fail { char symbol[64]; int code; int nth; int calls; };
+struct fake_config {
+    int loaded, ngpu;
+    struct fake_gpu gpu[MAXGPU];
+    int cpu_node[MAXCPU];
+    struct fake_fail fail[MAXFAIL];
+    int nfail;
+    char leaks[512], driver[64];
+};
+static struct fake_config CFG;
+
+static void cfg_gpu(char *rest) {
+    struct fake_gpu *g = &CFG.gpu[CFG.ngpu++];
+    memset(g, 0, sizeof *g);
+    g->width = g->maxwidth = 16;
+    char *save = NULL;
+    for (char *kv = strtok_r(rest, "\t\n", &save); kv; kv = strtok_r(NULL, "\t\n", &save)) {
+        char *eq = strchr(kv, '=');
+        if (!eq) continue;
+        *eq = 0;
+        const char *k = kv, *v = eq + 1;
+        if (!strcmp(k, "uuid")) snprintf(g->uuid, sizeof g->uuid, "%s", v);
+        else if (!strcmp(k, "name")) snprintf(g->name, sizeof g->name, "%s", v);
+        else if (!strcmp(k, "bus")) snprintf(g->bus, sizeof g->bus, "%s", v);
+        else if (!strcmp(k, "minor")) g->minor = strtoul(v, NULL, 0);
+        else if (!strcmp(k, "gen")) g->gen = strtoul(v, NULL, 0);
+        else if (!strcmp(k, "width")) g->width = strtoul(v, NULL, 0);
+        else if (!strcmp(k, "maxgen")) g->maxgen = strtoul(v, NULL, 0);
+        else if (!strcmp(k, "maxwidth")) g->maxwidth = strtoul(v, NULL, 0);
+        else if (!strcmp(k, "gpumaxgen")) g->gpumaxgen = strtoul(v, NULL, 0);
+        else if (!strcmp(k, "replay")) g->replay = strtoul(v, NULL, 0);
+        else if (!strcmp(k, "replay_step")) g->replay_step = strtoul(v, NULL, 0);
+        else if (!strcmp(k, "mig")) g->mig = strtoul(v, NULL, 0);
+        else if (!strcmp(k, "cpumask")) g->cpumask = strtoull(v, NULL, 0);
+        else if (!strcmp(k, "nodemask")) g->nodemask = strtoull(v, NULL, 0);
+        else if (!strcmp(k, "procs")) {
+            char *s2 = NULL;
+            char buf[128];
+            snprintf(buf, sizeof buf, "%s", v);
+            for (char *p = strtok_r(buf, ",", &s2); p && g->nprocs < 8; p = strtok_r(NULL, ",", &s2))
+                g->procs[g->nprocs++] = strtoul(p, NULL, 0);
+        }
+    }
+}
+
+static void cfg_load(void) {
+    if (CFG.loaded) return;
+    CFG.loaded = 1;
+    for (int i = 0; i < MAXCPU; i++) CFG.cpu_node[i] = 0;
+    snprintf(CFG.driver, sizeof CFG.driver, "550.0-standin");
+    const char *path = getenv("GNC_FAKE_GPU_CONFIG");
+    FILE *f = fopen(path && *path ? path : "/run/nvidia/driver/fake-gpus.conf", "r");
+    if (!f) return;
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        char *tab = strchr(line, '\t');
+        if (!tab) continue;
+        *tab = 0;
+        char *rest = tab + 1;
+        if (!strcmp(line, "gpu") && CFG.ngpu < MAXGPU) cfg_gpu(rest);
+        else if (!strcmp(line, "bw")) {
+            int gi = 0, node = 0;
+            double gbps = 0;
+            if (sscanf(rest, "%d\t%d\t%lf", &gi, &node, &gbps) == 3 && gi >= 0 && gi < MAXGPU && node >= 0 && node < MAXNODE)
+                CFG.gpu[gi].bw[node] = gbps;
+        } else if (!strcmp(line, "cpu")) {
+            int cpu = 0, node = 0;
+            if (sscanf(rest, "%d\t%d", &cpu, &node) == 2 && cpu >= 0 && cpu < MAXCPU) CFG.cpu_node[cpu] = node;
+        } else if (!strcmp(line, "fail") && CFG.nfail < MAXFAIL) {
+            struct fake_fail *x = &CFG.fail[CFG.nfail++];
+            x->nth = 1;
+            if (sscanf(rest, "%63s\t%d\t%d", x->symbol, &x->code, &x->nth) < 2) CFG.nfail--;
+        } else if (!strcmp(line, "leaks")) {
+            snprintf(CFG.leaks, sizeof CFG.leaks, "%s", rest);
+            CFG.leaks[strcspn(CFG.leaks, "\n")] = 0;
+        } else if (!strcmp(line, "driver")) {
+            snprintf(CFG.driver, sizeof CFG.driver, "%s", rest);
+            CFG.driver[strcspn(CFG.driver, "\n")] = 0;
+        }
+    }
+    fclose(f);
+}
+
+/* The injected failure code for this call of `symbol`, or 0. */
+static int cfg_injected(const char *symbol) {
+    cfg_load();
+    for (int i = 0; i < CFG.nfail; i++) {
+        struct fake_fail *x = &CFG.fail[i];
+        if (!strcmp(x->symbol, symbol) && ++x->calls == x->nth) return x->code;
+    }
+    return 0;
+}
+#endif

@@ -1,0 +1,158 @@
+"""The H2D bandwidth probe end to end against the libcuda.so.1 stand-in: real copies, real CPU affinity
+and memory policy, CUDA events; and a failure injected at every driver call it makes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conformance.gpu_measure import parse_probe_output
+from conformance.probes import payload
+from tests.gpu_standins import CONFIG, build_standins, driver_files, gpu_line, standins_available, write_root
+
+UUID0 = "GPU-11111111-2222-3333-4444-555555555555"
+UUID1 = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
+TWO_CPUS = {0, 1} <= os.sched_getaffinity(0)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    why = standins_available()
+    if why:
+        pytest.skip(why)
+    return build_standins(tmp_path_factory.mktemp("standins"))
+
+
+def make_root(tmp_path, built, extra: str = "") -> tuple:
+    root = tmp_path / "host"
+    leaks = tmp_path / "leaks"
+    config = "\n".join(
+        [
+            gpu_line(
+                uuid=UUID0, name="Stand-in H100", bus="00000000:18:00.0", gen=5, gpumaxgen=5, maxgen=5, replay=7, replay_step=2
+            ),
+            gpu_line(uuid=UUID1, name="Stand-in H100", bus="00000000:9A:00.0", gen=5, gpumaxgen=5, maxgen=5),
+            "bw\t0\t0\t2.0",
+            "bw\t0\t1\t0.5",
+            "bw\t1\t0\t0.5",
+            "bw\t1\t1\t2.0",
+            "cpu\t0\t0",
+            "cpu\t1\t1",
+            f"leaks\t{leaks}",
+            extra,
+        ]
+    )
+    write_root(root, driver_files(built, config + "\n"))
+    return root, leaks
+
+
+def run_probe(root, numa=None, **spec):
+    doc = {"root": str(root), "numa": numa or ({"0": [0], "1": [1]} if TWO_CPUS else {"0": [0]}), "bytes": 2 << 20}
+    doc.update({"copies": 4, "samples": 3, "warmup": 1, "budget_s": 10}, **spec)
+    env = {**os.environ, "GNC_FAKE_GPU_CONFIG": str(root / CONFIG.lstrip("/"))}
+    p = subprocess.run(
+        [sys.executable, "-", json.dumps(doc)], input=payload.program("h2d_bandwidth"), capture_output=True, env=env, timeout=120
+    )
+    return p.returncode, json.loads(p.stdout)
+
+
+def leaks(path) -> dict[str, int]:
+    return {k: int(v) for k, v in (line.split() for line in path.read_text().splitlines())}
+
+
+def test_measures_each_gpu_from_each_numa_node(tmp_path, built):
+    root, leak_file = make_root(tmp_path, built)
+    rc, doc = run_probe(root)
+    assert rc == 0, doc
+    m = parse_probe_output("n", json.dumps(doc))
+    assert list(m.gpus) == [UUID0, UUID1]
+    g0 = m.gpus[UUID0]
+    assert g0.bus_id == "0000:18:00.0"
+    row0 = g0.row(0)
+    assert row0 is not None and row0.error is None
+    # paced at 2.0 GB/s: the figure cannot beat the configured rate, and copies of 2 MiB leave it close
+    assert 0.5 < row0.gbps <= 2.0 * 1.05
+    assert len(row0.samples) == 3
+    assert row0.binding["cpus"] == [0] and row0.binding["mem_policy"] == "bind"
+    assert row0.pages_node == 0 and row0.placement_problem() is None
+    if TWO_CPUS:
+        row1 = g0.row(1)
+        assert row1.binding["cpus"] == [1]
+        assert row1.gbps < row0.gbps  # the stand-in's rate for the remote node is a quarter
+        assert m.gpus[UUID1].row(1).gbps > m.gpus[UUID1].row(0).gbps
+    # NVML read around the run: the stand-in's counter grows by replay_step per read
+    assert g0.nvml_before["replay"] == 7 and g0.nvml_after["replay"] == 9
+    assert g0.nvml_after["gen"] == 5 and g0.nvml_after["width"] == 16
+    assert leaks(leak_file) == {"contexts": 0, "streams": 0, "events": 0, "device_allocs": 0, "host_allocs": 0}
+
+
+def test_only_the_requested_gpus(tmp_path, built):
+    root, _ = make_root(tmp_path, built)
+    rc, doc = run_probe(root, gpus=[UUID1])
+    assert rc == 0 and [g["uuid"] for g in doc["gpus"]] == [UUID1]
+
+
+def test_time_budget_bounds_a_gpu(tmp_path, built):
+    root, _ = make_root(tmp_path, built)
+    rc, doc = run_probe(root, gpus=[UUID0], numa={"0": [0]}, bytes=8 << 20, copies=16, samples=50, budget_s=0.3)
+    g = doc["gpus"][0]
+    assert rc == 0 and "time budget reached" in g["results"][0]["note"]
+    assert len(g["results"][0]["samples_gbps"]) < 50 and g["duration_s"] < 5
+
+
+def test_no_driver_library(tmp_path):
+    rc, doc = run_probe(tmp_path)
+    assert rc == 3 and "libcuda.so.1 not found" in doc["error"]
+
+
+SETUP = ["cuInit", "cuDeviceGetCount"]
+PER_GPU = ["cuDeviceGet", "cuDeviceGetUuid", "cuDeviceGetPCIBusId"]
+MEASURE = [
+    "cuDevicePrimaryCtxRetain",
+    "cuCtxSetCurrent",
+    "cuMemAlloc_v2",
+    "cuMemHostAlloc",
+    "cuStreamCreate",
+    "cuEventCreate",
+    "cuMemcpyHtoDAsync_v2",
+    "cuStreamSynchronize",
+    "cuEventRecord",
+    "cuEventSynchronize",
+    "cuEventElapsedTime",
+]
+CLEANUP = {
+    "cuEventDestroy_v2": "events",
+    "cuStreamDestroy_v2": "streams",
+    "cuMemFreeHost": "host_allocs",
+    "cuMemFree_v2": "device_allocs",
+    "cuDevicePrimaryCtxRelease_v2": "contexts",
+}
+
+
+@pytest.mark.parametrize("symbol", SETUP + PER_GPU + MEASURE + list(CLEANUP))
+def test_failure_at_each_driver_call_is_reported_and_cleaned_up(tmp_path, built, symbol):
+    root, leak_file = make_root(tmp_path, built, extra=f"fail\t{symbol}\t999")
+    rc, doc = run_probe(root, numa={"0": [0]})
+    text = json.dumps(doc)
+    assert f"{symbol} failed: CUDA_ERROR_UNKNOWN (999)" in text
+    alive = leaks(leak_file)
+    if symbol in SETUP:
+        assert rc == 3 and symbol in doc["error"]
+    elif symbol in PER_GPU:
+        assert rc == 0 and doc["gpus"][0]["failed_call"] == symbol
+        assert doc["gpus"][1]["results"][0]["gbps"] > 0  # the next GPU is still measured
+    elif symbol in MEASURE:
+        row = doc["gpus"][0]["results"][0]
+        assert rc == 0 and row["failed_call"] == symbol and row.get("gbps") is None
+        assert doc["gpus"][1]["results"][0]["gbps"] > 0
+    else:
+        row = doc["gpus"][0]["results"][0]
+        assert rc == 0 and any(symbol in e for e in row["cleanup_errors"])
+        assert row["gbps"] > 0  # the figure was taken before the failing release
+    leaked = {k: v for k, v in alive.items() if v}
+    # Everything is released, except what the failing release call itself could not free.
+    assert leaked == ({CLEANUP[symbol]: 1} if symbol in CLEANUP else {}), leaked
