@@ -94,6 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="measure pinned H2D bandwidth per GPU and NUMA node (opens a CUDA context on each idle GPU, "
         "about 10 s per GPU; busy or MIG GPUs are skipped)",
     )
+    run.add_argument(
+        "--print-results",
+        action="store_true",
+        help="also print results.json to standard output between markers (in-cluster mode: the pod log carries it)",
+    )
     run.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="extra arguments for pytest")
 
     col = sub.add_parser(
@@ -150,6 +155,49 @@ def build_parser() -> argparse.ArgumentParser:
     prof_sub.add_parser("list", help="bundled profile names and descriptions")
     show = prof_sub.add_parser("show", help="effective values (after extends) as YAML")
     show.add_argument("profile", metavar="NAME|FILE")
+
+    man = sub.add_parser(
+        "manifests",
+        formatter_class=_Formatter,
+        help="print the Kubernetes objects that run the audit on the nodes themselves (in-cluster mode)",
+        description="Namespace, ServiceAccount and one Job per node (pinned by nodeName), or a DaemonSet. Each pod "
+        "audits its own node with the host's root mounted read-only at /host (hostPID, hostNetwork) and prints its "
+        "results.json to its log; collect the logs and run 'conformance merge'.",
+        epilog=textwrap.dedent("""\
+            examples:
+              conformance manifests --node gpu-a1 --node gpu-a2 --image registry.example/gnc:0.1.0 | kubectl apply -f -
+              conformance manifests --nodes-from-inventory nodes.yaml --image registry.example/gnc:0.1.0 -o jobs.yaml
+              conformance manifests --daemonset --image registry.example/gnc:0.1.0"""),
+    )
+    man.add_argument("--node", action="append", default=[], metavar="NAME", help="a node to audit (repeat)")
+    man.add_argument("--nodes-from-inventory", metavar="FILE", help="audit every node named in this inventory")
+    man.add_argument("--daemonset", action="store_true", help="one DaemonSet on GPU nodes instead of one Job per node")
+    man.add_argument("--namespace", default="gpu-node-conformance", metavar="NS")
+    man.add_argument("--image", default=None, metavar="IMAGE", help="the suite's image (build it from the Containerfile)")
+    man.add_argument("--profile", metavar="NAME", help="bundled profile for every node")
+    man.add_argument("--runtime-class", metavar="NAME", help="runtimeClassName for the pods (e.g. nvidia)")
+    man.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output")
+
+    mer = sub.add_parser(
+        "merge",
+        formatter_class=_Formatter,
+        help="combine per-node results (results.json files, folders, pod logs) into one report set",
+        description="Reads results.json files, folders of them, and pod logs holding framed results (in-cluster "
+        "mode). Reruns of a node are deduplicated (the latest run wins); nodes named with --expect that sent "
+        "nothing are marked incomplete.",
+        epilog=textwrap.dedent("""\
+            examples:
+              kubectl -n gpu-node-conformance logs -l app.kubernetes.io/name=gpu-node-conformance --tail=-1 \\
+                  --prefix=false > logs/all.log
+              conformance merge logs/ --expect @nodes.txt --output reports/fleet
+              conformance merge runs/monday/ runs/rerun-gpu-a7/results.json --output reports/merged"""),
+    )
+    mer.add_argument("sources", nargs="+", metavar="FILE|DIR")
+    mer.add_argument("--expect", action="append", default=[], metavar="NODES", help="node names, comma lists or @FILE")
+    mer.add_argument("--output", metavar="DIR", help="output folder (default: a new timestamped folder under reports/)")
+    mer.add_argument("--baseline", metavar="RESULTS_JSON", help="a previous results.json to compare with")
+    mer.add_argument("--pushgateway", metavar="URL", help="also push the Prometheus metrics to this Pushgateway")
+    mer.add_argument("-v", "--verbose", action="count", default=0)
 
     chk = sub.add_parser(
         "checks",
@@ -283,7 +331,58 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.measure:
         pargs.append("--measure")
     pargs += args.pytest_args
-    return _finish(int(pytest.main(pargs)), out, args.pushgateway)
+    rc = _finish(int(pytest.main(pargs)), out, args.pushgateway)
+    if args.print_results and (out / "results.json").is_file():
+        from conformance.manifests import RESULTS_BEGIN, RESULTS_END
+
+        # one line of JSON between markers: `conformance merge` finds it in the pod's log
+        doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
+        print(f"{RESULTS_BEGIN}\n{json.dumps(doc, separators=(',', ':'))}\n{RESULTS_END}", flush=True)
+    return rc
+
+
+def cmd_manifests(args: argparse.Namespace) -> int:
+    from conformance.manifests import DEFAULT_IMAGE, build, to_yaml
+
+    nodes = list(args.node)
+    if args.nodes_from_inventory:
+        from conformance.inventory import load_inventory
+
+        nodes += [n.name for n in load_inventory(args.nodes_from_inventory).nodes]
+    if not nodes and not args.daemonset:
+        raise UsageError("name the nodes to audit (--node, --nodes-from-inventory) or use --daemonset")
+    objects = build(
+        nodes,
+        daemonset=args.daemonset,
+        namespace=args.namespace,
+        image=args.image or DEFAULT_IMAGE,
+        profile=args.profile,
+        runtime_class=args.runtime_class,
+    )
+    text = to_yaml(objects)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+        print(f"wrote {len(objects)} objects to {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    if not args.image:
+        print(f"note: image {DEFAULT_IMAGE} is a local name; build the Containerfile and pass --image", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from conformance.merge import expected_from, gather, missing_nodes
+
+    work = Path(tempfile.mkdtemp(prefix="gnc-merge-"))
+    found = gather(args.sources, work)
+    marker = missing_nodes(found, expected_from(args.expect), work)
+    files = [str(f) for f in ([marker] if marker else []) + found]
+    note = "; some expected nodes sent nothing (marked incomplete)" if marker else ""
+    print(f"merging {len(found)} results document(s){note}")
+    args.results = files
+    return cmd_report(args)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -362,6 +461,8 @@ def main(argv: list[str] | None = None) -> int:
             "profiles": cmd_profiles,
             "diff": cmd_diff,
             "waivers": cmd_waivers,
+            "manifests": cmd_manifests,
+            "merge": cmd_merge,
         }
         return commands[args.command](args)
     except UsageError as e:

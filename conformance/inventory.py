@@ -102,9 +102,11 @@ class Inventory:
 
 def local_inventory(host_root: str = "") -> Inventory:
     """The embedded default: audit this machine through the local transport."""
+    import os
     import socket
 
-    name = socket.gethostname() or "localhost"
+    # In a pod (in-cluster mode) the node's name comes from the downward API; else the host name.
+    name = os.environ.get("GNC_NODE_NAME") or socket.gethostname() or "localhost"
     if not NAME_RE.match(name):
         name = "localhost"
     return Inventory("(this machine)", [NodeSpec(name=name, transport="local", host_root=host_root)])

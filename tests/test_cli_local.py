@@ -33,8 +33,13 @@ def conformance(*args: str, cwd: Path | None = None) -> subprocess.CompletedProc
 
 @pytest.fixture
 def host_root(tmp_path):
+    return sample_host_root(tmp_path / "host")
+
+
+def sample_host_root(root: Path) -> Path:
+    """A node's files below a folder, as the local transport reads them with --host-root."""
     return make_host_root(
-        tmp_path / "host",
+        root,
         # a relative --config resolves against the kubelet's working directory
         ["--config", "kubelet.yaml", "--topology-manager-policy=single-numa-node"],
         {

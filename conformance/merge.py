@@ -1,0 +1,100 @@
+"""`conformance merge`: results from many places (results.json files, folders of them, pod logs with
+framed results) into one document set; nodes that were expected but sent nothing are marked."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from conformance import __version__
+from conformance.errors import UsageError
+from conformance.manifests import results_in_log
+from conformance.outputs import load_results
+
+MISSING = "missing"
+
+
+def gather(paths: list[str], folder: Path) -> list[Path]:
+    """Every results document under `paths`, each written to `folder` as a file `--replay` reads."""
+    found: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if not p.exists():
+            raise UsageError(f"{p}: no such file or folder")
+        files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
+        for f in files:
+            if f.suffix == ".json":
+                try:
+                    load_results(f)
+                except UsageError:
+                    continue  # snapshots and other JSON files in the same folder
+                found.append(f)
+            elif f.suffix in (".log", ".txt"):
+                for i, doc in enumerate(results_in_log(f.read_text(encoding="utf-8", errors="replace"))):
+                    out = folder / f"{f.stem}.{i}.json"
+                    out.write_text(doc, encoding="utf-8")
+                    try:
+                        load_results(out)
+                    except UsageError as e:
+                        raise UsageError(f"{f}: results block {i + 1} is not a results.json: {e}") from None
+                    found.append(out)
+    if not found:
+        raise UsageError(f"no results found in {', '.join(paths)} (results.json files, or pod logs with framed results)")
+    return found
+
+
+def missing_nodes(found: list[Path], expected: list[str], folder: Path) -> Path | None:
+    """A results document marking the expected nodes that no source reported, or None."""
+    seen = {n["name"] for f in found for n in load_results(f)["nodes"]}
+    absent = [n for n in expected if n not in seen]
+    if not absent:
+        return None
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    doc: dict[str, Any] = {
+        "schema_version": 1,
+        "tool": {"name": "gpu-node-conformance", "version": __version__},
+        "started_at": now,
+        "finished_at": "",  # older than any real run: a node's real results replace this entry
+        "complete": True,  # the merge is complete; the node's own verdict says what is missing
+        "inventory": "(expected nodes)",
+        "nodes": [
+            {
+                "name": n,
+                "verdict": "incomplete",
+                "profile": "-",
+                "profile_reason": "",
+                "transport": "local",
+                "labels": {},
+                "counts": dict.fromkeys(("passed", "failed", "error", "skipped", "waived"), 0),
+                "blocking": [],
+                "collection": {
+                    "error": "no results: its audit Job did not finish, or its log was not collected",
+                    "error_kind": MISSING,
+                    "notes": [],
+                },
+            }
+            for n in absent
+        ],
+        "checks": {},
+        "results": [],
+    }
+    out = folder / "expected-nodes.json"
+    out.write_text(json.dumps(doc), encoding="utf-8")
+    return out
+
+
+def expected_from(values: list[str]) -> list[str]:
+    """Node names from `--expect` values: names, comma lists, or @FILE with one name per line."""
+    names: list[str] = []
+    for v in values:
+        if v.startswith("@"):
+            try:
+                text = Path(v[1:]).read_text(encoding="utf-8")
+            except OSError as e:
+                raise UsageError(f"--expect {v}: {e.strerror}") from None
+            names += [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+        else:
+            names += [x.strip() for x in v.split(",") if x.strip()]
+    return names
