@@ -17,6 +17,7 @@ from conformance.inventory import NodeSpec
 from conformance.probes import payload
 from conformance.redact import redact_bundle
 from conformance.transports.local import LocalTransport
+from conformance.transports.openssh import OpenSshTransport
 from conformance.transports.ssh import SshTarget, SshTransport
 
 MAX_BYTES = 4 * 1024 * 1024
@@ -29,11 +30,12 @@ def collector_script() -> bytes:
     return script.replace(b"@NVML_PROBE@", payload.packed("nvml_facts").encode()).replace(b"@UNPACK@", payload.UNPACK.encode())
 
 
-def transport_for(node: NodeSpec) -> LocalTransport | SshTransport:
+def transport_for(node: NodeSpec) -> LocalTransport | SshTransport | OpenSshTransport:
     if node.transport == "local":
         return LocalTransport(node.host_root)
     s = node.ssh
-    return SshTransport(
+    kind = OpenSshTransport if node.transport == "openssh" else SshTransport
+    return kind(
         SshTarget(
             host=node.address or node.name,
             port=int(s.get("port", 22)),
@@ -102,7 +104,7 @@ def _attempt(node: NodeSpec, timeout: float, max_bytes: int) -> Bundle:
             error_kind=e.kind,
             collected_at=when,
             duration_s=round(time.monotonic() - started, 3),
-            executions=executions,
+            executions=executions if e.executed else 0,
         )
     except ParseError as e:
         return Bundle(

@@ -22,6 +22,7 @@ class FactUnavailable(ConformanceError):
 class TransportError(ConformanceError):
     """A node could not be reached or the remote collection failed."""
 
-    def __init__(self, message: str, *, kind: str = "unreachable") -> None:
+    def __init__(self, message: str, *, kind: str = "unreachable", executed: bool = True) -> None:
         super().__init__(message)
         self.kind = kind
+        self.executed = executed  # False: the remote program never started (no session was opened)

@@ -15,6 +15,8 @@ from typing import Any
 import yaml
 
 from conformance.errors import UsageError
+from conformance.kube import KubeSpec
+from conformance.kube import parse_spec as parse_kube_spec
 from conformance.latency import Endpoint, parse_endpoints
 from conformance.validation import unknown_fields
 
@@ -31,7 +33,7 @@ SSH_KEYS = {
 }
 NODE_KEYS = {"name", "address", "transport", "ssh", "profile", "labels", "host_root", "endpoints", "dcgm_exporter"}
 DEFAULT_KEYS = {"ssh", "profile", "transport", "labels"}
-TOP_KEYS = {"defaults", "nodes", "profile_rules"}
+TOP_KEYS = {"defaults", "nodes", "profile_rules", "kubernetes"}
 RULE_KEYS = {"nodes", "labels", "profile"}
 
 
@@ -46,6 +48,7 @@ class NodeSpec:
     host_root: str = ""
     endpoints: list[Endpoint] = field(default_factory=list)
     dcgm_exporter: str | None = None  # the exporter's metrics URL, where the Kubernetes API is not used
+    discovered: str | None = None  # why the Kubernetes API named this node (None: inventory only)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -81,6 +84,8 @@ class Inventory:
     nodes: list[NodeSpec]
     default_profile: str | None = None
     rules: list[ProfileRule] = field(default_factory=list)
+    kubernetes: KubeSpec | None = None
+    defaults: dict[str, Any] = field(default_factory=dict)  # validated: transport, ssh, labels (for discovered nodes)
 
     def select_profile(self, node: NodeSpec) -> tuple[str | None, str]:
         """The node's profile reference and why: its own, else the first matching rule, else defaults."""
@@ -147,7 +152,7 @@ def parse_inventory(doc: Any, path: str) -> Inventory:
         raise UsageError(f"{path}: the inventory must be a mapping with 'nodes' (and optionally 'defaults')")
     for k in doc:
         if k not in TOP_KEYS:
-            errors.append(f"{k}: unknown top-level field (allowed: defaults, nodes)")
+            errors.append(f"{k}: unknown top-level field (allowed: defaults, nodes, profile_rules, kubernetes)")
     defaults = doc.get("defaults") or {}
     if not isinstance(defaults, dict):
         errors.append("defaults: must be a mapping")
@@ -159,9 +164,10 @@ def parse_inventory(doc: Any, path: str) -> Inventory:
     if d_profile is not None and not isinstance(d_profile, str):
         errors.append("defaults.profile: must be a profile name or file path")
     d_transport = defaults.get("transport", "ssh")
-    nodes_raw = doc.get("nodes")
-    if not isinstance(nodes_raw, list) or not nodes_raw:
-        errors.append("nodes: must be a non-empty list of node entries")
+    kube = parse_kube_spec(doc.get("kubernetes"), errors)
+    nodes_raw = doc.get("nodes", [] if kube and kube.discover else None)
+    if not isinstance(nodes_raw, list) or (not nodes_raw and not (kube and kube.discover)):
+        errors.append("nodes: must be a non-empty list of node entries (or give kubernetes: to discover them)")
         nodes_raw = []
     nodes: list[NodeSpec] = []
     seen: set[str] = set()
@@ -181,14 +187,14 @@ def parse_inventory(doc: Any, path: str) -> Inventory:
             seen.add(name)
         unknown_fields(entry, NODE_KEYS, where, errors)
         transport = entry.get("transport", d_transport)
-        if transport not in ("ssh", "local"):
-            errors.append(f"{where}.transport: {transport!r} is not one of ssh, local")
+        if transport not in ("ssh", "openssh", "local"):
+            errors.append(f"{where}.transport: {transport!r} is not one of ssh, openssh, local")
         address = entry.get("address")
         if address is not None and (not isinstance(address, str) or not address or any(c.isspace() for c in address)):
             errors.append(f"{where}.address: {address!r} is not a host name or IP address")
         ssh = dict(d_ssh)
         ssh.update(_check_ssh(entry.get("ssh", {}), f"{where}.ssh", errors))
-        if transport == "ssh" and not address and not ssh.get("ssh_config"):
+        if transport in ("ssh", "openssh") and not address and not ssh.get("ssh_config"):
             errors.append(f"{where}.address: required for transport ssh (or give ssh.ssh_config with a Host entry)")
         host_root = entry.get("host_root", "")
         if not isinstance(host_root, str) or (host_root and not host_root.startswith("/")):
@@ -222,7 +228,36 @@ def parse_inventory(doc: Any, path: str) -> Inventory:
     rules = _parse_rules(doc.get("profile_rules", []), errors)
     if errors:
         raise UsageError(f"{path}: invalid inventory:\n  " + "\n  ".join(errors))
-    return Inventory(path=path, nodes=nodes, default_profile=d_profile, rules=rules)
+    defaults_json = {"transport": d_transport, "ssh": d_ssh, "labels": d_labels}
+    return Inventory(path=path, nodes=nodes, default_profile=d_profile, rules=rules, kubernetes=kube, defaults=defaults_json)
+
+
+def merge_discovered(inv: Inventory, found: list[Any]) -> Inventory:
+    """Add the nodes the Kubernetes API named to the inventory. A node in both keeps its inventory
+    entry (address, transport, ssh) and gains the API's labels under its own; others get the
+    inventory defaults and their InternalIP as SSH address."""
+    by_name = {n.name: n for n in inv.nodes}
+    for d in found:
+        node = by_name.get(d.name)
+        if node is not None:
+            node.labels = {**d.labels, **node.labels}
+            node.discovered = f"{d.why}; also in the inventory"
+            if not node.address and node.transport != "local":
+                node.address = d.internal_ip
+            continue
+        if not NAME_RE.match(d.name):
+            continue
+        node = NodeSpec(
+            name=d.name,
+            transport=inv.defaults.get("transport", "ssh"),
+            address=d.internal_ip,
+            ssh=dict(inv.defaults.get("ssh") or {}),
+            labels={**(inv.defaults.get("labels") or {}), **d.labels},
+            discovered=d.why,
+        )
+        inv.nodes.append(node)
+        by_name[d.name] = node
+    return inv
 
 
 def _parse_rules(raw: Any, errors: list[str]) -> list[ProfileRule]:

@@ -101,7 +101,7 @@ class SshTransport:
         client = paramiko.SSHClient()
         known = os.path.expanduser(self.t.known_hosts or "~/.ssh/known_hosts")
         try:
-            client.load_host_keys(known)
+            self._ca_lines = _load_known_hosts(client.get_host_keys(), known)
         except FileNotFoundError:
             if not self.t.insecure_accept_unknown_host_keys:
                 raise TransportError(
@@ -144,11 +144,18 @@ class SshTransport:
             ) from None
         except paramiko.SSHException as e:
             if "not found in known_hosts" in str(e):
+                hint = (
+                    f"; {self._known} trusts host certificates (@cert-authority), which this transport cannot verify: "
+                    "use transport: openssh"
+                    if getattr(self, "_ca_lines", 0)
+                    else ""
+                )
                 raise TransportError(
                     f"host key of {host}:{port} is unknown (not in {self._known}); verify it and add it with "
                     f"'ssh-keyscan -p {port} {host} >> {self._known}', or set "
-                    "ssh.insecure_accept_unknown_host_keys: true in the inventory to accept unknown keys",
+                    f"ssh.insecure_accept_unknown_host_keys: true in the inventory to accept unknown keys{hint}",
                     kind="host-key",
+                    executed=False,
                 ) from None
             if isinstance(e, paramiko.AuthenticationException):
                 raise TransportError(f"authentication as {user}@{host}:{port} failed: {e}", kind="auth") from None
@@ -233,3 +240,34 @@ class SshTransport:
         for c in reversed(self._clients):
             c.close()
         self._clients.clear()
+
+
+def _load_known_hosts(keys: paramiko.HostKeys, path: str) -> int:
+    """Load plain known_hosts entries as OpenSSH reads them (malformed lines are ignored, as OpenSSH
+    does). Marker lines are not plain keys: `@cert-authority` lines are counted (the caller points to
+    the openssh transport), and `@revoked` lines, which must not be ignored, refuse the whole file."""
+    ca_lines = 0
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            if line.startswith("@cert-authority"):
+                ca_lines += 1
+                continue
+            if line.startswith("@"):
+                raise TransportError(
+                    f"known_hosts {path} line {n}: marker {line.split()[0]} cannot be honoured by this transport; "
+                    "use transport: openssh",
+                    kind="host-key",
+                    executed=False,
+                )
+            try:
+                entry = paramiko.hostkeys.HostKeyEntry.from_line(line, n)
+            except (paramiko.hostkeys.InvalidHostKey, ValueError):
+                continue
+            if entry is None:
+                continue
+            for name in entry.hostnames:
+                keys.add(name, entry.key.get_name(), entry.key)
+    return ca_lines

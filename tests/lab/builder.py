@@ -93,10 +93,13 @@ def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
 
 
 class Lab:
-    def __init__(self, root: Path, first_subnet: int = 1) -> None:
-        """Nodes get 198.18.<first_subnet + i>.2; labs that run at the same time use distinct ranges."""
+    def __init__(self, root: Path, first_subnet: int = 1, host_ca: bool = False) -> None:
+        """Nodes get 198.18.<first_subnet + i>.2; labs that run at the same time use distinct ranges.
+        With host_ca, every node's host key is certified by a lab CA and known_hosts trusts only the CA
+        (`@cert-authority`), as sites with SSH host certificates do."""
         self.root = root
         self.first_subnet = first_subnet
+        self.host_ca = root / "host_ca" if host_ca else None
         self.id = uuid.uuid4().hex[:6]
         self.nodes: list[LabNode] = []
         self.cg_root = _cgroup2_root()
@@ -112,6 +115,10 @@ class Lab:
         (root / "kubelet.c").write_text(KUBELET_C)
         _run("cc", "-O1", "-o", str(bindir / "kubelet"), str(root / "kubelet.c"))
         self.known_hosts.write_text("")
+        if self.host_ca is not None:
+            _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.host_ca))
+            ca_pub = Path(f"{self.host_ca}.pub").read_text().strip()
+            self.known_hosts.write_text(f"@cert-authority 198.18.* {ca_pub}\n")
 
     # -- building ------------------------------------------------------------------------------
     def add(self, spec: NodeSpec) -> LabNode:
@@ -193,6 +200,11 @@ class Lab:
             "MaxStartups 200\nMaxSessions 50\nUseDNS no\n"
         )
         _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "host_ed25519"))
+        if self.host_ca is not None:
+            _run("ssh-keygen", "-q", "-s", str(self.host_ca), "-I", node.spec.name, "-h", "-n", node.address,
+                 str(d / "host_ed25519.pub"))  # fmt: skip
+            with (d / "sshd_config").open("a") as f:
+                f.write(f"HostCertificate {d / 'host_ed25519-cert.pub'}\n")
 
     def _startup_script(self, node: LabNode) -> str:
         d, s = node.dir, node.spec
@@ -249,9 +261,10 @@ class Lab:
             _run(*ns, "ip", "link", "set", "lo", "up")
             for key, value in node.spec.sysctls.items():
                 _run(*ns, "sysctl", "-q", "-w", f"{key}={value}")
-            pub = (node.dir / "host_ed25519.pub").read_text().split()
-            with self.known_hosts.open("a") as f:
-                f.write(f"{node.address} {pub[0]} {pub[1]}\n")
+            if self.host_ca is None:
+                pub = (node.dir / "host_ed25519.pub").read_text().split()
+                with self.known_hosts.open("a") as f:
+                    f.write(f"{node.address} {pub[0]} {pub[1]}\n")
             if not node.spec.up:
                 continue
             (node.dir / "start.sh").write_text(self._startup_script(node))
