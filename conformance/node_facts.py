@@ -23,6 +23,7 @@ from conformance.facts.gpu import GpuFacts, parse_nvml_probe, parse_pci_function
 from conformance.facts.kubelet import (
     KubeletArgs,
     KubeletConfig,
+    configz_config,
     effective_config,
     flags_to_config,
     load_config_document,
@@ -68,9 +69,11 @@ class Sysctls:
 class NodeFacts:
     """All node-level facts of one node, each read on first use from the collected bundle."""
 
-    def __init__(self, bundle: Bundle) -> None:
+    def __init__(self, bundle: Bundle, configz: dict[str, Any] | None = None, configz_error: str | None = None) -> None:
         self.bundle = bundle
         self.name = bundle.node
+        self.configz = configz  # the kubelet's live config from the API server, when it could be read
+        self.configz_error = configz_error  # why not (no API configured: None)
         self._memo: dict[str, tuple[bool, Any]] = {}
 
     @property
@@ -102,6 +105,22 @@ class NodeFacts:
 
     @fact
     def kubelet_config(self) -> KubeletConfig:
+        """The live config (configz) when the API gave it, compared with the node's files; else the files."""
+        if self.configz is not None:
+            try:
+                files, why = self.kubelet_file_config, None
+            except FactUnavailable as e:
+                files, why = None, str(e)
+            return configz_config(self.configz, files, why)
+        cfg = self.kubelet_file_config
+        if self.configz_error:
+            cfg.layers.append(f"configz not used: {self.configz_error}")
+            cfg.origins = {k: f"{v} [fallback: configz unavailable]" for k, v in cfg.origins.items()}
+        return cfg
+
+    @fact
+    def kubelet_file_config(self) -> KubeletConfig:
+        """The kubelet's --config file, --config-dir drop-ins and flags, as read from the node."""
         args = self.kubelet_args
         file_doc = None
         if args.config:

@@ -18,7 +18,8 @@ from conformance.checks import BLOCKING, REGISTRY
 from conformance.collect import collect_all, stderr_progress
 from conformance.errors import FactUnavailable, ParseError, UsageError
 from conformance.gpu_measure import H2DMeasurement, measure_node
-from conformance.inventory import Inventory, NodeSpec, load_inventory, local_inventory
+from conformance.inventory import Inventory, NodeSpec, load_inventory, local_inventory, merge_discovered
+from conformance.kube import api_client, configz, discover
 from conformance.latency import Endpoint, LatencyResult, measure
 from conformance.node_facts import NodeFacts
 from conformance.profile import Profile, load_profile
@@ -54,6 +55,7 @@ class Run:
         self._lock = threading.Lock()
         self._latency: dict[tuple[str, str], LatencyResult] = {}
         self.pytest_config: pytest.Config | None = None
+        self.kube_api: Any = None  # an ApiClient when the inventory configures the Kubernetes API
         self.measure = False  # --measure: H2D bandwidth on every node, whatever its profile says
         self._h2d: dict[str, H2DMeasurement | Exception] | None = None
         self._h2d_lock = threading.Lock()  # taken before self._lock (measuring needs the facts)
@@ -82,11 +84,13 @@ class Run:
         if getattr(opt, "conformance_replay", None):
             return cls.from_results(opt.conformance_replay)
         snapshot = getattr(opt, "conformance_snapshot", None)
+        kube_api = None
         if snapshot and not getattr(opt, "conformance_inventory", None):
             bundles = load_snapshots(snapshot)
             inv = Inventory(f"(snapshots in {snapshot})", [NodeSpec(name=n) for n in bundles])
         elif getattr(opt, "conformance_inventory", None):
             inv = load_inventory(opt.conformance_inventory)
+            kube_api = discover_nodes(inv) if inv.kubernetes else None
         else:
             inv = local_inventory(getattr(opt, "conformance_host_root", "") or "")
         run = cls(
@@ -98,6 +102,7 @@ class Run:
             verbose=config.option.verbose > 0,
         )
         run.retries = getattr(opt, "conformance_retries", 2)
+        run.kube_api = kube_api
         run.pytest_config = config
         run.measure = bool(getattr(opt, "conformance_measure", False))
         if getattr(opt, "conformance_waivers", None):
@@ -179,8 +184,25 @@ class Run:
                 else:
                     progress = stderr_progress(self.verbose, self.say)
                     bundles = collect_all(self.inventory.nodes, self.parallel, self.timeout, progress, self.retries)
-                self._facts = {name: NodeFacts(b) for name, b in bundles.items()}
+                live = self._read_configz(list(bundles)) if self.kube_api is not None and not self.snapshot_dir else {}
+                self._facts = {name: NodeFacts(b, *live.get(name, (None, None))) for name, b in bundles.items()}
             return self._facts
+
+    def _read_configz(self, nodes: list[str]) -> dict[str, tuple[dict[str, Any] | None, str | None]]:
+        """Each kubelet's live config through the API server, concurrently; a failure (403 on
+        nodes/proxy, timeout) is kept as the reason the node's files decide instead."""
+        spec = self.inventory.kubernetes
+        if spec is None or not spec.configz:
+            return {}
+
+        def one(node: str) -> tuple[str, tuple[dict[str, Any] | None, str | None]]:
+            try:
+                return node, (configz(self.kube_api, node), None)
+            except FactUnavailable as e:
+                return node, (None, str(e))
+
+        with ThreadPoolExecutor(max_workers=max(1, min(self.parallel, len(nodes) or 1))) as pool:
+            return dict(pool.map(one, nodes))
 
     def say(self, text: str) -> None:
         """A progress line on stderr, also while a check runs (pytest captures output then)."""
@@ -268,9 +290,13 @@ class Run:
             "profile_reason": self.profile_reasons[node],
             "transport": spec.transport,
             "labels": spec.labels,
+            "discovered": spec.discovered,
             "counts": counts,
             "blocking": sorted(set(blocking)),
         }
+        facts = self._facts.get(node) if self._facts else None
+        if facts is not None and self.kube_api is not None:
+            out["kubelet_config_source"] = "configz" if facts.configz is not None else f"node files ({facts.configz_error})"
         if bundle is not None:
             out["collection"] = {
                 "collected_at": bundle.collected_at,
@@ -337,3 +363,18 @@ def write_snapshots(bundles: dict[str, Bundle], folder: str) -> list[Path]:
         f.write_text(json.dumps(b.to_json(), indent=1) + "\n", encoding="utf-8")
         written.append(f)
     return written
+
+
+def discover_nodes(inv: Inventory) -> Any:
+    """Ask the Kubernetes API for the nodes to audit and merge them into the inventory. Returns the
+    ApiClient (also used for configz)."""
+    spec = inv.kubernetes
+    assert spec is not None
+    api = api_client(spec)
+    if spec.discover:
+        found = discover(api, spec)
+        merge_discovered(inv, found)
+        if not inv.nodes:
+            what = f"label selector {spec.node_selector}" if spec.node_selector else f"{spec.gpu_resource} capacity"
+            raise UsageError(f"{inv.path}: the Kubernetes API lists no node with {what}, and the inventory names none")
+    return api

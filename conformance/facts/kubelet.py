@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from conformance.errors import ParseError
+from conformance.facts.units import parse_duration
 
 # Upstream defaults (kubelet v1beta1) of the keys the checks read. Source: the fully defaulted
 # round-trip test data in kubernetes/kubernetes (pkg/kubelet/apis/config/scheme/testdata).
@@ -246,6 +247,7 @@ class KubeletConfig:
     values: dict[str, Any]
     origins: dict[str, str]
     layers: list[str]
+    drift: dict[str, str] = field(default_factory=dict)  # key -> what the node's files say instead (configz only)
 
     def get(self, key: str) -> Setting:
         if key in self.values:
@@ -283,3 +285,42 @@ def effective_config(
         values[k] = v
         origins[k] = label
     return KubeletConfig(values=values, origins=origins, layers=layers)
+
+
+CONFIGZ = "live kubelet (configz)"
+
+
+def configz_config(doc: dict[str, Any], files: KubeletConfig | None, files_error: str | None) -> KubeletConfig:
+    """The kubelet's running configuration (the `kubeletconfig` object of configz) as the source of
+    truth. Where the node's files and flags say otherwise for a key the checks read, that is drift:
+    the kubelet was not restarted after a change, or it reads another file."""
+    values: dict[str, Any] = dict(UPSTREAM_DEFAULTS)
+    origins = dict.fromkeys(UPSTREAM_DEFAULTS, f"{CONFIGZ}, key omitted: upstream default")
+    for k, v in doc.items():
+        values[k] = v
+        origins[k] = CONFIGZ
+    drift: dict[str, str] = {}
+    if files is not None:
+        for k in UPSTREAM_DEFAULTS:
+            theirs = files.get(k)
+            if _normal(theirs.value) != _normal(values.get(k)):
+                drift[k] = f"{theirs.source} says {json.dumps(theirs.value)}"
+                origins[k] = f"{CONFIGZ}; DRIFT: {drift[k]} (kubelet not restarted after a change, or it reads another file)"
+        compared = f"node files compared: {len(drift)} checked key(s) differ"
+    else:
+        compared = f"node files not compared ({files_error})"
+    return KubeletConfig(values=values, origins=origins, layers=[CONFIGZ, compared], drift=drift)
+
+
+def _normal(v: Any) -> Any:
+    """Compare as the kubelet reads: durations by length of time, numbers and booleans by value."""
+    if isinstance(v, str):
+        try:
+            return ("duration", parse_duration(v))
+        except ParseError:
+            return v
+    if isinstance(v, dict):
+        return {k: _normal(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_normal(x) for x in v]
+    return v

@@ -1,0 +1,160 @@
+"""The Kubernetes API through the official `kubernetes` client: which nodes to audit (discovery) and
+each kubelet's live configuration (`nodes/<node>/proxy/configz`). The suite only reads here.
+
+Every API failure becomes a message that names what to fix: the missing RBAC permission on a 403,
+the kubeconfig or context on a configuration error, the API server on a 5xx or a timeout."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from conformance.errors import FactUnavailable, UsageError
+
+GPU_RESOURCE = "nvidia.com/gpu"
+TIMEOUT_S = 15.0
+
+
+@dataclass
+class KubeSpec:
+    """The inventory's `kubernetes:` section."""
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    in_cluster: bool = False
+    discover: bool = True
+    node_selector: str | None = None  # a label selector; default: nodes with nvidia.com/gpu capacity
+    gpu_resource: str = GPU_RESOURCE
+    configz: bool = True  # read each kubelet's live config (needs get nodes/proxy)
+
+
+@dataclass
+class DiscoveredNode:
+    name: str
+    internal_ip: str | None
+    labels: dict[str, str] = field(default_factory=dict)
+    gpus: int = 0
+    why: str = ""
+
+
+def api_client(spec: KubeSpec) -> Any:
+    """An ApiClient for the kubeconfig and context (or the pod's service account)."""
+    from kubernetes import client, config
+
+    c = client.Configuration()
+    try:
+        if spec.in_cluster:
+            config.load_incluster_config(client_configuration=c)
+        else:
+            config.load_kube_config(config_file=spec.kubeconfig, context=spec.context, client_configuration=c)
+    except (config.ConfigException, OSError, TypeError, ValueError) as e:
+        where = "in-cluster service account" if spec.in_cluster else f"kubeconfig {spec.kubeconfig or '~/.kube/config'}"
+        ctx = f", context {spec.context}" if spec.context else ""
+        raise UsageError(f"kubernetes: {where}{ctx}: {e}") from None
+    c.retries = False
+    return client.ApiClient(c)
+
+
+def explain(e: Exception, verb: str, resource: str, name: str | None = None) -> str:
+    """One line naming what failed and what to fix; for a 403, the RBAC rule that is missing."""
+    from kubernetes.client.exceptions import ApiException
+
+    target = f"{resource} {name}" if name else resource
+    if isinstance(e, ApiException):
+        reason = ""
+        try:
+            reason = json.loads(e.body or "{}").get("message", "")
+        except ValueError:
+            reason = (e.body or "")[:200] if isinstance(e.body, str) else ""
+        if e.status == 403:
+            return (
+                f"Kubernetes API refused '{verb} {resource}' (403 Forbidden): the suite's identity lacks the RBAC "
+                f"permission {verb} on {resource} (see deploy/rbac.yaml){': ' + reason if reason else ''}"
+            )
+        if e.status == 401:
+            return "Kubernetes API: 401 Unauthorized: the kubeconfig's credentials were not accepted"
+        if e.status == 404:
+            return f"Kubernetes API: {target} not found (404)"
+        return f"Kubernetes API: {verb} {target} failed with HTTP {e.status} {e.reason}{': ' + reason if reason else ''}"
+    return f"Kubernetes API: {verb} {target}: {type(e).__name__}: {e}"
+
+
+def discover(api: Any, spec: KubeSpec) -> list[DiscoveredNode]:
+    """Nodes to audit: those matching the label selector, else those with GPU capacity."""
+    from kubernetes import client
+
+    try:
+        kwargs: dict[str, Any] = {"_request_timeout": TIMEOUT_S}
+        if spec.node_selector:
+            kwargs["label_selector"] = spec.node_selector
+        nodes = client.CoreV1Api(api).list_node(**kwargs).items
+    except Exception as e:
+        raise UsageError(explain(e, "list", "nodes")) from None
+    out = []
+    for n in nodes:
+        capacity = (n.status.capacity or {}) if n.status else {}
+        gpus = _int(capacity.get(spec.gpu_resource))
+        if not spec.node_selector and gpus <= 0:
+            continue
+        ip = next((a.address for a in (n.status.addresses or []) if a.type == "InternalIP"), None) if n.status else None
+        why = f"label selector {spec.node_selector}" if spec.node_selector else f"{spec.gpu_resource} capacity {gpus}"
+        out.append(DiscoveredNode(n.metadata.name, ip, dict(n.metadata.labels or {}), gpus, why))
+    return sorted(out, key=lambda d: d.name)
+
+
+def _int(v: Any) -> int:
+    try:
+        return int(str(v))
+    except (TypeError, ValueError):
+        return 0
+
+
+def configz(api: Any, node: str) -> dict[str, Any]:
+    """The kubelet's running configuration through the API server's node proxy. The generated client
+    would stringify the body, so the raw response is read and parsed here."""
+    from kubernetes import client
+
+    try:
+        r = client.CoreV1Api(api).connect_get_node_proxy_with_path(
+            node, "configz", _preload_content=False, _request_timeout=TIMEOUT_S
+        )
+        body = r.data
+    except Exception as e:
+        raise FactUnavailable(explain(e, "get", "nodes/proxy", node)) from None
+    try:
+        doc = json.loads(body)
+    except ValueError as e:
+        raise FactUnavailable(f"configz of node {node}: not JSON ({e})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("kubeletconfig"), dict):
+        raise FactUnavailable(f"configz of node {node}: no 'kubeletconfig' object in the answer")
+    return doc["kubeletconfig"]
+
+
+def parse_spec(block: Any, errors: list[str]) -> KubeSpec | None:
+    """Validate the inventory's `kubernetes:` section; problems go to `errors` as `kubernetes.<field>: ...`."""
+    if block is None:
+        return None
+    if not isinstance(block, dict):
+        errors.append("kubernetes: must be a mapping (kubeconfig, context, in_cluster, node_selector, ...)")
+        return None
+    types = {
+        "kubeconfig": str,
+        "context": str,
+        "in_cluster": bool,
+        "discover": bool,
+        "node_selector": str,
+        "gpu_resource": str,
+        "configz": bool,
+    }
+    spec = KubeSpec()
+    for k, v in block.items():
+        if k not in types:
+            errors.append(f"kubernetes.{k}: unknown field (allowed: {', '.join(types)})")
+        elif not isinstance(v, types[k]):
+            errors.append(f"kubernetes.{k}: must be a {types[k].__name__}")
+        else:
+            setattr(spec, k, v)
+    if spec.in_cluster and spec.kubeconfig:
+        errors.append("kubernetes: give kubeconfig or in_cluster, not both")
+    return spec

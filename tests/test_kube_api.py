@@ -1,0 +1,132 @@
+"""The Kubernetes API side through the official client against the wire-level fake: discovery,
+configz reading, and every failure named (403 with the missing permission, 401, 404, 5xx)."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+
+from conformance.errors import FactUnavailable, UsageError
+from conformance.inventory import load_inventory, merge_discovered
+from conformance.kube import KubeSpec, api_client, configz, discover
+from tests.fakeapi import kubeconfig, node_object, serve
+from tests.kube_fixtures import fake_api
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    api = fake_api()
+    api.add_node(node_object("gpu-a1", gpus=8, internal_ip="10.0.0.11", labels={"pool": "h100"}), {"cpuManagerPolicy": "static"})
+    api.add_node(node_object("gpu-a2", gpus=8, internal_ip="10.0.0.12", labels={"pool": "a100"}), 500)
+    api.add_node(node_object("cpu-b1", internal_ip="10.0.0.21", labels={"pool": "cpu"}))
+    with serve(api) as url:
+
+        def spec(token: str = "full-token", **kw) -> KubeSpec:
+            path = tmp_path / f"kubeconfig-{token}"
+            path.write_text(kubeconfig(url, token))
+            return KubeSpec(kubeconfig=str(path), **kw)
+
+        yield api, spec
+
+
+def test_discovery_takes_nodes_with_gpu_capacity(cluster):
+    _, spec = cluster
+    found = discover(api_client(spec()), spec())
+    assert [(d.name, d.internal_ip, d.gpus, d.why) for d in found] == [
+        ("gpu-a1", "10.0.0.11", 8, "nvidia.com/gpu capacity 8"),
+        ("gpu-a2", "10.0.0.12", 8, "nvidia.com/gpu capacity 8"),
+    ]
+    assert found[0].labels["pool"] == "h100"
+
+
+def test_discovery_by_label_selector(cluster):
+    _, spec = cluster
+    s = spec(node_selector="pool=cpu")
+    assert [d.name for d in discover(api_client(s), s)] == ["cpu-b1"]
+
+
+def test_a_bad_label_selector_is_a_usage_error_from_the_server(cluster):
+    _, spec = cluster
+    s = spec(node_selector="pool in (a")
+    with pytest.raises(UsageError, match="list nodes failed with HTTP 400"):
+        discover(api_client(s), s)
+
+
+def test_discovery_without_permission_names_it(cluster):
+    _, spec = cluster
+    s = spec("nobody-token")
+    with pytest.raises(UsageError, match=r"lacks the RBAC permission list on nodes .*cannot list resource \"nodes\""):
+        discover(api_client(s), s)
+
+
+def test_unknown_credentials(cluster):
+    _, spec = cluster
+    s = spec("stolen-token")
+    with pytest.raises(UsageError, match="401 Unauthorized"):
+        discover(api_client(s), s)
+
+
+def test_configz_is_read_raw(cluster):
+    _, spec = cluster
+    assert configz(api_client(spec()), "gpu-a1") == {"cpuManagerPolicy": "static"}
+    # the generated client's own return value would have been the body turned into a str
+    r = client.CoreV1Api(api_client(spec())).connect_get_node_proxy_with_path("gpu-a1", "configz")
+    assert isinstance(r, str)
+
+
+@pytest.mark.parametrize(
+    ("token", "node", "message"),
+    [
+        ("limited-token", "gpu-a1", "lacks the RBAC permission get on nodes/proxy"),
+        ("full-token", "gpu-a2", "get nodes/proxy gpu-a2 failed with HTTP 500"),
+        ("full-token", "gpu-zz", "nodes/proxy gpu-zz not found (404)"),
+    ],
+)
+def test_configz_failures_name_the_cause(cluster, token, node, message):
+    _, spec = cluster
+    with pytest.raises(FactUnavailable, match=message.replace("(", r"\(").replace(")", r"\)")):
+        configz(api_client(spec(token)), node)
+
+
+def test_fake_enforces_the_manifest_per_request(cluster):
+    api, spec = cluster
+    with pytest.raises(FactUnavailable):
+        configz(api_client(spec("limited-token")), "gpu-a1")
+    configz(api_client(spec()), "gpu-a1")
+    users = [u for u, _, path in api.requests if path.endswith("/configz")]
+    assert users == [
+        "system:serviceaccount:gpu-node-conformance:limited",
+        "system:serviceaccount:gpu-node-conformance:gpu-node-conformance",
+    ]
+
+
+def test_inventory_merges_discovered_nodes(cluster, tmp_path):
+    _, spec = cluster
+    s = spec()
+    inv_file = tmp_path / "inv.yaml"
+    inv_file.write_text(
+        f"kubernetes: {{kubeconfig: {s.kubeconfig}}}\n"
+        "defaults: {ssh: {user: auditor, port: 2222}}\n"
+        "nodes:\n  - name: gpu-a1\n    address: bastion-a1.example\n    labels: {pool: override}\n"
+    )
+    inv = load_inventory(str(inv_file))
+    merge_discovered(inv, discover(api_client(inv.kubernetes), inv.kubernetes))
+    by = {n.name: n for n in inv.nodes}
+    assert set(by) == {"gpu-a1", "gpu-a2"}
+    assert by["gpu-a1"].address == "bastion-a1.example" and by["gpu-a1"].labels["pool"] == "override"
+    assert by["gpu-a1"].discovered == "nvidia.com/gpu capacity 8; also in the inventory"
+    assert by["gpu-a2"].address == "10.0.0.12" and by["gpu-a2"].ssh == {"user": "auditor", "port": 2222}
+    assert by["gpu-a2"].labels["pool"] == "a100" and by["gpu-a2"].discovered == "nvidia.com/gpu capacity 8"
+
+
+def test_kubernetes_section_is_validated(tmp_path):
+    f = tmp_path / "inv.yaml"
+    f.write_text("kubernetes: {kubeconfig: 3, contxt: x}\n")
+    with pytest.raises(UsageError) as e:
+        load_inventory(str(f))
+    assert "kubernetes.kubeconfig: must be a str" in str(e.value) and "kubernetes.contxt: unknown field" in str(e.value)
+
+
+def test_missing_kubeconfig_names_the_file(tmp_path):
+    with pytest.raises(UsageError, match=r"kubeconfig /nonexistent/kubeconfig"):
+        api_client(KubeSpec(kubeconfig="/nonexistent/kubeconfig"))

@@ -1,0 +1,95 @@
+"""The kubelet's live configuration (configz through the API server) as the primary source of the
+KUBELET-* checks, against the lab's nodes and the wire-level fake API server: discovery names the
+nodes, configz decides and drift from the node's files is reported; without nodes/proxy permission
+(403) the node's files decide and the results say so."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conformance.facts.kubelet import UPSTREAM_DEFAULTS
+from tests.fakeapi import kubeconfig, node_object, serve
+from tests.kube_fixtures import fake_api
+from tests.lab.nodes import BAD_KUBELET_JSON, EXPECTED, GOOD_KUBELET, SAMPLES
+
+pytestmark = pytest.mark.lab
+SAMPLE = json.loads((SAMPLES / "configz.kind.none-policies.aquasecurity-node-collector.json").read_text())["kubeletconfig"]
+
+
+def live(values: dict) -> dict:
+    """A configz answer: the real sample's other fields, and the node's values for the checked keys."""
+    base = {k: v for k, v in SAMPLE.items() if k not in UPSTREAM_DEFAULTS}
+    return {**base, **{k: v for k, v in values.items() if k not in ("kind", "apiVersion")}}
+
+
+GOOD_LIVE = live({**yaml.safe_load(GOOD_KUBELET), "topologyManagerPolicy": "single-numa-node"})
+# bad-kubelet's file was edited to 30s, but the kubelet still runs with 10s: drift, and the live value decides
+BAD_LIVE = live({**json.loads(BAD_KUBELET_JSON), "cpuManagerPolicy": "none", "cpuManagerReconcilePeriod": "10s"})
+AUDITED = ("good", "bad-kubelet", "bad-runtime", "down")
+
+
+@pytest.fixture(scope="module")
+def cluster(lab):
+    api = fake_api()
+    address = {n.spec.name: n.address for n in lab.nodes}
+    for name in AUDITED:
+        api.add_node(node_object(name, gpus=8, internal_ip=address[name]), BAD_LIVE if name == "bad-kubelet" else GOOD_LIVE)
+    api.add_node(node_object("cpu-only", internal_ip="198.18.0.1"))  # no GPU capacity: not audited
+    with serve(api) as url:
+        yield url
+
+
+def audit(lab, url, token, tmp_path):
+    (tmp_path / "kubeconfig").write_text(kubeconfig(url, token))
+    inv = {
+        "kubernetes": {"kubeconfig": str(tmp_path / "kubeconfig")},
+        "defaults": yaml.safe_load(lab.inventory())["defaults"],
+    }
+    (tmp_path / "inv.yaml").write_text(yaml.safe_dump(inv))
+    out = tmp_path / "out"
+    p = subprocess.run(
+        [sys.executable, "-m", "conformance", "run", "--inventory", str(tmp_path / "inv.yaml"), "--output", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    doc = json.loads((out / "results.json").read_text())
+    by: dict[str, dict[str, dict]] = {}
+    for r in doc["results"]:
+        by.setdefault(r["node"], {})[r["check"]] = r
+    return p, doc, by
+
+
+def test_configz_decides_and_drift_is_reported(lab, cluster, tmp_path):
+    p, doc, by = audit(lab, cluster, "full-token", tmp_path)
+    nodes = {n["name"]: n for n in doc["nodes"]}
+    assert set(nodes) == set(AUDITED), p.stderr[-2000:]
+    assert nodes["bad-runtime"]["discovered"] == "nvidia.com/gpu capacity 8"
+    assert all(n["kubelet_config_source"] == "configz" for n in nodes.values())
+    assert by["good"]["KUBELET-CPU-POLICY"]["source"] == "live kubelet (configz)"
+    # the live kubelet runs 10s: the check passes on the truth, and the drift from the file is in the result
+    reconcile = by["bad-kubelet"]["KUBELET-CPU-RECONCILE"]
+    assert reconcile["outcome"] == "passed"
+    assert 'DRIFT: file /opt/k8s/kubelet.json (--config) says "30s"' in reconcile["source"]
+    expected = dict(EXPECTED["bad-kubelet"], **{"KUBELET-CPU-RECONCILE": "passed"})
+    assert {c: r["outcome"] for c, r in by["bad-kubelet"].items()} == expected
+    for name in ("good", "bad-runtime"):
+        assert {c: r["outcome"] for c, r in by[name].items()} == EXPECTED[name]
+        assert not any("DRIFT" in r["source"] for r in by[name].values())
+    # SSH to 'down' fails, yet its kubelet's live settings are judged from the API
+    for check in ("KUBELET-CPU-POLICY", "KUBELET-TOPOLOGY-POLICY", "KUBELET-MEMORY-POLICY", "KUBELET-CPU-RECONCILE"):
+        assert by["down"][check]["outcome"] == "passed", by["down"][check]["message"]
+    assert nodes["down"]["verdict"] == "unreachable"
+
+
+def test_without_nodes_proxy_the_files_decide_and_say_so(lab, cluster, tmp_path):
+    _, doc, by = audit(lab, cluster, "limited-token", tmp_path)
+    nodes = {n["name"]: n for n in doc["nodes"]}
+    assert "lacks the RBAC permission get on nodes/proxy" in nodes["good"]["kubelet_config_source"]
+    for name in ("good", "bad-kubelet", "bad-runtime"):
+        assert {c: r["outcome"] for c, r in by[name].items()} == EXPECTED[name]
+    assert by["good"]["KUBELET-TOPOLOGY-POLICY"]["source"].endswith("[fallback: configz unavailable]")
+    assert by["down"]["KUBELET-CPU-POLICY"]["outcome"] == "error"
