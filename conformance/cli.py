@@ -18,7 +18,15 @@ from conformance.errors import UsageError
 from conformance.outputs import diff, diff_lines, load_results, push_to_gateway
 
 EXIT_OK, EXIT_REJECTED, EXIT_INTERRUPTED, EXIT_USAGE = 0, 1, 2, 4
-SUITE_MODULES = ("test_kubelet", "test_cgroup_runtime", "test_sysctl", "test_node_hardware", "test_gpu", "test_latency")
+SUITE_MODULES = (
+    "test_kubelet",
+    "test_cgroup_runtime",
+    "test_sysctl",
+    "test_node_hardware",
+    "test_gpu",
+    "test_pods",
+    "test_latency",
+)
 
 
 def suites_dir() -> Path:

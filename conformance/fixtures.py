@@ -13,6 +13,7 @@ from conformance.facts.gpu import GpuFacts
 from conformance.gpu_measure import H2DMeasurement
 from conformance.latency import Endpoint, LatencyResult
 from conformance.node_facts import NodeFacts
+from conformance.pods import ContainerRef, InsideFacts, PodInfo
 from conformance.profile import Profile
 from conformance.session import RUN_KEY
 
@@ -76,6 +77,39 @@ def h2d(request: pytest.FixtureRequest, node: str, node_gpus: GpuFacts) -> H2DMe
         reasons = "; ".join(f"{u}: {why}" for u, why in sorted(m.skipped.items()))
         pytest.skip(f"no GPU could be measured: {reasons}")
     return m
+
+
+@pytest.fixture
+def pod(request: pytest.FixtureRequest, node: str, container: ContainerRef | str | None) -> PodInfo:
+    """The GPU pod under test (from the API). Skips a node with none; errors when pods could not be listed."""
+    run = request.config.stash[RUN_KEY]
+    if container is None:
+        if run.snapshot_dir:
+            pytest.skip("pods are read live through the Kubernetes API; a snapshot replay has none")
+        if run.kube_api is None:
+            pytest.skip("no Kubernetes API configured (inventory 'kubernetes:'), so no pods to check")
+        pytest.skip("no GPU pods on this node")
+    if isinstance(container, str):
+        raise FactUnavailable(container)
+    return run.pod(container)
+
+
+@pytest.fixture
+def spec_container(pod: PodInfo, container: ContainerRef) -> dict[str, Any]:
+    """The container's resources as the pod spec declares them."""
+    return next(c for c in pod.containers if c["name"] == container.container)
+
+
+@pytest.fixture
+def inside(request: pytest.FixtureRequest, pod: PodInfo, container: ContainerRef) -> InsideFacts:
+    """What the container sees, from one exec into it."""
+    return request.config.stash[RUN_KEY].inside(container)
+
+
+@pytest.fixture
+def assignment(pod: PodInfo, container: ContainerRef, cpu_manager_state: Any) -> frozenset[int] | None:
+    """The container's exclusive CPUs in the kubelet's cpu_manager_state (None: it has no entry)."""
+    return (cpu_manager_state.entries.get(pod.uid) or {}).get(container.container)
 
 
 def _fact(name: str) -> Any:

@@ -13,6 +13,7 @@ from conformance import fixtures
 from conformance.checks import Evidence, spec_of
 from conformance.errors import ConformanceError, UsageError
 from conformance.outputs import diff, junit_xml, load_results, prometheus_text
+from conformance.pods import ContainerRef
 from conformance.replay import ReplayItem, make_items
 from conformance.session import RUN_KEY, Run
 
@@ -163,13 +164,26 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "node" not in metafunc.fixturenames or spec_of(metafunc.function) is None:
         return
     run: Run = metafunc.config.stash[RUN_KEY]
-    if "endpoint" in metafunc.fixturenames:
+    if "container" in metafunc.fixturenames:
+        # one test per (node, pod, container); a node without GPU pods (or without the API) gets one that skips
+        pairs = [(node, ref) for node in run.node_names for ref in run.pod_targets(node)]
+        ids = [ref.id if isinstance(ref, ContainerRef) else node for node, ref in pairs]
+        metafunc.parametrize(("node", "container"), pairs, ids=ids)
+    elif "endpoint" in metafunc.fixturenames:
         # one test per (node, endpoint); a node without endpoints gets one test that skips
         pairs = [(n.name, ep) for n in run.inventory.nodes for ep in (n.endpoints or [None])]
         ids = [f"{node}/{ep.name}" if ep else node for node, ep in pairs]
         metafunc.parametrize(("node", "endpoint"), pairs, ids=ids)
     else:
         metafunc.parametrize("node", run.node_names, ids=run.node_names)
+
+
+def _subject(endpoint: Any, container: Any) -> dict[str, str]:
+    if endpoint is not None:
+        return {"endpoint": endpoint.name}
+    if isinstance(container, ContainerRef):
+        return {"namespace": container.namespace, "pod": container.pod, "container": container.container}
+    return {}
 
 
 def _message(excinfo: pytest.ExceptionInfo[BaseException] | None) -> str:
@@ -227,7 +241,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     result = {
         "node": node,
         "check": spec.id,
-        "subject": {"endpoint": endpoint.name} if endpoint is not None else {},
+        "subject": _subject(endpoint, item.callspec.params.get("container")),
         "severity": spec.severity,
         "outcome": outcome,
         "message": message,

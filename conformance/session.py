@@ -19,9 +19,10 @@ from conformance.collect import collect_all, stderr_progress
 from conformance.errors import FactUnavailable, ParseError, UsageError
 from conformance.gpu_measure import H2DMeasurement, measure_node
 from conformance.inventory import Inventory, NodeSpec, load_inventory, local_inventory, merge_discovered
-from conformance.kube import api_client, configz, discover
+from conformance.kube import GPU_RESOURCE, api_client, configz, discover
 from conformance.latency import Endpoint, LatencyResult, measure
 from conformance.node_facts import NodeFacts
+from conformance.pods import ContainerRef, InsideFacts, PodInfo, exec_inside, gpu_pods
 from conformance.profile import Profile, load_profile
 from conformance.waivers import Waiver, load_waivers
 from conformance.waivers import find as find_waivers
@@ -56,6 +57,8 @@ class Run:
         self._latency: dict[tuple[str, str], LatencyResult] = {}
         self.pytest_config: pytest.Config | None = None
         self.kube_api: Any = None  # an ApiClient when the inventory configures the Kubernetes API
+        self._pods: dict[str, list[PodInfo] | FactUnavailable] = {}
+        self._inside: dict[str, InsideFacts | FactUnavailable] = {}
         self.measure = False  # --measure: H2D bandwidth on every node, whatever its profile says
         self._h2d: dict[str, H2DMeasurement | Exception] | None = None
         self._h2d_lock = threading.Lock()  # taken before self._lock (measuring needs the facts)
@@ -203,6 +206,50 @@ class Run:
 
         with ThreadPoolExecutor(max_workers=max(1, min(self.parallel, len(nodes) or 1))) as pool:
             return dict(pool.map(one, nodes))
+
+    # -- pods ------------------------------------------------------------------------------------
+    def pods_on(self, node: str) -> list[PodInfo]:
+        """The node's GPU pods (from the API; listed once)."""
+        if node not in self._pods:
+            spec = self.inventory.kubernetes
+            try:
+                self._pods[node] = gpu_pods(self.kube_api, node, spec.gpu_resource if spec else GPU_RESOURCE)
+            except FactUnavailable as e:
+                self._pods[node] = e
+        got = self._pods[node]
+        if isinstance(got, FactUnavailable):
+            raise got
+        return got
+
+    def pod_targets(self, node: str) -> list[ContainerRef | str | None]:
+        """What the pod checks run on for `node`: its GPU containers, or None (nothing to check), or
+        the reason the pods could not be listed (the checks then report that error)."""
+        if self.kube_api is None or self.snapshot_dir:
+            return [None]
+        try:
+            pods = self.pods_on(node)
+        except FactUnavailable as e:
+            return [str(e)]
+        refs: list[ContainerRef | str | None] = [
+            ContainerRef(node, p.namespace, p.name, c["name"], p.uid) for p in pods for c in p.containers if c["gpus"]
+        ]
+        return refs or [None]
+
+    def pod(self, ref: ContainerRef) -> PodInfo:
+        return next(p for p in self.pods_on(ref.node) if p.namespace == ref.namespace and p.name == ref.pod)
+
+    def inside(self, ref: ContainerRef) -> InsideFacts:
+        """The container's view, from one exec (taken once, whichever check asks first)."""
+        if ref.id not in self._inside:
+            variables = list(self.profile_for(ref.node).get("pods.thread_env"))
+            try:
+                self._inside[ref.id] = exec_inside(self.kube_api, ref, variables)
+            except FactUnavailable as e:
+                self._inside[ref.id] = e
+        got = self._inside[ref.id]
+        if isinstance(got, FactUnavailable):
+            raise got
+        return got
 
     def say(self, text: str) -> None:
         """A progress line on stderr, also while a check runs (pytest captures output then)."""

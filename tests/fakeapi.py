@@ -4,15 +4,22 @@ kubelet's configz through the node proxy; it authenticates bearer tokens and aut
 with RBAC rules taken from Role/ClusterRole/binding documents (the repository's deploy/rbac.yaml),
 answering 401/403/404/400 with Status objects worded as the real API server words them.
 
-Limits, stated: no watch, no pods or exec yet (the pod checks are not built), no aggregated APIs."""
+It also lists pods (with `status.qosClass` computed as the API server computes it) and runs pod exec
+over a websocket with the upstream channel protocol (v5.channel.k8s.io or v4.channel.k8s.io: stdout,
+stderr and the status channel with the exit code), handing the command to a callback that runs it in
+a lab "pod". Limits, stated: no watch, no pod create/delete (the acceptance pod is not built), no
+aggregated APIs."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import re
+import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -112,6 +119,76 @@ def node_object(name: str, *, gpus: int = 0, internal_ip: str | None = None, lab
     }
 
 
+def _qos(containers: list[dict]) -> str:
+    """status.qosClass as the API server computes it: Guaranteed when every container has cpu and memory
+    limits equal to its requests (requests default to limits), BestEffort when none sets any."""
+    any_set, guaranteed = False, True
+    for c in containers:
+        res = c.get("resources") or {}
+        lim, req = res.get("limits") or {}, {**(res.get("limits") or {}), **(res.get("requests") or {})}
+        if lim or res.get("requests"):
+            any_set = True
+        for r in ("cpu", "memory"):
+            if r not in lim or req.get(r) != lim.get(r):
+                guaranteed = False
+    if not any_set:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def pod_object(
+    namespace: str,
+    name: str,
+    uid: str,
+    node: str,
+    containers: list[dict],
+    *,
+    init_containers: list[dict] | None = None,
+    runtime_class: str | None = None,
+    share_pid: bool = False,
+) -> dict:
+    """A complete running v1 Pod; `containers` are {name, resources: {requests, limits}}."""
+    spec_containers = [{"name": c["name"], "image": c.get("image", "registry.example/app:1"), "resources": c.get("resources", {})}
+                       for c in containers]  # fmt: skip
+    inits = [
+        {"name": c["name"], "image": "registry.example/init:1", "resources": c.get("resources", {})}
+        for c in init_containers or []
+    ]
+    spec: dict[str, Any] = {"nodeName": node, "containers": spec_containers, "restartPolicy": "Always"}
+    if inits:
+        spec["initContainers"] = inits
+    if runtime_class:
+        spec["runtimeClassName"] = runtime_class
+    if share_pid:
+        spec["shareProcessNamespace"] = True
+    statuses = [
+        {"name": c["name"], "ready": True, "restartCount": 0, "image": c["image"], "imageID": f"{c['image']}@sha256:{'0' * 64}",
+         "containerID": f"containerd://{hashlib.sha256((uid + c['name']).encode()).hexdigest()}",
+         "state": {"running": {"startedAt": "2026-12-03T00:00:00Z"}}}
+        for c in spec_containers
+    ]  # fmt: skip
+    return {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid,
+            "resourceVersion": "2002",
+            "creationTimestamp": "2026-12-03T00:00:00Z",
+        },
+        "spec": spec,
+        "status": {
+            "phase": "Running",
+            "qosClass": _qos(spec_containers + inits),
+            "containerStatuses": statuses,
+            "hostIP": "10.0.0.1",
+            "podIP": "10.244.0.10",
+            "startTime": "2026-12-03T00:00:00Z",
+        },
+    }
+
+
 _SELECTOR_TERM = re.compile(r"^([A-Za-z0-9./_-]+)\s*(?:(==|=|!=)\s*([A-Za-z0-9._-]*))?$")
 
 
@@ -143,7 +220,15 @@ class FakeApiServer:
         self.nodes: dict[str, dict] = {}
         self.configz: dict[str, Any] = {}  # node -> kubeletconfig dict, or an int HTTP status, or "hang"
         self.requests: list[tuple[str, str, str]] = []  # (user, verb, path)
+        self.pods: dict[tuple[str, str], dict] = {}
+        self.vanish_on_exec: set[tuple[str, str]] = set()  # pods deleted when an exec reaches them
+        # (namespace, pod, container, argv) -> (exit code, stdout, stderr), or None: no such executable
+        self.exec_handler: Callable[[str, str, str, list[str]], tuple[int, bytes, bytes] | None] | None = None
+        self.exec_protocols = ["v5.channel.k8s.io", "v4.channel.k8s.io"]  # the server's preference
         self.lock = threading.Lock()
+
+    def add_pod(self, obj: dict) -> None:
+        self.pods[(obj["metadata"]["namespace"], obj["metadata"]["name"])] = obj
 
     def add_node(self, obj: dict, configz: Any = None) -> None:
         self.nodes[obj["metadata"]["name"]] = obj
@@ -200,6 +285,12 @@ class FakeApiServer:
         parts = [p for p in url.path.split("/") if p]
         with self.lock:
             self.requests.append((who.user, method, url.path))
+        if parts[:3] == ["api", "v1", "pods"] and method == "GET":
+            self._list_pods(h, who, query)
+            return
+        if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 7 and parts[4] == "pods" and parts[6] == "exec":
+            self._exec(h, who, parts[3], parts[5], query)
+            return
         if parts[:2] != ["api", "v1"] or len(parts) < 3 or parts[2] != "nodes" or method != "GET":
             self._status(h, 404, "NotFound", "the server could not find the requested resource")
             return
@@ -242,6 +333,99 @@ class FakeApiServer:
             self._send(h, 200, {"kubeletconfig": conf})
             return
         self._status(h, 404, "NotFound", "the server could not find the requested resource")
+
+    def _forbidden(
+        self, h: BaseHTTPRequestHandler, who: Subject, verb: str, resource: str, ns: str | None, name: str | None
+    ) -> None:
+        target = f'{resource.split("/")[0]} "{name}"' if name else resource
+        scope = f'in the namespace "{ns}"' if ns else "at the cluster scope"
+        message = f'{target} is forbidden: User "{who.user}" cannot {verb} resource "{resource}" in API group "" {scope}'
+        self._status(h, 403, "Forbidden", message, {"name": name or "", "kind": resource.split("/")[0]})
+
+    def _list_pods(self, h: BaseHTTPRequestHandler, who: Subject, query: dict[str, list[str]]) -> None:
+        if not self.rbac.allowed(who, "list", "pods", None):
+            self._forbidden(h, who, "list", "pods", None, None)
+            return
+        node = None
+        for term in filter(None, query.get("fieldSelector", [""])[0].split(",")):
+            key, _, value = term.partition("=")
+            if key != "spec.nodeName":
+                self._status(
+                    h,
+                    400,
+                    "BadRequest",
+                    f'"{key}" is not a known field selector: only "metadata.name", "metadata.namespace", "spec.nodeName"',
+                )
+                return
+            node = value
+        items = [p for p in self.pods.values() if node is None or p["spec"]["nodeName"] == node]
+        self._send(h, 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "2002"}, "items": items})
+
+    def _exec(self, h: BaseHTTPRequestHandler, who: Subject, ns: str, name: str, query: dict[str, list[str]]) -> None:
+        # Newer API servers authorise a websocket exec as `create`, older ones as `get`: require both.
+        for verb in ("create", "get"):
+            if not self.rbac.allowed(who, verb, "pods/exec", ns):
+                self._forbidden(h, who, verb, "pods/exec", ns, name)
+                return
+        key = (ns, name)
+        if key in self.vanish_on_exec:
+            self.pods.pop(key, None)
+        pod = self.pods.get(key)
+        if pod is None:
+            self._status(h, 404, "NotFound", f'pods "{name}" not found', {"name": name, "kind": "pods"})
+            return
+        container = query.get("container", [pod["spec"]["containers"][0]["name"]])[0]
+        if container not in [c["name"] for c in pod["spec"]["containers"]]:
+            self._status(h, 400, "BadRequest", f"container {container} is not valid for pod {name}")
+            return
+        offered = [p.strip() for p in h.headers.get("Sec-WebSocket-Protocol", "").split(",")]
+        protocol = next((p for p in self.exec_protocols if p in offered), None)
+        if h.headers.get("Upgrade", "").lower() != "websocket" or protocol is None:
+            self._status(h, 400, "BadRequest", "Upgrade request required (websocket with a channel.k8s.io protocol)")
+            return
+        accept = base64.b64encode(hashlib.sha1((h.headers["Sec-WebSocket-Key"] + WS_GUID).encode()).digest()).decode()
+        h.send_response(101, "Switching Protocols")
+        h.send_header("Upgrade", "websocket")
+        h.send_header("Connection", "Upgrade")
+        h.send_header("Sec-WebSocket-Accept", accept)
+        h.send_header("Sec-WebSocket-Protocol", protocol)
+        h.end_headers()
+        argv = query.get("command", [])
+        result = self.exec_handler(ns, name, container, argv) if self.exec_handler else None
+        if result is None:
+            program = argv[0] if argv else ""
+            message = f'OCI runtime exec failed: exec failed: unable to start container process: exec: "{program}": '
+            message += "executable file not found in $PATH: unknown"
+            status = {"metadata": {}, "status": "Failure", "reason": "InternalError", "message": message}
+            out = err = b""
+        else:
+            code, out, err = result
+            status = {"metadata": {}, "status": "Success"} if code == 0 else {
+                "metadata": {}, "status": "Failure", "reason": "NonZeroExitCode",
+                "message": f"command terminated with non-zero exit code: exit status {code}",
+                "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]}}  # fmt: skip
+        for channel, data in ((1, out), (2, err)):
+            for i in range(0, len(data), 16384):
+                h.wfile.write(_frame(bytes([channel]) + data[i : i + 16384]))
+        h.wfile.write(_frame(bytes([3]) + json.dumps(status).encode()))
+        h.wfile.write(_frame(struct.pack("!H", 1000), opcode=8))
+        h.wfile.flush()
+        h.close_connection = True
+
+
+WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+def _frame(payload: bytes, opcode: int = 2) -> bytes:
+    """One unmasked server-to-client websocket frame (RFC 6455), FIN set."""
+    n = len(payload)
+    if n < 126:
+        head = struct.pack("!BB", 0x80 | opcode, n)
+    elif n < 65536:
+        head = struct.pack("!BBH", 0x80 | opcode, 126, n)
+    else:
+        head = struct.pack("!BBQ", 0x80 | opcode, 127, n)
+    return head + payload
 
 
 @contextmanager

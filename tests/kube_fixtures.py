@@ -16,6 +16,7 @@ TOKENS = {
     "full-token": Subject(SA),  # every binding of deploy/rbac.yaml
     "limited-token": Subject(LIMITED),  # only the nodes role: no nodes/proxy (configz)
     "nobody-token": Subject("system:serviceaccount:default:nobody"),  # authenticated, no role
+    "noexec-token": Subject("system:serviceaccount:gpu-node-conformance:noexec"),  # nodes and pods, but no pods/exec
 }
 LIMITED_BINDING = {
     "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -26,5 +27,25 @@ LIMITED_BINDING = {
 }
 
 
+NOEXEC = [
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "pods-read-only"},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}],
+    },
+    *[
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": f"noexec-{role}"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": "noexec", "namespace": "gpu-node-conformance"}],
+        }
+        for role in ("gpu-node-conformance-nodes", "pods-read-only")
+    ],
+]
+
+
 def fake_api() -> FakeApiServer:
-    return FakeApiServer([*RBAC, LIMITED_BINDING], TOKENS)
+    return FakeApiServer([*RBAC, LIMITED_BINDING, *NOEXEC], TOKENS)

@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 
 from tests.fakeroot import make_host_root
-from tests.lab.nodes import ALL_CHECKS, GOOD_CPU_STATE, GPU_CHECKS, MEMORY_STATE
+from tests.lab.nodes import ALL_CHECKS, GOOD_CPU_STATE, GPU_CHECKS, MEMORY_STATE, POD_CHECKS
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_SCHEMA = json.loads((ROOT / "conformance" / "schemas" / "results.schema.json").read_text())
@@ -63,7 +63,9 @@ def sample_host_root(root: Path) -> Path:
 def test_checks_lists_every_check_of_checks_md():
     p = conformance("checks")
     assert p.returncode == 0
-    assert sorted(line.split()[0] for line in p.stdout.splitlines()) == sorted([*ALL_CHECKS, *GPU_CHECKS, "LATENCY-JITTER"])
+    assert sorted(line.split()[0] for line in p.stdout.splitlines()) == sorted(
+        [*ALL_CHECKS, *GPU_CHECKS, *POD_CHECKS, "LATENCY-JITTER"]
+    )
     doc = json.loads(conformance("checks", "--json").stdout)
     assert all(c["rationale"] and c["remediation"] for c in doc)
 
@@ -91,7 +93,7 @@ def test_local_run_with_host_root(host_root, tmp_path):
     doc = json.loads((out / "results.json").read_text())
     jsonschema.validate(doc, RESULTS_SCHEMA)
     got = {r["check"]: r for r in doc["results"]}
-    assert set(got) == {*ALL_CHECKS, *GPU_CHECKS, "LATENCY-JITTER"}
+    assert set(got) == {*ALL_CHECKS, *GPU_CHECKS, *POD_CHECKS, "LATENCY-JITTER"}
     assert got["LATENCY-JITTER"]["outcome"] == "skipped"
     assert got["KUBELET-TOPOLOGY-POLICY"]["outcome"] == "passed"
     assert got["KUBELET-TOPOLOGY-POLICY"]["source"] == "flag --topology-manager-policy"
@@ -123,7 +125,7 @@ def test_same_snapshot_same_verdicts(host_root, tmp_path):
         conformance("run", "--snapshot", str(snap), "--output", str(tmp_path / f"r{i}"))
         doc = json.loads((tmp_path / f"r{i}" / "results.json").read_text())
         runs.append(sorted((r["node"], r["check"], r["outcome"], r["message"]) for r in doc["results"]))
-    assert runs[0] == runs[1] and len(runs[0]) == len(ALL_CHECKS) + len(GPU_CHECKS) + 1
+    assert runs[0] == runs[1] and len(runs[0]) == len(ALL_CHECKS) + len(GPU_CHECKS) + len(POD_CHECKS) + 1
 
 
 def test_plain_pytest_works(host_root, tmp_path):

@@ -90,19 +90,11 @@ def test_openssh_refuses_a_host_signed_by_another_ca(ca_lab, tmp_path):
     assert b.error_kind == "host-key" and "host key not verified by OpenSSH" in b.error
 
 
-def _inside(lab: Lab, name: str) -> int:
-    """A process in the node's namespaces (its PID 1, sshd)."""
-    node = next(n for n in lab.nodes if n.spec.name == name)
-    assert node.proc is not None
-    unshare = subprocess.run(["pgrep", "-P", str(node.proc.pid)], capture_output=True, text=True).stdout.split()
-    return int(subprocess.run(["pgrep", "-P", unshare[0]], capture_output=True, text=True).stdout.split()[0])
-
-
 @pytest.mark.parametrize("name", ["good", "bad-runtime", "bad-kubelet"])
 def test_local_transport_inside_the_node_gives_the_same_verdicts_as_ssh(lab, tmp_path, name):
     """In-cluster mode is the local transport in the node's own mount, PID and network namespaces
     (there with hostPID/hostNetwork and the root at /host); here the node's namespaces themselves."""
-    pid = _inside(lab, name)
+    pid = lab.node_pid(name)
     out = Path("/dev/shm") / f"gnc-inside-{os.getpid()}-{name}"  # /dev/shm is shared: nothing lands in the node's layers
     env = {**os.environ, "GNC_NODE_NAME": name, "PYTHONDONTWRITEBYTECODE": "1"}
     argv = ["nsenter", "-t", str(pid), "-m", "-n", "-p", "--", PYTHON, "-m", "conformance", "run", "--output", str(out)]

@@ -114,6 +114,7 @@ class Lab:
         bindir.mkdir()
         (root / "kubelet.c").write_text(KUBELET_C)
         _run("cc", "-O1", "-o", str(bindir / "kubelet"), str(root / "kubelet.c"))
+        shutil.copy(bindir / "kubelet", bindir / "pause")  # the same do-nothing program, named as a pod sandbox's
         self.known_hosts.write_text("")
         if self.host_ca is not None:
             _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.host_ca))
@@ -306,6 +307,13 @@ class Lab:
         for n in self.nodes:
             lines += [f"  - name: {n.spec.name}", f"    address: {n.address}"]
         return "\n".join(lines) + "\n" + extra_nodes
+
+    def node_pid(self, name: str) -> int:
+        """The PID (in this machine's namespace) of the named node's PID 1, its sshd."""
+        node = next(n for n in self.nodes if n.spec.name == name)
+        assert node.proc is not None
+        # node.proc is `unshare` (ip netns exec replaced itself with it); its child is the node's PID 1
+        return int(_run("pgrep", "-P", str(node.proc.pid), check=False).stdout.split()[0])
 
     def node_processes(self, node: LabNode) -> list[str]:
         """Command lines of the processes in the node's PID namespace, through its sshd's pid."""

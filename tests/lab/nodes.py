@@ -235,6 +235,18 @@ ALL_CHECKS = [
     "NODE-NUMA-TOPOLOGY",
     "NODE-NVME-SCHEDULER",
 ]
+POD_CHECKS = [
+    "POD-QOS-GUARANTEED",
+    "POD-CPUS-EXCLUSIVE",
+    "POD-CPUS-SINGLE-NUMA",
+    "POD-GPU-NUMA-ALIGNED",
+    "POD-MEMS-LOCAL",
+    "POD-FULL-CORES",
+    "POD-THREAD-AFFINITY",
+    "POD-THREAD-ENV",
+    "POD-SHM-SIZE",
+    "POD-RUNTIME-CLASS",
+]
 GPU_CHECKS = [
     "GPU-COUNT",
     "GPU-NUMA-KNOWN",
@@ -251,6 +263,7 @@ GPU_CHECKS = [
 def _row(default: str, **changes: str) -> dict[str, str]:
     row = dict.fromkeys(ALL_CHECKS, default)
     row.update(dict.fromkeys(GPU_CHECKS, "error" if default == "error" else "skipped"))  # these nodes have no GPU
+    row.update(dict.fromkeys(POD_CHECKS, "skipped"))  # no Kubernetes API in the lab audit: no pods to check
     row["LATENCY-JITTER"] = "skipped"  # the lab's nodes name no endpoint (tests/test_latency.py measures)
     row.update({k.replace("_", "-"): v for k, v in changes.items()})
     return row

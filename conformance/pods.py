@@ -1,0 +1,298 @@
+"""GPU pods and what their containers see: the pod spec and status from the API, and one exec per
+container (the client's websocket exec) running a read-only shell script that prints the exec'd
+process's own CPU and memory sets, every process's and thread's affinity and last CPU, the thread-pool
+variables of the container's processes (only the names the profile lists: no other environment value
+leaves the container), the size of /dev/shm and the /dev/nvidia<N> nodes it can see."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from conformance.errors import FactUnavailable
+from conformance.facts.cpulist import parse_cpulist
+from conformance.facts.units import parse_quantity
+from conformance.kube import GPU_RESOURCE, explain
+
+EXEC_TIMEOUT_S = 30.0
+MAX_OUTPUT = 4 * 1024 * 1024
+
+# Runs as `sh -c SCRIPT sh VAR...`: the variable names arrive as arguments, never as script text.
+INSIDE = r"""
+set -f
+printf '@self\n'
+while IFS= read -r l; do case $l in Cpus_allowed_list:*|Mems_allowed_list:*) printf '%s\n' "$l";; esac; done < /proc/self/status
+me=$$
+cg=
+while IFS= read -r l; do cg="$cg$l;"; done < /proc/$$/cgroup
+printf '@shm\n'
+df -kP /dev/shm 2>/dev/null | awk 'NR == 2 { print $2 }'
+printf '@dev\n'
+set +f
+for d in /dev/nvidia[0-9]*; do [ -e "$d" ] && printf '%s\n' "${d#/dev/nvidia}"; done
+for t in /proc/[0-9]*/task/[0-9]*; do
+  p=${t#/proc/}; p=${p%%/*}; k=${t##*/}
+  [ "$p" = "$me" ] && continue
+  pp=
+  while IFS= read -r l; do case $l in PPid:*) pp=${l#PPid:};; esac; done < "/proc/$p/status" 2>/dev/null
+  [ "$(echo $pp)" = "$me" ] && continue
+  pc=
+  while IFS= read -r l; do pc="$pc$l;"; done < "/proc/$p/cgroup" 2>/dev/null
+  [ "$pc" = "$cg" ] || continue  # another container's process (shareProcessNamespace) or the sandbox's
+  printf '@task %s %s\n' "$p" "$k"
+  while IFS= read -r l; do case $l in Name:*|Cpus_allowed_list:*) printf '%s\n' "$l";; esac; done < "$t/status" 2>/dev/null
+  IFS= read -r st < "$t/stat" 2>/dev/null && printf 'stat %s\n' "$st"
+done
+for e in /proc/[0-9]*/environ; do
+  p=${e#/proc/}; p=${p%%/*}
+  [ "$p" = "$me" ] && continue
+  pc=
+  while IFS= read -r l; do pc="$pc$l;"; done < "/proc/$p/cgroup" 2>/dev/null
+  [ "$pc" = "$cg" ] || continue
+  printf '@env %s\n' "$p"
+  tr '\0' '\n' < "$e" 2>/dev/null | while IFS= read -r kv; do
+    for v in "$@"; do case $kv in "$v="*) printf '%s\n' "$kv";; esac; done
+  done
+done
+printf '@end\n'
+"""
+
+
+@dataclass
+class ContainerRef:
+    node: str
+    namespace: str
+    pod: str
+    container: str
+    uid: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.node}/{self.namespace}/{self.pod}/{self.container}"
+
+
+@dataclass
+class PodInfo:
+    """What the API says about one GPU pod."""
+
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    qos: str | None
+    runtime_class: str | None
+    share_pid: bool
+    containers: list[dict[str, Any]]  # name, cpu_request, cpu_limit, mem_request, mem_limit, gpus
+    init_containers: list[str] = field(default_factory=list)
+    phase: str | None = None
+
+
+@dataclass
+class Task:
+    pid: int
+    tid: int
+    name: str
+    cpus: frozenset[int] | None
+    last_cpu: int | None
+
+
+@dataclass
+class InsideFacts:
+    """What the container sees, from one exec."""
+
+    cpus: frozenset[int]
+    mems: frozenset[int]
+    shm_bytes: int | None
+    gpu_minors: list[int]
+    tasks: list[Task]
+    env: dict[int, dict[str, str]]  # pid -> the listed variables it has
+
+
+def _gpus(resources: Any, resource: str) -> int:
+    for part in ("limits", "requests"):
+        v = (getattr(resources, part, None) or {}).get(resource) if resources else None
+        if v is not None:
+            try:
+                return int(str(v))
+            except ValueError:
+                return 0
+    return 0
+
+
+def gpu_pods(api: Any, node: str, resource: str = GPU_RESOURCE) -> list[PodInfo]:
+    """The running pods on `node` whose containers request `resource`."""
+    from kubernetes import client
+
+    try:
+        pods = (
+            client.CoreV1Api(api).list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}", _request_timeout=15).items
+        )
+    except Exception as e:
+        raise FactUnavailable(explain(e, "list", "pods")) from None
+    out = []
+    for p in pods:
+        spec = p.spec
+        containers = []
+        for c in spec.containers or []:
+            req = (c.resources.requests or {}) if c.resources else {}
+            lim = (c.resources.limits or {}) if c.resources else {}
+            containers.append(
+                {
+                    "name": c.name,
+                    "cpu_request": req.get("cpu"),
+                    "cpu_limit": lim.get("cpu"),
+                    "mem_request": req.get("memory"),
+                    "mem_limit": lim.get("memory"),
+                    "gpus": _gpus(c.resources, resource),
+                }
+            )
+        if not any(c["gpus"] for c in containers):
+            continue
+        out.append(
+            PodInfo(
+                namespace=p.metadata.namespace,
+                name=p.metadata.name,
+                uid=p.metadata.uid,
+                node=node,
+                qos=p.status.qos_class if p.status else None,
+                runtime_class=spec.runtime_class_name,
+                share_pid=bool(spec.share_process_namespace),
+                containers=containers,
+                init_containers=[c.name for c in spec.init_containers or []],
+                phase=p.status.phase if p.status else None,
+            )
+        )
+    return sorted(out, key=lambda x: (x.namespace, x.name))
+
+
+def exec_inside(api: Any, ref: ContainerRef, variables: list[str], timeout: float = EXEC_TIMEOUT_S) -> InsideFacts:
+    """One exec into the container; the script's output parsed. Failures name the pod and the cause."""
+    from kubernetes import client
+    from kubernetes.stream import stream
+
+    where = f"pod {ref.namespace}/{ref.pod} container {ref.container}"
+    try:
+        ws = stream(
+            client.CoreV1Api(api).connect_get_namespaced_pod_exec,
+            ref.pod,
+            ref.namespace,
+            container=ref.container,
+            command=["sh", "-c", INSIDE, "sh", *variables],
+            stderr=True,
+            stdin=False,
+            stdout=True,
+            tty=False,
+            _preload_content=False,
+            _request_timeout=timeout,
+        )
+    except Exception as e:
+        raise FactUnavailable(_exec_failure(e, ref, where)) from None
+    deadline = time.monotonic() + timeout
+    out, err = [], []
+    try:
+        while ws.is_open() and time.monotonic() < deadline:
+            ws.update(timeout=1)
+            out.append(ws.read_stdout(timeout=0) if ws.peek_stdout() else "")
+            err.append(ws.read_stderr(timeout=0) if ws.peek_stderr() else "")
+        timed_out = ws.is_open()
+        status = ws.read_channel(3)
+    finally:
+        ws.close()
+    if timed_out:
+        raise FactUnavailable(f"{where}: exec did not finish within {timeout:g} s")
+    stdout = "".join(out)
+    if status:
+        doc = json.loads(status) if status.strip().startswith("{") else {}
+        if doc.get("status") == "Failure":
+            msg = doc.get("message") or doc.get("reason") or "exec failed"
+            if "executable file not found" in msg or "no such file" in msg.lower():
+                raise FactUnavailable(f"{where}: the container has no /bin/sh, so nothing can be read inside it ({msg})")
+            if "@end" not in stdout:
+                raise FactUnavailable(f"{where}: exec failed: {msg}; stderr: {''.join(err)[-300:]}")
+    if "@end" not in stdout:
+        raise FactUnavailable(f"{where}: exec output ended early (container restarted or exec interrupted)")
+    return parse_inside(stdout, where)
+
+
+def _exec_failure(e: Exception, ref: ContainerRef, where: str) -> str:
+    """The websocket handshake's refusal in words: the pod gone, or the permission missing."""
+    text = str(e)
+    m = re.search(r"Handshake status (\d{3})", text)
+    status = int(m.group(1)) if m else getattr(e, "status", 0)
+    if status == 404:
+        return f"{where}: the pod is gone (deleted or replaced during the run)"
+    if status == 403:
+        reason = re.search(r'"message": "([^"]*)"', text)
+        return (
+            f"{where}: Kubernetes API refused the exec (403 Forbidden): the suite's identity lacks the RBAC permission "
+            f"create and get on pods/exec (see deploy/rbac.yaml){': ' + reason.group(1) if reason else ''}"
+        )
+    return explain(e, "create", "pods/exec", f"{ref.namespace}/{ref.pod}")
+
+
+def parse_inside(text: str, where: str) -> InsideFacts:
+    section, cpus, mems, shm = "", None, None, None
+    minors: list[int] = []
+    tasks: list[Task] = []
+    env: dict[int, dict[str, str]] = {}
+    cur_env: dict[str, str] | None = None
+    task: Task | None = None
+    for line in text.splitlines():
+        if line.startswith("@"):
+            parts = line.split()
+            section = parts[0]
+            if section == "@task" and len(parts) == 3:
+                task = Task(int(parts[1]), int(parts[2]), "", None, None)
+                tasks.append(task)
+            elif section == "@env" and len(parts) == 2:
+                cur_env = env.setdefault(int(parts[1]), {})
+            continue
+        if section == "@self":
+            if line.startswith("Cpus_allowed_list:"):
+                cpus = parse_cpulist(line.split(":", 1)[1], what=f"{where} Cpus_allowed_list")
+            elif line.startswith("Mems_allowed_list:"):
+                mems = parse_cpulist(line.split(":", 1)[1], what=f"{where} Mems_allowed_list")
+        elif section == "@shm" and line.strip().isdigit():
+            shm = int(line.strip()) * 1024
+        elif section == "@dev" and line.strip().isdigit():
+            minors.append(int(line.strip()))
+        elif section == "@task" and task is not None:
+            if line.startswith("Name:"):
+                task.name = line.split(":", 1)[1].strip()
+            elif line.startswith("Cpus_allowed_list:"):
+                task.cpus = parse_cpulist(line.split(":", 1)[1], what=f"{where} task {task.tid} Cpus_allowed_list")
+            elif line.startswith("stat "):
+                task.last_cpu = last_cpu(line[5:])
+        elif section == "@env" and cur_env is not None and "=" in line:
+            k, v = line.split("=", 1)
+            cur_env[k] = v
+    if cpus is None or mems is None:
+        raise FactUnavailable(f"{where}: /proc/self/status gave no Cpus_allowed_list/Mems_allowed_list")
+    return InsideFacts(cpus, mems, shm, sorted(minors), tasks, env)
+
+
+def last_cpu(stat: str) -> int | None:
+    """Field 39 (`processor`) of /proc/<pid>/stat, counted after the command name's last ')'."""
+    rest = stat[stat.rfind(")") + 1 :].split()
+    # rest[0] is field 3 (state); field 39 is rest[36]
+    return int(rest[36]) if len(rest) > 36 and re.fullmatch(r"-?\d+", rest[36]) else None
+
+
+def cpu_count(quantity: Any) -> float | None:
+    """A CPU quantity ("4", "500m", 2) as a number of CPUs."""
+    if quantity is None:
+        return None
+    s = str(quantity)
+    if s.endswith("m") and s[:-1].isdigit():
+        return int(s[:-1]) / 1000
+    try:
+        return float(s)
+    except ValueError:
+        return None
+
+
+def bytes_of(quantity: Any) -> int | None:
+    return None if quantity is None else int(parse_quantity(str(quantity)))

@@ -1,0 +1,151 @@
+"""Lab "pods": real process trees inside a lab node's namespaces, each with its own mount and PID
+namespaces, a private /dev (with /dev/shm of the chosen size and /dev/nvidia<N> nodes), its environment,
+and CPU affinity really set with taskset (a thread may pin itself elsewhere). The fake API server's
+exec runs commands in them with nsenter, with the container's CPUs, as an exec joins the container's
+cgroup. The machine has two CPUs and one real NUMA node: the node's sysfs lays NUMA node 0 on cpu0
+and node 1 on cpu1, and memory binding is real only on node 0 (so Mems_allowed_list reads 0)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.fakeapi import pod_object
+from tests.lab.builder import Lab
+
+# The container's main program: a Python process with a worker thread that may pin itself elsewhere.
+PROGRAM = """\
+import os, sys, threading, time
+stray = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1] != "-" else None
+def work():
+    if stray is not None:
+        os.sched_setaffinity(0, {stray})
+    while True:
+        time.sleep(0.02)
+threading.Thread(target=work, daemon=True).start()
+while True:
+    time.sleep(0.02)
+"""
+
+
+@dataclass
+class LabPod:
+    name: str
+    uid: str
+    cpus: str  # what taskset gives the container (its cgroup's cpuset, in a real node)
+    gpus: list[int] = field(default_factory=list)  # /dev/nvidia<N> minors it sees
+    env: dict[str, str] = field(default_factory=dict)
+    shm_mib: int = 64
+    requests: dict[str, str] = field(default_factory=lambda: {"cpu": "1", "memory": "1Gi"})
+    limits: dict[str, str] = field(default_factory=lambda: {"cpu": "1", "memory": "1Gi"})
+    gpu_count: int = 1
+    runtime_class: str | None = "nvidia"
+    share_pid: bool = False  # PID 1 is the pause process, as with shareProcessNamespace
+    init: str | None = None  # an init container's name (its CPUs in cpu_manager_state only)
+    stray_cpu: int | None = None  # a worker thread pins itself here
+    has_shell: bool = True
+    running: bool = True  # False: known to the API only (it vanishes, or has no shell)
+    namespace: str = "inference"
+    container: str = "app"
+    pid: int | None = None
+    cgroup: Path | None = None  # the container's cgroup (its main process and every exec join it)
+
+    def api_object(self, node: str) -> dict[str, Any]:
+        gpu = {"nvidia.com/gpu": str(self.gpu_count)}
+        resources = {"requests": {**self.requests, **gpu}, "limits": {**self.limits, **gpu}}
+        inits = [{"name": self.init, "resources": {"requests": self.requests, "limits": self.limits}}] if self.init else None
+        return pod_object(self.namespace, self.name, self.uid, node, [{"name": self.container, "resources": resources}],
+                          init_containers=inits, runtime_class=self.runtime_class, share_pid=self.share_pid)  # fmt: skip
+
+
+def start(lab: Lab, node_name: str, pod: LabPod) -> None:
+    """Start the pod's process tree in the node's mount and network namespaces."""
+    node_pid = lab.node_pid(node_name)
+    q = shlex.quote
+    env = " ".join(q(f"{k}={v}") for k, v in pod.env.items())
+    stray = str(pod.stray_cpu) if pod.stray_cpu is not None else "-"
+    main = f"env -i PATH=/usr/bin:/bin {env} taskset -c {q(pod.cpus)} python3 -c {q(PROGRAM)} {stray}"
+    lines = [
+        "set -e",
+        "mount -t tmpfs -o size=4m,mode=755 dev /dev",
+        "mknod -m 666 /dev/null c 1 3",
+        "mkdir /dev/shm",
+        f"mount -t tmpfs -o size={pod.shm_mib}m shm /dev/shm",
+        *[f"mknod -m 666 /dev/nvidia{m} c 195 {m}" for m in pod.gpus],
+        "mknod -m 666 /dev/nvidiactl c 195 255",
+    ]
+    lines.append(f"{main} & exec {q(str(lab.root / 'bin' / 'pause'))}" if pod.share_pid else f"exec {main}")
+    p = subprocess.Popen(
+        ["nsenter", "-t", str(node_pid), "-m", "-n", "--", "unshare", "--mount", "--pid", "--fork", "--mount-proc",
+         "sh", "-c", "\n".join(lines)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    pod.pid = p.pid  # unshare; the pod's PID 1 is its child
+    # Each container in its own cgroup, the sandbox (pause) in another, as the kubelet lays them out: an
+    # exec joins the container's cgroup, which is how the pod checks tell its processes from the rest.
+    base = lab.cg_dir / "pods" / pod.uid
+    pod.cgroup = base / pod.container
+    pod.cgroup.mkdir(parents=True)
+    (base / "sandbox").mkdir()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        kids = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
+        first = kids[0] if kids else None
+        main = subprocess.run(["pgrep", "-P", first], capture_output=True, text=True).stdout.split() if first else []
+        comm = Path(f"/proc/{first}/comm").read_text().strip() if first else ""
+        if first and (comm == "python3" or (comm == "pause" and main)):
+            break
+        time.sleep(0.05)
+    else:
+        raise RuntimeError(f"lab pod {pod.name} did not start")
+    if comm == "pause":
+        (base / "sandbox" / "cgroup.procs").write_text(first)
+        (pod.cgroup / "cgroup.procs").write_text(main[0])
+    else:
+        (pod.cgroup / "cgroup.procs").write_text(first)
+
+
+def stop(lab: Lab, pods: list[LabPod]) -> None:
+    for pod in pods:
+        if pod.pid:
+            subprocess.run(["kill", "-9", "--", f"-{pod.pid}"], capture_output=True)
+            subprocess.run(["pkill", "-9", "-P", str(pod.pid)], capture_output=True)
+    root = lab.cg_dir / "pods"
+    deadline = time.monotonic() + 10
+    dirs = [d for d in root.glob("*/*") if d.is_dir()] + [d for d in root.glob("*") if d.is_dir()] + [root]
+    for d in dirs:
+        while d.exists():
+            try:
+                d.rmdir()
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+
+def pid1(pod: LabPod) -> int:
+    out = subprocess.run(["pgrep", "-P", str(pod.pid)], capture_output=True, text=True).stdout.split()
+    return int(out[0])
+
+
+def exec_in(pod: LabPod, argv: list[str]) -> tuple[int, bytes, bytes] | None:
+    """An exec: the command in the pod's mount and PID namespaces, on the container's CPUs."""
+    if not pod.has_shell:
+        return None
+    join = 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"'  # join the container's cgroup first
+    nsenter = ["nsenter", "-t", str(pid1(pod)), "-m", "-p", "--", "taskset", "-c", pod.cpus, *argv]
+    p = subprocess.run(["sh", "-c", join, "sh", str(pod.cgroup), *nsenter], capture_output=True, timeout=60)
+    return p.returncode, p.stdout, p.stderr
+
+
+def cpu_manager_state(pods: list[LabPod], default: str = "") -> str:
+    entries: dict[str, dict[str, str]] = {}
+    for pod in pods:
+        if pod.limits.get("cpu") == pod.requests.get("cpu") and pod.requests.get("cpu", "").isdigit():
+            entries[pod.uid] = {pod.container: pod.cpus, **({pod.init: pod.cpus} if pod.init else {})}
+    return json.dumps({"policyName": "static", "defaultCpuSet": default, "entries": entries, "checksum": 1})

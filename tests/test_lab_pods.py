@@ -1,0 +1,304 @@
+"""Every POD-* check against real lab pods through the wire-level fake API server: the official
+client lists the node's GPU pods and execs one shell per container over a websocket; the facts come
+from real processes with real CPU affinity, /dev/shm sizes, /dev/nvidia<N> nodes and environments."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conformance.kube import KubeSpec, api_client
+from conformance.pods import ContainerRef, exec_inside
+from tests.conftest import require_or_skip
+from tests.fakeapi import kubeconfig, node_object, serve
+from tests.gpu_standins import build_standins, driver_files, gpu_line, standins_available
+from tests.kube_fixtures import fake_api
+from tests.lab import pods as labpods
+from tests.lab.builder import Lab, NodeSpec, lab_available
+from tests.lab.gpu_nodes import STANDIN_CPUS, pci
+from tests.lab.nodes import POD_CHECKS
+from tests.lab.pods import LabPod
+
+pytestmark = pytest.mark.lab
+NODE = "gpu-pods"
+GOOD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+PODS = [
+    # conformant: Guaranteed, cpu0 (NUMA 0) with GPU0 (NUMA 0), 2 GiB /dev/shm, thread pools of 1; its
+    # init container's CPUs are reused by the app container (legal); PID 1 is the pause process
+    LabPod("good", "uid-good", "0", gpus=[0], env=GOOD_ENV, shm_mib=2048, init="setup", share_pid=True),
+    # Burstable, on the shared pool across both NUMA nodes, GPU1, 64 MiB /dev/shm, no thread variables
+    LabPod(
+        "burst",
+        "uid-burst",
+        "0-1",
+        gpus=[1],
+        requests={"cpu": "500m", "memory": "1Gi"},
+        limits={"cpu": "1", "memory": "2Gi"},
+        runtime_class=None,
+    ),
+    # Guaranteed on cpu1 (NUMA 1) with GPU0 (NUMA 0); a worker thread pins itself to cpu0; OMP too large;
+    # shares cpu1 with 'twin' in the kubelet's state
+    LabPod("far-gpu", "uid-far", "1", gpus=[0], env={"OMP_NUM_THREADS": "8", "MKL_NUM_THREADS": "1"}, shm_mib=2048, stray_cpu=0),
+    LabPod("twin", "uid-twin", "1", gpus=[1], env=GOOD_ENV, shm_mib=2048),
+    # deleted while the run goes on (the API says so at exec), and one whose image has no shell
+    LabPod("gone", "uid-gone", "1", gpus=[1], running=False),
+    LabPod("distroless", "uid-distroless", "1", gpus=[1], running=False, has_shell=False),
+]
+PROFILE = """\
+extends: default
+pods:
+  runtime_class: nvidia
+"""
+
+P, F, E, S = "passed", "failed", "error", "skipped"
+EXEC_CHECKS = [c for c in POD_CHECKS if c not in ("POD-QOS-GUARANTEED", "POD-RUNTIME-CLASS")]
+
+
+def row(**kw: str) -> dict[str, str]:
+    return {c: kw[c.removeprefix("POD-").replace("-", "_")] for c in POD_CHECKS}
+
+
+EXPECTED = {
+    "good": dict.fromkeys(POD_CHECKS, P),
+    "burst": row(
+        QOS_GUARANTEED=F,
+        CPUS_EXCLUSIVE=F,
+        CPUS_SINGLE_NUMA=F,
+        GPU_NUMA_ALIGNED=F,
+        MEMS_LOCAL=F,
+        FULL_CORES=F,
+        THREAD_AFFINITY=F,
+        THREAD_ENV=F,
+        SHM_SIZE=F,
+        RUNTIME_CLASS=F,
+    ),
+    "far-gpu": row(
+        QOS_GUARANTEED=P,
+        CPUS_EXCLUSIVE=F,
+        CPUS_SINGLE_NUMA=P,
+        GPU_NUMA_ALIGNED=F,
+        MEMS_LOCAL=F,
+        FULL_CORES=F,
+        THREAD_AFFINITY=F,
+        THREAD_ENV=F,
+        SHM_SIZE=P,
+        RUNTIME_CLASS=P,
+    ),
+    # memory binding is real only on NUMA node 0 here, so a pod on node 1 honestly fails POD-MEMS-LOCAL
+    "twin": row(
+        QOS_GUARANTEED=P,
+        CPUS_EXCLUSIVE=F,
+        CPUS_SINGLE_NUMA=P,
+        GPU_NUMA_ALIGNED=P,
+        MEMS_LOCAL=F,
+        FULL_CORES=F,
+        THREAD_AFFINITY=P,
+        THREAD_ENV=P,
+        SHM_SIZE=P,
+        RUNTIME_CLASS=P,
+    ),
+    "gone": {**dict.fromkeys(EXEC_CHECKS, E), "POD-QOS-GUARANTEED": P, "POD-RUNTIME-CLASS": P},
+    "distroless": {**dict.fromkeys(EXEC_CHECKS, E), "POD-QOS-GUARANTEED": P, "POD-RUNTIME-CLASS": P},
+}
+
+
+def node_spec(built) -> NodeSpec:
+    conf = (
+        "\n".join(
+            [
+                gpu_line(
+                    uuid="GPU-00000000-0000-4000-8000-000000000018",
+                    name="Stand-in H100",
+                    bus="00000000:18:00.0",
+                    minor=0,
+                    gen=5,
+                    maxgen=5,
+                    gpumaxgen=5,
+                    cpumask="0x1",
+                    nodemask="0x1",
+                ),
+                gpu_line(
+                    uuid="GPU-00000000-0000-4000-8000-00000000009a",
+                    name="Stand-in H100",
+                    bus="00000000:9A:00.0",
+                    minor=1,
+                    gen=5,
+                    maxgen=5,
+                    gpumaxgen=5,
+                    cpumask="0x2",
+                    nodemask="0x2",
+                ),
+            ]
+        )
+        + "\n"
+        + STANDIN_CPUS
+    )
+    return NodeSpec(
+        name=NODE,
+        files={**driver_files(built, conf, cuda=False), "/var/lib/kubelet/cpu_manager_state": labpods.cpu_manager_state(PODS)},
+        # cpu0 is a core of its own on NUMA node 0; cpu1 shares a core with cpu3 on node 1 (cpu3 exists
+        # only in this sysfs: no pod runs there), so a pod on cpu1 alone does not own a whole core
+        numa={0: "0", 1: "1,3"},
+        siblings={0: "0", 1: "1,3", 3: "1,3"},
+        online="0-1,3",
+        pci={"0000:18:00.0": pci("0", "0"), "0000:9a:00.0": pci("1", "1,3")},
+    )
+
+
+@pytest.fixture(scope="module")
+def pods_lab(tmp_path_factory):
+    require_or_skip(lab_available() or standins_available())
+    if not {0, 1} <= os.sched_getaffinity(0):
+        require_or_skip("the pods lab lays two NUMA nodes over CPUs 0 and 1; this machine lets us use fewer")
+    root = Path(tmp_path_factory.mktemp("podslab"))
+    lab = Lab(root / "lab", first_subnet=220)
+    lab.add(node_spec(build_standins(root / "standins")))
+    running = [p for p in PODS if p.running]
+    try:
+        lab.start()
+        for pod in running:
+            labpods.start(lab, NODE, pod)
+        time.sleep(0.5)  # the stray worker thread pins itself and runs
+        yield lab
+    finally:
+        try:
+            labpods.stop(lab, running)
+        finally:
+            lab.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(pods_lab):
+    api = fake_api()
+    api.add_node(node_object(NODE, gpus=2, internal_ip=pods_lab.nodes[0].address))
+    for pod in PODS:
+        api.add_pod(pod.api_object(NODE))
+    api.vanish_on_exec.add(("inference", "gone"))
+    by_name = {p.name: p for p in PODS}
+    api.exec_handler = lambda ns, name, container, argv: labpods.exec_in(by_name[name], argv)
+    with serve(api) as url:
+        yield api, url
+
+
+def run(lab, url, token, tmp_path):
+    (tmp_path / "kubeconfig").write_text(kubeconfig(url, token))
+    inv = {
+        "kubernetes": {"kubeconfig": str(tmp_path / "kubeconfig"), "configz": False},
+        "defaults": yaml.safe_load(lab.inventory())["defaults"],
+    }
+    (tmp_path / "inv.yaml").write_text(yaml.safe_dump(inv))
+    (tmp_path / "profile.yaml").write_text(PROFILE)
+    out = tmp_path / "out"
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "conformance",
+            "run",
+            "--inventory",
+            str(tmp_path / "inv.yaml"),
+            "--profile",
+            str(tmp_path / "profile.yaml"),
+            "--output",
+            str(out),
+            "--",
+            "-k",
+            "test_pod",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    doc = json.loads((out / "results.json").read_text())
+    got: dict[str, dict[str, dict]] = {}
+    for r in doc["results"]:
+        got.setdefault(r["subject"].get("pod", "-"), {})[r["check"]] = r
+    return p, doc, got
+
+
+@pytest.fixture(scope="module")
+def audit(pods_lab, cluster, tmp_path_factory):
+    return run(pods_lab, cluster[1], "full-token", tmp_path_factory.mktemp("podaudit"))
+
+
+def test_exact_pod_outcomes(audit):
+    p, _, got = audit
+    outcomes = {pod: {c: r["outcome"] for c, r in checks.items()} for pod, checks in got.items()}
+    assert outcomes == EXPECTED, p.stdout[-3000:] + p.stderr[-2000:]
+
+
+def test_every_pod_check_has_a_pass_and_a_failure():
+    for check in POD_CHECKS:
+        seen = {EXPECTED[pod][check] for pod in EXPECTED}
+        assert {P, F} <= seen, check
+
+
+def test_results_name_the_subject_and_the_cause(audit):
+    _, _, got = audit
+    r = got["far-gpu"]["POD-GPU-NUMA-ALIGNED"]
+    assert r["subject"] == {"namespace": "inference", "pod": "far-gpu", "container": "app"}
+    assert "GPU0 (/dev/nvidia0) on NUMA node 0, CPUs on ['1']" in r["message"]
+    assert (
+        "thread" in got["far-gpu"]["POD-THREAD-AFFINITY"]["message"]
+        and "allowed on 0" in got["far-gpu"]["POD-THREAD-AFFINITY"]["message"]
+    )
+    assert "OMP_NUM_THREADS=8, expected 1..1" in got["far-gpu"]["POD-THREAD-ENV"]["message"]
+    assert "also assigned to pod uid-twin" in got["far-gpu"]["POD-CPUS-EXCLUSIVE"]["message"]
+    assert "qosClass is Burstable" in got["burst"]["POD-QOS-GUARANTEED"]["message"]
+    assert "/dev/shm is 64 MiB, 2Gi required" in got["burst"]["POD-SHM-SIZE"]["message"]
+    assert "span NUMA nodes" in got["burst"]["POD-CPUS-SINGLE-NUMA"]["message"]
+    assert "the pod is gone" in got["gone"]["POD-SHM-SIZE"]["message"]
+    assert "no /bin/sh" in got["distroless"]["POD-SHM-SIZE"]["message"]
+    # shareProcessNamespace: the pause process (PID 1, the sandbox's cgroup) is not the container's
+    env = got["good"]["POD-THREAD-ENV"]["evidence"]
+    assert env and all("OMP" in line or "MKL" in line for line in env)
+
+
+def test_no_other_environment_value_leaves_the_container(audit, pods_lab):
+    _, doc, _ = audit
+    text = json.dumps(doc)
+    assert "PATH=/usr/bin" not in text  # only the profile's thread variables are read inside
+
+
+def test_one_exec_per_container(cluster, audit):
+    api, _ = cluster
+    execs = [path for _, _, path in api.requests if path.endswith("/exec")]
+    assert sorted(execs) == sorted({f"/api/v1/namespaces/inference/pods/{p.name}/exec" for p in PODS})
+
+
+def test_exec_over_the_v4_protocol_too(cluster, tmp_path):
+    api, url = cluster
+    (tmp_path / "kc").write_text(kubeconfig(url, "full-token"))
+    api.exec_protocols = ["v4.channel.k8s.io"]
+    try:
+        facts = exec_inside(
+            api_client(KubeSpec(kubeconfig=str(tmp_path / "kc"))),
+            ContainerRef(NODE, "inference", "twin", "app", "uid-twin"),
+            ["OMP_NUM_THREADS"],
+        )
+    finally:
+        api.exec_protocols = ["v5.channel.k8s.io", "v4.channel.k8s.io"]
+    assert facts.cpus == {1} and facts.gpu_minors == [1] and facts.shm_bytes == 2048 * 2**20
+
+
+def test_missing_permission_is_named(pods_lab, cluster, tmp_path):
+    _, _, got = run(pods_lab, cluster[1], "limited-token", tmp_path)
+    results = got["-"]
+    assert {r["outcome"] for r in results.values()} == {E}
+    assert all("lacks the RBAC permission list on pods" in r["message"] for r in results.values())
+
+
+def test_exec_without_permission_is_named(pods_lab, cluster, tmp_path):
+    _, _, got = run(pods_lab, cluster[1], "noexec-token", tmp_path)
+    good = got["good"]
+    assert good["POD-QOS-GUARANTEED"]["outcome"] == P  # from the API: no exec needed
+    for check in EXEC_CHECKS:
+        assert good[check]["outcome"] == E
+        assert "lacks the RBAC permission create and get on pods/exec" in good[check]["message"]
