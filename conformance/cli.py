@@ -103,6 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
         "about 10 s per GPU; busy or MIG GPUs are skipped)",
     )
     run.add_argument(
+        "--acceptance-pod",
+        action="store_true",
+        help="node acceptance: create a short-lived Guaranteed GPU pod on each node (Kubernetes API), run the pod "
+        "checks on it, delete it",
+    )
+    run.add_argument(
         "--print-results",
         action="store_true",
         help="also print results.json to standard output between markers (in-cluster mode: the pod log carries it)",
@@ -338,6 +344,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             pargs.append(f"--{flag}={value}")
     if args.measure:
         pargs.append("--measure")
+    if args.acceptance_pod:
+        pargs.append("--acceptance-pod")
     pargs += args.pytest_args
     rc = _finish(int(pytest.main(pargs)), out, args.pushgateway)
     if args.print_results and (out / "results.json").is_file():

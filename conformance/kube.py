@@ -27,6 +27,7 @@ class KubeSpec:
     node_selector: str | None = None  # a label selector; default: nodes with nvidia.com/gpu capacity
     gpu_resource: str = GPU_RESOURCE
     configz: bool = True  # read each kubelet's live config (needs get nodes/proxy)
+    namespace: str = "gpu-node-conformance"  # where the acceptance pod is created
 
 
 @dataclass
@@ -146,6 +147,7 @@ def parse_spec(block: Any, errors: list[str]) -> KubeSpec | None:
         "node_selector": str,
         "gpu_resource": str,
         "configz": bool,
+        "namespace": str,
     }
     spec = KubeSpec()
     for k, v in block.items():

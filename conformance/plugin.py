@@ -75,6 +75,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="measure pinned H2D bandwidth per GPU and NUMA node (opt-in: it opens a CUDA context on each idle GPU)",
     )
     g.addoption(
+        "--acceptance-pod",
+        dest="conformance_acceptance_pod",
+        action="store_true",
+        default=False,
+        help="create a short-lived Guaranteed test pod on each node, run the pod checks on it, delete it "
+        "(the only write the suite makes to a cluster)",
+    )
+    g.addoption(
         "--replay",
         dest="conformance_replay",
         action="append",
@@ -131,6 +139,12 @@ def pytest_configure(config: pytest.Config) -> None:
         from conformance import html_report
 
         config.pluginmanager.register(html_report, "conformance-html")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    run: Run | None = config.stash.get(RUN_KEY, None)
+    if run is not None:
+        run.cleanup()  # again, in case the session ended before sessionfinish (deleting twice is a no-op)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -284,6 +298,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     if exitstatus == pytest.ExitCode.INTERRUPTED:
         run.interrupted = True
+    run.cleanup()  # the acceptance pods go before the results are written, which say they went
     opt = session.config.getoption
     if opt("conformance_baseline"):
         run.diff = diff(load_results(opt("conformance_baseline")), run.to_json())

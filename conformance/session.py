@@ -5,14 +5,15 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conformance import __version__
+from conformance import __version__, acceptance
+from conformance.acceptance import AcceptancePod
 from conformance.bundle import Bundle
 from conformance.checks import BLOCKING, REGISTRY
 from conformance.collect import collect_all, stderr_progress
@@ -21,6 +22,7 @@ from conformance.gpu_measure import H2DMeasurement, measure_node
 from conformance.inventory import Inventory, NodeSpec, load_inventory, local_inventory, merge_discovered
 from conformance.kube import GPU_RESOURCE, api_client, configz, discover
 from conformance.latency import Endpoint, LatencyResult, measure
+from conformance.manifests import DEFAULT_IMAGE
 from conformance.node_facts import NodeFacts
 from conformance.pods import ContainerRef, InsideFacts, PodInfo, exec_inside, gpu_pods
 from conformance.profile import Profile, load_profile
@@ -59,6 +61,8 @@ class Run:
         self.kube_api: Any = None  # an ApiClient when the inventory configures the Kubernetes API
         self._pods: dict[str, list[PodInfo] | FactUnavailable] = {}
         self._inside: dict[str, InsideFacts | FactUnavailable] = {}
+        self.acceptance_pod = False  # --acceptance-pod: create the test pod on every node
+        self.acceptance: dict[str, AcceptancePod | FactUnavailable] | None = None
         self.measure = False  # --measure: H2D bandwidth on every node, whatever its profile says
         self._h2d: dict[str, H2DMeasurement | Exception] | None = None
         self._h2d_lock = threading.Lock()  # taken before self._lock (measuring needs the facts)
@@ -108,6 +112,7 @@ class Run:
         run.kube_api = kube_api
         run.pytest_config = config
         run.measure = bool(getattr(opt, "conformance_measure", False))
+        run.acceptance_pod = bool(getattr(opt, "conformance_acceptance_pod", False))
         if getattr(opt, "conformance_waivers", None):
             run.load_waivers(opt.conformance_waivers)
         return run
@@ -226,6 +231,8 @@ class Run:
         the reason the pods could not be listed (the checks then report that error)."""
         if self.kube_api is None or self.snapshot_dir:
             return [None]
+        self._ensure_acceptance_pods()
+        problem = (self.acceptance or {}).get(node)
         try:
             pods = self.pods_on(node)
         except FactUnavailable as e:
@@ -233,7 +240,59 @@ class Run:
         refs: list[ContainerRef | str | None] = [
             ContainerRef(node, p.namespace, p.name, c["name"], p.uid) for p in pods for c in p.containers if c["gpus"]
         ]
+        if isinstance(problem, FactUnavailable):
+            refs.insert(0, str(problem))  # the node failed acceptance before any check: say so in the results
         return refs or [None]
+
+    def wants_acceptance_pod(self, node: str) -> bool:
+        return self.acceptance_pod or bool(self.profile_for(node).get("pods.acceptance_pod"))
+
+    def _ensure_acceptance_pods(self) -> None:
+        """Create (once, concurrently) the acceptance pod on every node that asks for one."""
+        if self.acceptance is not None:
+            return
+        self.acceptance = {}
+        nodes = [n for n in self.node_names if self.wants_acceptance_pod(n)]
+        if not nodes:
+            return
+        spec = self.inventory.kubernetes
+        assert spec is not None
+
+        stop = threading.Event()
+
+        def one(node: str) -> tuple[str, AcceptancePod | FactUnavailable]:
+            prof = self.profile_for(node)
+            image = prof.get("pods.acceptance_image") or DEFAULT_IMAGE
+            body = acceptance.manifest(node, prof, spec.namespace, image, spec.gpu_resource)
+            try:
+                return node, acceptance.create(self.kube_api, body, float(prof.get("pods.acceptance_timeout_s")), stop)
+            except FactUnavailable as e:
+                return node, e
+
+        self.say(f"creating the acceptance pod on {len(nodes)} node(s)\n")
+        pool = ThreadPoolExecutor(max_workers=max(1, min(self.parallel, len(nodes))))
+        futures = [pool.submit(one, n) for n in nodes]
+        try:
+            pending = set(futures)
+            while pending:  # wait in short steps: Ctrl-C reaches the main thread here
+                done, pending = wait(pending, timeout=0.2)
+                for f in done:
+                    node, got = f.result()
+                    self.acceptance[node] = got
+        except BaseException:
+            stop.set()  # the waiting workers delete their pods and return
+            for f in futures:
+                node, got = f.result()
+                self.acceptance[node] = got
+            raise
+        finally:
+            pool.shutdown(wait=True)
+
+    def cleanup(self) -> None:
+        """Delete every acceptance pod this run created (also after a failure or an interrupt)."""
+        for pod in (self.acceptance or {}).values():
+            if isinstance(pod, AcceptancePod):
+                acceptance.delete(self.kube_api, pod)
 
     def pod(self, ref: ContainerRef) -> PodInfo:
         return next(p for p in self.pods_on(ref.node) if p.namespace == ref.namespace and p.name == ref.pod)
@@ -341,6 +400,12 @@ class Run:
             "counts": counts,
             "blocking": sorted(set(blocking)),
         }
+        made = (self.acceptance or {}).get(node)
+        if isinstance(made, AcceptancePod):
+            out["acceptance_pod"] = made.to_json()
+        elif made is not None:
+            record = getattr(made, "pod", None)
+            out["acceptance_pod"] = record.to_json() if record is not None else {"error": str(made)}
         facts = self._facts.get(node) if self._facts else None
         if facts is not None and self.kube_api is not None:
             out["kubelet_config_source"] = "configz" if facts.configz is not None else f"node files ({facts.configz_error})"

@@ -225,6 +225,9 @@ class FakeApiServer:
         # (namespace, pod, container, argv) -> (exit code, stdout, stderr), or None: no such executable
         self.exec_handler: Callable[[str, str, str, list[str]], tuple[int, bytes, bytes] | None] | None = None
         self.exec_protocols = ["v5.channel.k8s.io", "v4.channel.k8s.io"]  # the server's preference
+        # the kubelet's part, emulated by the test: called (in a thread) for a created pod, and on delete
+        self.on_create: Callable[[dict], None] | None = None
+        self.on_delete: Callable[[dict], None] | None = None
         self.lock = threading.Lock()
 
     def add_pod(self, obj: dict) -> None:
@@ -273,8 +276,7 @@ class FakeApiServer:
 
     def serve(self, h: BaseHTTPRequestHandler, method: str) -> None:
         length = int(h.headers.get("Content-Length") or 0)
-        if length:
-            h.rfile.read(length)
+        body = h.rfile.read(length) if length else b""
         auth = h.headers.get("Authorization", "")
         who = self.tokens.get(auth.removeprefix("Bearer ").strip()) if auth.startswith("Bearer ") else None
         if who is None:
@@ -287,6 +289,9 @@ class FakeApiServer:
             self.requests.append((who.user, method, url.path))
         if parts[:3] == ["api", "v1", "pods"] and method == "GET":
             self._list_pods(h, who, query)
+            return
+        if parts[:3] == ["api", "v1", "namespaces"] and len(parts) in (5, 6) and parts[4] == "pods":
+            self._pod_rw(h, who, method, parts[3], parts[5] if len(parts) == 6 else None, body)
             return
         if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 7 and parts[4] == "pods" and parts[6] == "exec":
             self._exec(h, who, parts[3], parts[5], query)
@@ -341,6 +346,48 @@ class FakeApiServer:
         scope = f'in the namespace "{ns}"' if ns else "at the cluster scope"
         message = f'{target} is forbidden: User "{who.user}" cannot {verb} resource "{resource}" in API group "" {scope}'
         self._status(h, 403, "Forbidden", message, {"name": name or "", "kind": resource.split("/")[0]})
+
+    def _pod_rw(self, h: BaseHTTPRequestHandler, who: Subject, method: str, ns: str, name: str | None, body: bytes) -> None:
+        verb = {"POST": "create", "GET": "get" if name else "list", "DELETE": "delete"}[method]
+        if not self.rbac.allowed(who, verb, "pods", ns):
+            self._forbidden(h, who, verb, "pods", ns, name)
+            return
+        if method == "POST":
+            try:
+                obj = json.loads(body)
+            except ValueError:
+                self._status(h, 400, "BadRequest", "the body of the request was in an unknown format")
+                return
+            pname = (obj.get("metadata") or {}).get("name")
+            containers = (obj.get("spec") or {}).get("containers") or []
+            if not pname or not containers or not all(c.get("name") and c.get("image") for c in containers):
+                self._status(h, 422, "Invalid", f'Pod "{pname}" is invalid: spec.containers: Required value')
+                return
+            if (ns, pname) in self.pods:
+                self._status(h, 409, "AlreadyExists", f'pods "{pname}" already exists', {"name": pname, "kind": "pods"})
+                return
+            obj["metadata"].update(namespace=ns, uid=hashlib.sha256(f"{ns}/{pname}".encode()).hexdigest()[:32],
+                                   resourceVersion="3003", creationTimestamp="2026-12-03T00:00:00Z")  # fmt: skip
+            obj["apiVersion"], obj["kind"] = "v1", "Pod"
+            obj["status"] = {"phase": "Pending", "qosClass": _qos(containers + (obj["spec"].get("initContainers") or []))}
+            self.pods[(ns, pname)] = obj
+            if self.on_create:
+                threading.Thread(target=self.on_create, args=(obj,), daemon=True).start()
+            self._send(h, 201, obj)
+            return
+        if name is None:
+            items = [p for (pns, _), p in self.pods.items() if pns == ns]
+            self._send(h, 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "3003"}, "items": items})
+            return
+        pod = self.pods.get((ns, name))
+        if pod is None:
+            self._status(h, 404, "NotFound", f'pods "{name}" not found', {"name": name, "kind": "pods"})
+            return
+        if method == "DELETE":
+            del self.pods[(ns, name)]
+            if self.on_delete:
+                self.on_delete(pod)
+        self._send(h, 200, pod)
 
     def _list_pods(self, h: BaseHTTPRequestHandler, who: Subject, query: dict[str, list[str]]) -> None:
         if not self.rbac.allowed(who, "list", "pods", None):

@@ -338,6 +338,10 @@ class Lab:
                 self._rmdir(cg / node.spec.kubepods, deadline)
             if cg.exists():
                 self._rmdir(cg, deadline)
+        pods = self.cg_dir / "pods"
+        if pods.exists():
+            for d in [x for x in pods.glob("*/*") if x.is_dir()] + [x for x in pods.glob("*") if x.is_dir()] + [pods]:
+                self._rmdir(d, deadline)
         if self.cg_dir.exists():
             self._rmdir(self.cg_dir, deadline)
 

@@ -110,6 +110,23 @@ def start(lab: Lab, node_name: str, pod: LabPod) -> None:
         (pod.cgroup / "cgroup.procs").write_text(first)
 
 
+def stop_one(lab: Lab, pod: LabPod) -> None:
+    """Kill one pod's processes and remove its cgroups (as the kubelet does on delete)."""
+    if pod.pid:
+        subprocess.run(["kill", "-9", "--", f"-{pod.pid}"], capture_output=True)
+        pod.pid = None
+    base = lab.cg_dir / "pods" / pod.uid
+    deadline = time.monotonic() + 10
+    for d in [x for x in base.glob("*") if x.is_dir()] + [base]:
+        while d.exists():
+            try:
+                d.rmdir()
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+
 def stop(lab: Lab, pods: list[LabPod]) -> None:
     for pod in pods:
         if pod.pid:

@@ -1,0 +1,143 @@
+"""The acceptance test pod (opt-in, `conformance run --acceptance-pod`): on each audited node, a
+short-lived Guaranteed pod (whole CPUs, equal memory request and limit, one GPU, the profile's runtime
+class and /dev/shm) that the pod checks then examine. It proves that a brand-new node's kubelet hands
+out exclusive, NUMA-local CPUs, memory and a GPU. This is the only write the suite makes to a cluster:
+the pod is deleted after the run, also on failure or interrupt, and has a deadline of its own."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from conformance.errors import FactUnavailable
+from conformance.kube import explain
+from conformance.profile import Profile
+
+LABEL = "gpu-node-conformance/acceptance"
+APP = "gpu-node-conformance"
+
+
+class AcceptanceFailed(FactUnavailable):
+    """The acceptance pod did not come up; `pod` is the record of the one created (and deleted), if any."""
+
+    def __init__(self, message: str, pod: AcceptancePod | None = None) -> None:
+        super().__init__(message)
+        self.pod = pod
+
+
+@dataclass
+class AcceptancePod:
+    node: str
+    namespace: str
+    name: str
+    created_at: str
+    deleted: bool = False
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pod": f"{self.namespace}/{self.name}",
+            "created_at": self.created_at,
+            "deleted": self.deleted,
+            "error": self.error,
+        }
+
+
+def manifest(node: str, profile: Profile, namespace: str, image: str, gpu_resource: str) -> dict[str, Any]:
+    cpus = str(profile.get("pods.acceptance_cpus"))
+    memory = str(profile.get("pods.acceptance_memory"))
+    shm = str(profile.get("pods.shm_min"))
+    name = f"gnc-acceptance-{hashlib.sha256(node.encode()).hexdigest()[:10]}"
+    resources = {"cpu": cpus, "memory": memory, gpu_resource: "1"}
+    spec: dict[str, Any] = {
+        "nodeName": node,
+        "restartPolicy": "Never",
+        "activeDeadlineSeconds": 900,  # gone by itself even if the suite is killed
+        "automountServiceAccountToken": False,
+        "tolerations": [{"operator": "Exists"}],
+        "containers": [
+            {
+                "name": "probe",
+                "image": image,
+                "command": ["sh", "-c", "exec sleep 900"],
+                "env": [{"name": "OMP_NUM_THREADS", "value": cpus}, {"name": "MKL_NUM_THREADS", "value": cpus}],
+                "resources": {"requests": resources, "limits": resources},
+                "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}],
+                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+            }
+        ],
+        "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}}],
+    }
+    if profile.get("pods.runtime_class"):
+        spec["runtimeClassName"] = profile.get("pods.runtime_class")
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {LABEL: "true", "app.kubernetes.io/name": "gpu-node-conformance"},
+        },
+        "spec": spec,
+    }
+
+
+def create(api: Any, body: dict[str, Any], timeout: float, stop: threading.Event | None = None) -> AcceptancePod:
+    """Create the pod and wait until it runs. On any failure the pod is deleted and the error raised."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    meta = body["metadata"]
+    node = body["spec"]["nodeName"]
+    try:
+        core.create_namespaced_pod(meta["namespace"], body, _request_timeout=15)
+    except Exception as e:
+        raise FactUnavailable(
+            f"acceptance pod on {node}: {explain(e, 'create', 'pods', meta['namespace'] + '/' + meta['name'])}"
+        ) from None
+    pod = AcceptancePod(node, meta["namespace"], meta["name"], datetime.now(UTC).isoformat(timespec="seconds"))
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            got = core.read_namespaced_pod(meta["name"], meta["namespace"], _request_timeout=15)
+            phase = got.status.phase if got.status else None
+            if phase == "Running":
+                return pod
+            if phase in ("Failed", "Succeeded"):
+                reason = (got.status.reason or "") + (f": {got.status.message}" if got.status.message else "")
+                raise FactUnavailable(f"acceptance pod on {node} did not run: phase {phase} {reason}".rstrip())
+            if time.monotonic() > deadline:
+                raise FactUnavailable(f"acceptance pod on {node} was not running after {timeout:g} s (phase {phase})")
+            if stop is not None and stop.wait(0.5):
+                raise FactUnavailable(f"acceptance pod on {node}: interrupted while waiting for it to run")
+            if stop is None:
+                time.sleep(0.5)
+    except BaseException as e:
+        pod.error = str(e) if isinstance(e, FactUnavailable) else f"interrupted: {type(e).__name__}"
+        delete(api, pod)
+        if isinstance(e, FactUnavailable):
+            raise AcceptanceFailed(str(e), pod) from None
+        raise
+
+
+def delete(api: Any, pod: AcceptancePod) -> None:
+    """Delete the pod now (grace period 0); a pod already gone counts as deleted."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    if pod.deleted:
+        return
+    try:
+        client.CoreV1Api(api).delete_namespaced_pod(pod.name, pod.namespace, grace_period_seconds=0, _request_timeout=15)
+        pod.deleted = True
+    except ApiException as e:
+        if e.status == 404:
+            pod.deleted = True
+        else:
+            pod.error = (pod.error + "; " if pod.error else "") + f"could not delete it: {explain(e, 'delete', 'pods', pod.name)}"
+    except Exception as e:
+        pod.error = (pod.error + "; " if pod.error else "") + f"could not delete it: {e}"
