@@ -113,13 +113,26 @@ def _run(session: pytest.Session) -> Run | None:
     return session.config.stash.get(RUN_KEY, None)
 
 
+WROTE = "; <b>this run created acceptance pods (the only write the suite makes to a cluster)</b>"
+
+
 def verdict_table(run: Run) -> str:
     rows = []
     for n in (run.node_summary(name) for name in run.node_names):
         c = n["counts"]
         col = n.get("collection") or {}
         why = col.get("error") if n["verdict"] == "unreachable" else ", ".join(n["blocking"])
-        why = "; ".join([why or "", *col.get("notes", [])]).strip("; ")
+        notes = list(col.get("notes", []))
+        if n.get("discovered"):
+            notes.append(f"found through the Kubernetes API: {n['discovered']}")
+        if n.get("kubelet_config_source"):
+            notes.append(f"kubelet settings from {n['kubelet_config_source']}")
+        made = n.get("acceptance_pod")
+        if made:
+            state = "created and deleted" if made.get("deleted") else "created, NOT deleted"
+            pod_text = f"acceptance pod {made.get('pod', '')} {state if made.get('pod') else ''}".replace("  ", " ")
+            notes.append(pod_text + (f" ({made['error']})" if made.get("error") else ""))
+        why = "; ".join([why or "", *notes]).strip("; ")
         rows.append(
             f"<tr><td>{e(n['name'])}</td><td><span class='verdict' style='background:"
             f"{VERDICT_COLOURS.get(n['verdict'], '#999')}'>{e(n['verdict'])}</span></td><td>{e(n['profile'])}</td>"
@@ -130,7 +143,8 @@ def verdict_table(run: Run) -> str:
         "<h2>Node verdicts</h2><p>A node is <b>accepted</b> when no critical or high check failed or errored."
         f" Tool version {e(__version__)}; inventory {e(run.inventory.path)}; started {e(run.started_at)}"
         f"{'; snapshot replay from ' + e(run.snapshot_dir) if run.snapshot_dir else ''}"
-        f"{'; <b>run interrupted: results incomplete</b>' if run.interrupted else ''}.</p>"
+        f"{'; <b>run interrupted: results incomplete</b>' if run.interrupted else ''}"
+        f"{WROTE if run.acceptance else ''}.</p>"
         "<table><tr><th>node</th><th>verdict</th><th>profile</th><th>passed</th><th>failed</th><th>error</th>"
         f"<th>skipped</th><th>waived</th><th>blocking checks / reason</th></tr>{''.join(rows)}</table>"
     )

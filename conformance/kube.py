@@ -28,6 +28,9 @@ class KubeSpec:
     gpu_resource: str = GPU_RESOURCE
     configz: bool = True  # read each kubelet's live config (needs get nodes/proxy)
     namespace: str = "gpu-node-conformance"  # where the acceptance pod is created
+    dcgm_namespace: str = "gpu-operator"  # where dcgm-exporter runs (GPU Operator default)
+    dcgm_selector: str = "app=nvidia-dcgm-exporter"
+    dcgm_port: int = 9400
 
 
 @dataclass
@@ -148,6 +151,9 @@ def parse_spec(block: Any, errors: list[str]) -> KubeSpec | None:
         "gpu_resource": str,
         "configz": bool,
         "namespace": str,
+        "dcgm_namespace": str,
+        "dcgm_selector": str,
+        "dcgm_port": int,
     }
     spec = KubeSpec()
     for k, v in block.items():
@@ -160,3 +166,33 @@ def parse_spec(block: Any, errors: list[str]) -> KubeSpec | None:
     if spec.in_cluster and spec.kubeconfig:
         errors.append("kubernetes: give kubeconfig or in_cluster, not both")
     return spec
+
+
+def dcgm_metrics(api: Any, spec: KubeSpec, node: str) -> tuple[str, str]:
+    """(where, metrics text) of the dcgm-exporter pod on `node`, read through the API server's pod proxy."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    try:
+        pods = core.list_namespaced_pod(
+            spec.dcgm_namespace,
+            label_selector=spec.dcgm_selector,
+            field_selector=f"spec.nodeName={node}",
+            _request_timeout=TIMEOUT_S,
+        ).items
+    except Exception as e:
+        raise FactUnavailable(explain(e, "list", f"pods in namespace {spec.dcgm_namespace}")) from None
+    running = [p for p in pods if p.status and p.status.phase == "Running"]
+    if not running:
+        raise AssertionError(
+            f"no running dcgm-exporter pod ({spec.dcgm_selector}) on node {node} in namespace {spec.dcgm_namespace}"
+        )
+    pod = running[0].metadata.name
+    where = f"pod {spec.dcgm_namespace}/{pod}:{spec.dcgm_port}/metrics (API pod proxy)"
+    try:
+        r = core.connect_get_namespaced_pod_proxy_with_path(
+            f"{pod}:{spec.dcgm_port}", spec.dcgm_namespace, "metrics", _preload_content=False, _request_timeout=TIMEOUT_S
+        )
+        return where, r.data.decode("utf-8", "replace")
+    except Exception as e:
+        raise FactUnavailable(f"{where}: {explain(e, 'get', 'pods/proxy', pod)}") from None

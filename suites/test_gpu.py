@@ -221,23 +221,28 @@ def test_gpu_mig_mode(node, node_gpus, profile, evidence):
     invisible to alerting and capacity planning.""",
     remediation="Deploy dcgm-exporter (GPU Operator) on the node and enable the profiling (PROF) fields in its "
     "metrics CSV, e.g. DCGM_FI_PROF_PCIE_TX_BYTES.",
-    source="dcgm-exporter /metrics (inventory dcgm_exporter URL; through the Kubernetes pod proxy once configured)",
+    source="dcgm-exporter /metrics through the Kubernetes API's pod proxy (or the inventory's dcgm_exporter URL)",
 )
 def test_gpu_dcgm_exporter(node, node_gpus, request, profile, evidence):
+    from conformance.kube import dcgm_metrics
     from conformance.session import RUN_KEY
 
     run = request.config.stash[RUN_KEY]
     spec = next(n for n in run.inventory.nodes if n.name == node)
-    if not spec.dcgm_exporter:
-        pytest.skip("no dcgm-exporter to ask: set the node's dcgm_exporter URL in the inventory")
     if run.snapshot_dir:
         pytest.skip("the exporter is read live; a snapshot replay does not read it")
-    series = dcgm.metric_series(dcgm.fetch(spec.dcgm_exporter))
+    if spec.dcgm_exporter:
+        where, text = spec.dcgm_exporter, dcgm.fetch(spec.dcgm_exporter)
+    elif run.kube_api is not None and run.inventory.kubernetes is not None:
+        where, text = dcgm_metrics(run.kube_api, run.inventory.kubernetes, node)
+    else:
+        pytest.skip("no dcgm-exporter to ask: configure the Kubernetes API, or the node's dcgm_exporter URL in the inventory")
+    series = dcgm.metric_series(text)
     want = profile.get("gpu.dcgm_metrics")
-    evidence.source = spec.dcgm_exporter
+    evidence.source = where
     evidence.add(*(f"{m}: {series.get(m, 0)} series" for m in want))
     missing = [m for m in want if not series.get(m)]
-    assert not missing, f"{spec.dcgm_exporter} does not serve {', '.join(missing)}"
+    assert not missing, f"{where} does not serve {', '.join(missing)}"
 
 
 @check(

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 
 @dataclass
@@ -146,6 +146,7 @@ def pod_object(
     init_containers: list[dict] | None = None,
     runtime_class: str | None = None,
     share_pid: bool = False,
+    labels: dict[str, str] | None = None,
 ) -> dict:
     """A complete running v1 Pod; `containers` are {name, resources: {requests, limits}}."""
     spec_containers = [{"name": c["name"], "image": c.get("image", "registry.example/app:1"), "resources": c.get("resources", {})}
@@ -176,6 +177,7 @@ def pod_object(
             "uid": uid,
             "resourceVersion": "2002",
             "creationTimestamp": "2026-12-03T00:00:00Z",
+            "labels": labels or {},
         },
         "spec": spec,
         "status": {
@@ -228,6 +230,8 @@ class FakeApiServer:
         # the kubelet's part, emulated by the test: called (in a thread) for a created pod, and on delete
         self.on_create: Callable[[dict], None] | None = None
         self.on_delete: Callable[[dict], None] | None = None
+        # (namespace, pod, port, path) -> (HTTP status, body) through the pod proxy, or None: nothing listens
+        self.proxy_handler: Callable[[str, str, int, str], tuple[int, bytes] | None] | None = None
         self.lock = threading.Lock()
 
     def add_pod(self, obj: dict) -> None:
@@ -284,14 +288,17 @@ class FakeApiServer:
             return
         url = urlparse(h.path)
         query = parse_qs(url.query)
-        parts = [p for p in url.path.split("/") if p]
+        parts = [unquote(p) for p in url.path.split("/") if p]
         with self.lock:
             self.requests.append((who.user, method, url.path))
         if parts[:3] == ["api", "v1", "pods"] and method == "GET":
             self._list_pods(h, who, query)
             return
+        if parts[:3] == ["api", "v1", "namespaces"] and len(parts) >= 7 and parts[4] == "pods" and parts[6] == "proxy":
+            self._pod_proxy(h, who, parts[3], parts[5], "/".join(parts[7:]))
+            return
         if parts[:3] == ["api", "v1", "namespaces"] and len(parts) in (5, 6) and parts[4] == "pods":
-            self._pod_rw(h, who, method, parts[3], parts[5] if len(parts) == 6 else None, body)
+            self._pod_rw(h, who, method, parts[3], parts[5] if len(parts) == 6 else None, body, query)
             return
         if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 7 and parts[4] == "pods" and parts[6] == "exec":
             self._exec(h, who, parts[3], parts[5], query)
@@ -347,7 +354,28 @@ class FakeApiServer:
         message = f'{target} is forbidden: User "{who.user}" cannot {verb} resource "{resource}" in API group "" {scope}'
         self._status(h, 403, "Forbidden", message, {"name": name or "", "kind": resource.split("/")[0]})
 
-    def _pod_rw(self, h: BaseHTTPRequestHandler, who: Subject, method: str, ns: str, name: str | None, body: bytes) -> None:
+    def _pod_proxy(self, h: BaseHTTPRequestHandler, who: Subject, ns: str, target: str, path: str) -> None:
+        name, _, port = target.partition(":")
+        if not self.rbac.allowed(who, "get", "pods/proxy", ns):
+            self._forbidden(h, who, "get", "pods/proxy", ns, name)
+            return
+        if (ns, name) not in self.pods:
+            self._status(h, 404, "NotFound", f'pods "{name}" not found', {"name": name, "kind": "pods"})
+            return
+        answer = self.proxy_handler(ns, name, int(port or 80), path) if self.proxy_handler else None
+        if answer is None:
+            self._status(
+                h,
+                503,
+                "ServiceUnavailable",
+                f"error trying to reach service: dial tcp {name}:{port}: connect: connection refused",
+            )
+            return
+        self._send(h, answer[0], answer[1], "text/plain; version=0.0.4")
+
+    def _pod_rw(
+        self, h: BaseHTTPRequestHandler, who: Subject, method: str, ns: str, name: str | None, body: bytes, query: dict
+    ) -> None:
         verb = {"POST": "create", "GET": "get" if name else "list", "DELETE": "delete"}[method]
         if not self.rbac.allowed(who, verb, "pods", ns):
             self._forbidden(h, who, verb, "pods", ns, name)
@@ -376,7 +404,15 @@ class FakeApiServer:
             self._send(h, 201, obj)
             return
         if name is None:
-            items = [p for (pns, _), p in self.pods.items() if pns == ns]
+            terms = _selector(query.get("labelSelector", [""])[0]) or []
+            node = next(
+                (t.split("=", 1)[1] for t in query.get("fieldSelector", [""])[0].split(",") if t.startswith("spec.nodeName=")),
+                None,
+            )
+            items = [
+                p for (pns, _), p in self.pods.items()
+                if pns == ns and _matches(p["metadata"].get("labels") or {}, terms) and node in (None, p["spec"]["nodeName"])
+            ]  # fmt: skip
             self._send(h, 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "3003"}, "items": items})
             return
         pod = self.pods.get((ns, name))

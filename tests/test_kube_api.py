@@ -6,10 +6,12 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
+from conformance.dcgm import metric_series
 from conformance.errors import FactUnavailable, UsageError
 from conformance.inventory import load_inventory, merge_discovered
-from conformance.kube import KubeSpec, api_client, configz, discover
-from tests.fakeapi import kubeconfig, node_object, serve
+from conformance.kube import KubeSpec, api_client, configz, dcgm_metrics, discover
+from tests.fakeapi import kubeconfig, node_object, pod_object, serve
+from tests.httpservers import dcgm_metrics as dcgm_text
 from tests.kube_fixtures import fake_api
 
 
@@ -130,3 +132,19 @@ def test_kubernetes_section_is_validated(tmp_path):
 def test_missing_kubeconfig_names_the_file(tmp_path):
     with pytest.raises(UsageError, match=r"kubeconfig /nonexistent/kubeconfig"):
         api_client(KubeSpec(kubeconfig="/nonexistent/kubeconfig"))
+
+
+def test_dcgm_exporter_metrics_through_the_pod_proxy(cluster):
+    api, spec = cluster
+    exporter = pod_object("gpu-operator", "nvidia-dcgm-exporter-x1", "uid-dcgm", "gpu-a1", [{"name": "exporter"}],
+                          labels={"app": "nvidia-dcgm-exporter"})  # fmt: skip
+    api.add_pod(exporter)
+    api.proxy_handler = lambda ns, pod, port, path: (200, dcgm_text(full=False)) if (port, path) == (9400, "metrics") else None
+    s = spec()
+    where, text = dcgm_metrics(api_client(s), s, "gpu-a1")
+    assert where == "pod gpu-operator/nvidia-dcgm-exporter-x1:9400/metrics (API pod proxy)"
+    assert metric_series(text) == {"DCGM_FI_DEV_GPU_UTIL": 2, "DCGM_FI_DEV_MEM_COPY_UTIL": 2}
+    with pytest.raises(AssertionError, match="no running dcgm-exporter pod"):
+        dcgm_metrics(api_client(s), s, "gpu-a2")
+    with pytest.raises(FactUnavailable, match="lacks the RBAC permission list on pods in namespace gpu-operator"):
+        dcgm_metrics(api_client(spec("limited-token")), spec("limited-token"), "gpu-a1")

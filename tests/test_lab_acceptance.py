@@ -7,7 +7,6 @@ on it, and the pod is deleted afterwards, also when it never ran."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -17,13 +16,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import require_or_skip
 from tests.fakeapi import kubeconfig, node_object, serve
-from tests.gpu_standins import build_standins, driver_files, gpu_line, standins_available
+from tests.gpu_standins import build_standins, driver_files
 from tests.kube_fixtures import fake_api
 from tests.lab import pods as labpods
-from tests.lab.builder import Lab, NodeSpec, lab_available
-from tests.lab.gpu_nodes import NUMA, SIBLINGS, STANDIN_CPUS, pci
+from tests.lab.builder import Lab, NodeSpec
+from tests.lab.gpu_nodes import NUMA, SIBLINGS, pci, require_two_cpu_gpu_lab, two_gpu_config
 from tests.lab.nodes import POD_CHECKS
 from tests.lab.pods import LabPod
 
@@ -50,13 +48,7 @@ pods:
 
 
 def node_spec(name: str, built, policy: str) -> NodeSpec:
-    conf = "\n".join(
-        [
-            gpu_line(uuid=f"GPU-{i:08d}-0000-4000-8000-000000000000", name="Stand-in H100", bus=bus, minor=i, gen=5, maxgen=5,
-                     gpumaxgen=5, cpumask=hex(1 << i), nodemask=hex(1 << i))
-            for i, bus in enumerate(("00000000:18:00.0", "00000000:9A:00.0"))
-        ]
-    ) + "\n" + STANDIN_CPUS  # fmt: skip
+    conf = two_gpu_config()
     state = json.dumps({"policyName": policy, "defaultCpuSet": "0-1" if policy == "static" else "", "checksum": 1})
     return NodeSpec(
         name=name,
@@ -107,9 +99,7 @@ class Kubelets:
 
 @pytest.fixture(scope="module")
 def acceptance(tmp_path_factory):
-    require_or_skip(lab_available() or standins_available())
-    if not {0, 1} <= os.sched_getaffinity(0):
-        require_or_skip("the lab lays two NUMA nodes over CPUs 0 and 1; this machine lets us use fewer")
+    require_two_cpu_gpu_lab()
     root = Path(tmp_path_factory.mktemp("acceptlab"))
     built = build_standins(root / "standins")
     lab = Lab(root / "lab", first_subnet=210)
@@ -159,13 +149,15 @@ def test_a_pod_that_never_runs_is_an_error_and_is_deleted(acceptance):
 
 
 def test_every_acceptance_pod_is_deleted_and_the_report_says_so(acceptance):
-    _, doc, api, kubelets, _ = acceptance
+    _, doc, api, kubelets, root = acceptance
     for n in doc["nodes"]:
         made = n["acceptance_pod"]
         assert made["pod"].startswith("gpu-node-conformance/gnc-acceptance-") and made["deleted"] is True
     assert api.pods == {} and kubelets.running == {}
     writes = [(verb, path) for _, verb, path in api.requests if verb in ("POST", "DELETE")]
     assert sorted(v for v, _ in writes) == ["DELETE"] * 3 + ["POST"] * 3
+    html = (root / "out" / "report.html").read_text()
+    assert "this run created acceptance pods" in html and html.count("created and deleted") >= 3
 
 
 def test_the_pod_is_guaranteed_with_the_profiles_settings():

@@ -4,7 +4,6 @@ stand-ins (NVML probe, nvidia-smi fallback, an old driver's NVML, the H2D probe)
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,11 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import require_or_skip
-from tests.gpu_standins import build_standins, standins_available
+from tests.gpu_standins import build_standins
 from tests.httpservers import serve
-from tests.lab.builder import Lab, lab_available
-from tests.lab.gpu_nodes import GPU_EXPECTED, LAB_PROFILE, UUID, gpu_specs
+from tests.lab.builder import Lab
+from tests.lab.gpu_nodes import GPU_EXPECTED, LAB_PROFILE, UUID, gpu_specs, require_two_cpu_gpu_lab
 from tests.lab.nodes import GPU_CHECKS
 
 pytestmark = pytest.mark.lab
@@ -24,9 +22,7 @@ pytestmark = pytest.mark.lab
 
 @pytest.fixture(scope="module")
 def gpu_lab(tmp_path_factory):
-    require_or_skip(lab_available() or standins_available())
-    if not {0, 1} <= os.sched_getaffinity(0):
-        require_or_skip("the GPU lab lays two NUMA nodes over CPUs 0 and 1; this machine lets us use fewer")
+    require_two_cpu_gpu_lab()
     root = Path(tmp_path_factory.mktemp("gpulab"))
     lab = Lab(root / "lab", first_subnet=240)  # beside the main lab (198.18.1-6)
     for spec in gpu_specs(build_standins(root / "standins")):

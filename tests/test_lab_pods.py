@@ -5,7 +5,6 @@ from real processes with real CPU affinity, /dev/shm sizes, /dev/nvidia<N> nodes
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -16,13 +15,12 @@ import yaml
 
 from conformance.kube import KubeSpec, api_client
 from conformance.pods import ContainerRef, exec_inside
-from tests.conftest import require_or_skip
 from tests.fakeapi import kubeconfig, node_object, serve
-from tests.gpu_standins import build_standins, driver_files, gpu_line, standins_available
+from tests.gpu_standins import build_standins, driver_files
 from tests.kube_fixtures import fake_api
 from tests.lab import pods as labpods
-from tests.lab.builder import Lab, NodeSpec, lab_available
-from tests.lab.gpu_nodes import STANDIN_CPUS, pci
+from tests.lab.builder import Lab, NodeSpec
+from tests.lab.gpu_nodes import pci, require_two_cpu_gpu_lab, two_gpu_config
 from tests.lab.nodes import POD_CHECKS
 from tests.lab.pods import LabPod
 
@@ -110,36 +108,7 @@ EXPECTED = {
 
 
 def node_spec(built) -> NodeSpec:
-    conf = (
-        "\n".join(
-            [
-                gpu_line(
-                    uuid="GPU-00000000-0000-4000-8000-000000000018",
-                    name="Stand-in H100",
-                    bus="00000000:18:00.0",
-                    minor=0,
-                    gen=5,
-                    maxgen=5,
-                    gpumaxgen=5,
-                    cpumask="0x1",
-                    nodemask="0x1",
-                ),
-                gpu_line(
-                    uuid="GPU-00000000-0000-4000-8000-00000000009a",
-                    name="Stand-in H100",
-                    bus="00000000:9A:00.0",
-                    minor=1,
-                    gen=5,
-                    maxgen=5,
-                    gpumaxgen=5,
-                    cpumask="0x2",
-                    nodemask="0x2",
-                ),
-            ]
-        )
-        + "\n"
-        + STANDIN_CPUS
-    )
+    conf = two_gpu_config(cpu1_node_cpus="1,3")
     return NodeSpec(
         name=NODE,
         files={**driver_files(built, conf, cuda=False), "/var/lib/kubelet/cpu_manager_state": labpods.cpu_manager_state(PODS)},
@@ -154,9 +123,7 @@ def node_spec(built) -> NodeSpec:
 
 @pytest.fixture(scope="module")
 def pods_lab(tmp_path_factory):
-    require_or_skip(lab_available() or standins_available())
-    if not {0, 1} <= os.sched_getaffinity(0):
-        require_or_skip("the pods lab lays two NUMA nodes over CPUs 0 and 1; this machine lets us use fewer")
+    require_two_cpu_gpu_lab()
     root = Path(tmp_path_factory.mktemp("podslab"))
     lab = Lab(root / "lab", first_subnet=220)
     lab.add(node_spec(build_standins(root / "standins")))

@@ -7,6 +7,7 @@ GPU_EXPECTED is the exact outcome of every GPU check on every node, which tests/
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from tests.gpu_standins import driver_files, gpu_line
@@ -225,3 +226,26 @@ GPU_EXPECTED = {
         GPU_H2D_NUMA_MATRIX="skipped",
     ),
 }
+
+
+def require_two_cpu_gpu_lab() -> None:
+    """The GPU labs need root, namespaces, a C compiler for the stand-ins and CPUs 0 and 1."""
+    from tests.conftest import require_or_skip
+    from tests.gpu_standins import standins_available
+    from tests.lab.builder import lab_available
+
+    require_or_skip(lab_available() or standins_available())
+    if not {0, 1} <= os.sched_getaffinity(0):
+        require_or_skip("the GPU labs lay two NUMA nodes over CPUs 0 and 1; this machine lets us use fewer")
+
+
+def two_gpu_config(cpu1_node_cpus: str = "1") -> str:
+    """The driver stand-ins' description of a node with GPU0 (minor 0) on NUMA node 0 and GPU1 (minor 1)
+    on NUMA node 1."""
+    masks = ("0x1", hex(sum(1 << int(c) for c in cpu1_node_cpus.split(","))))
+    lines = [
+        gpu_line(uuid=f"GPU-00000000-0000-4000-8000-0000000000{bus[5:7]}", name="Stand-in H100", bus=f"0000{bus}", minor=i,
+                 gen=5, maxgen=5, gpumaxgen=5, cpumask=masks[i], nodemask=hex(1 << i))
+        for i, bus in enumerate(("0000:18:00.0", "0000:9A:00.0"))
+    ]  # fmt: skip
+    return "\n".join(lines) + "\n" + STANDIN_CPUS

@@ -129,20 +129,10 @@ def stop_one(lab: Lab, pod: LabPod) -> None:
 
 def stop(lab: Lab, pods: list[LabPod]) -> None:
     for pod in pods:
-        if pod.pid:
-            subprocess.run(["kill", "-9", "--", f"-{pod.pid}"], capture_output=True)
-            subprocess.run(["pkill", "-9", "-P", str(pod.pid)], capture_output=True)
+        stop_one(lab, pod)
     root = lab.cg_dir / "pods"
-    deadline = time.monotonic() + 10
-    dirs = [d for d in root.glob("*/*") if d.is_dir()] + [d for d in root.glob("*") if d.is_dir()] + [root]
-    for d in dirs:
-        while d.exists():
-            try:
-                d.rmdir()
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+    if root.exists():
+        root.rmdir()
 
 
 def pid1(pod: LabPod) -> int:
