@@ -25,8 +25,8 @@ def fleet(request: pytest.FixtureRequest) -> dict[str, NodeFacts]:
 
 
 @pytest.fixture
-def facts(fleet: dict[str, NodeFacts], node: str) -> NodeFacts:
-    return fleet[node]
+def facts(request: pytest.FixtureRequest, node: str) -> NodeFacts:
+    return request.config.stash[RUN_KEY].facts_for(node)
 
 
 @pytest.fixture

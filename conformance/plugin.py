@@ -4,6 +4,7 @@ It stays inert for test functions that are not checks, so the project's own test
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -127,10 +128,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def _xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _xdist_controller(config: pytest.Config) -> bool:
+    return not _xdist_worker(config) and bool(getattr(config.option, "numprocesses", None))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(fixtures, "conformance-fixtures")
+    if _xdist_controller(config):
+        if getattr(config.option, "conformance_acceptance_pod", False):
+            raise pytest.UsageError("--acceptance-pod cannot run under pytest-xdist (each worker would create pods)")
+        config.option.dist = "loadgroup"  # every check of a node in one worker: one collection per node
     try:
         config.stash[RUN_KEY] = Run.from_options(config)
+        config.stash[RUN_KEY].xdist_worker = _xdist_worker(config)
+        if _xdist_controller(config):
+            _CONTROLLER["config"] = config
         if config.getoption("conformance_baseline"):
             load_results(config.getoption("conformance_baseline"))  # a bad baseline is a usage error, early
     except UsageError as e:
@@ -142,12 +158,19 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if _CONTROLLER.get("config") is config:
+        del _CONTROLLER["config"]
     run: Run | None = config.stash.get(RUN_KEY, None)
     if run is not None:
         run.cleanup()  # again, in case the session ended before sessionfinish (deleting twice is a no-op)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _xdist_worker(config) or _xdist_controller(config):
+        for item in items:
+            node = getattr(item, "callspec", None) and item.callspec.params.get("node")
+            if node:
+                item.add_marker(pytest.mark.xdist_group(name=node))
     # A check's failure is its message: skip pytest's traceback formatting (slow at fleet scale),
     # but keep the traceback of a defect (any other exception) for whoever fixes it.
     for item in items:
@@ -275,6 +298,27 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Controller side of pytest-xdist: each worker's result arrives with its report (pytest serialises
+    the report's attributes, `conformance_result` included) and is gathered here."""
+    config = _CONTROLLER.get("config")
+    result = getattr(report, "conformance_result", None)
+    if config is not None and result is not None:
+        config.stash[RUN_KEY].results.append(result)
+
+
+_CONTROLLER: dict[str, pytest.Config] = {}
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: absent without xdist
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """Controller side of pytest-xdist: the workers' collection summaries, for the node verdicts."""
+    config = _CONTROLLER.get("config")
+    if config is not None:
+        config.stash[RUN_KEY].remote_collection.update(json.loads(node.workeroutput.get("gnc_nodes", "{}")))
+
+
 def _replayed_report(item: ReplayItem, report: pytest.TestReport) -> pytest.TestReport:
     r = item.result
     decided = (report.when == "setup" and r["outcome"] == "error") or (report.when == "call" and r["outcome"] != "error")
@@ -299,6 +343,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if exitstatus == pytest.ExitCode.INTERRUPTED:
         run.interrupted = True
     run.cleanup()  # the acceptance pods go before the results are written, which say they went
+    if run.xdist_worker:  # the controller writes the outputs; it needs this worker's collection summaries
+        summaries = {n: s["collection"] for n in (run._facts or {}) if "collection" in (s := run.node_summary(n))}
+        session.config.workeroutput["gnc_nodes"] = json.dumps(summaries)  # type: ignore[attr-defined]
+        return
     opt = session.config.getoption
     if opt("conformance_baseline"):
         run.diff = diff(load_results(opt("conformance_baseline")), run.to_json())

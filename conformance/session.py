@@ -62,6 +62,8 @@ class Run:
         self._pods: dict[str, list[PodInfo] | FactUnavailable] = {}
         self._inside: dict[str, InsideFacts | FactUnavailable] = {}
         self.acceptance_pod = False  # --acceptance-pod: create the test pod on every node
+        self.xdist_worker = False  # a pytest-xdist worker: collects only its own nodes
+        self.remote_collection: dict[str, dict[str, Any]] = {}  # under xdist, the workers' collection summaries
         self.acceptance: dict[str, AcceptancePod | FactUnavailable] | None = None
         self.measure = False  # --measure: H2D bandwidth on every node, whatever its profile says
         self._h2d: dict[str, H2DMeasurement | Exception] | None = None
@@ -179,6 +181,21 @@ class Run:
 
             self._latency[key] = measure(endpoint, show)
         return self._latency[key]
+
+    def facts_for(self, node: str) -> NodeFacts:
+        """One node's facts. Under pytest-xdist each worker collects only the nodes it runs (all of a
+        node's checks stay in one worker); otherwise every node is collected at once, concurrently."""
+        if not self.xdist_worker or self.snapshot_dir:
+            return self.facts()[node]
+        with self._lock:
+            if self._facts is None:
+                self._facts = {}
+            if node not in self._facts:
+                spec = next(n for n in self.inventory.nodes if n.name == node)
+                bundle = collect_all([spec], 1, self.timeout, None, self.retries)[node]
+                live = self._read_configz([node]) if self.kube_api is not None else {}
+                self._facts[node] = NodeFacts(bundle, *live.get(node, (None, None)))
+            return self._facts[node]
 
     def facts(self) -> dict[str, NodeFacts]:
         with self._lock:
@@ -378,6 +395,9 @@ class Run:
         blocking = [r["check"] for r in rows if r["outcome"] in ("failed", "error") and r["severity"] in BLOCKING]
         bundle = self._facts[node].bundle if self._facts and node in self._facts else None
         replayed = (self.replayed_nodes.get(node) or {}).get("collection")
+        remote = self.remote_collection.get(node)
+        if remote and remote.get("error"):
+            replayed = replayed or remote
         if replayed and replayed.get("error_kind") == "missing":
             verdict = "incomplete"  # expected by `conformance merge --expect`, but no results came
         elif (bundle is not None and bundle.error is not None) or (replayed and replayed.get("error")):
@@ -421,6 +441,8 @@ class Run:
             }
         elif replayed is not None:
             out["collection"] = replayed
+        elif node in self.remote_collection:
+            out["collection"] = self.remote_collection[node]
         return out
 
     def to_json(self) -> dict[str, Any]:
