@@ -54,12 +54,22 @@ def latency(request: pytest.FixtureRequest, node: str, endpoint: Endpoint | None
 
 
 @pytest.fixture
-def node_gpus(facts: NodeFacts) -> GpuFacts:
-    """The node's GPUs; skips a node that has none (neither NVML nor the PCI bus shows one)."""
+def node_gpus(request: pytest.FixtureRequest, facts: NodeFacts, node: str) -> GpuFacts:
+    """The node's GPUs; skips a node that has none (neither NVML, the PCI bus nor the API shows one)."""
     g = facts.gpus
-    if not g.gpus and not g.pci_functions:
+    capacity = next(n for n in request.config.stash[RUN_KEY].inventory.nodes if n.name == node).gpu_capacity
+    if not g.gpus and not g.pci_functions and not capacity:
         pytest.skip(f"no NVIDIA GPU on this node ({g.source})")
     return g
+
+
+@pytest.fixture
+def visible_gpus(node_gpus: GpuFacts) -> GpuFacts:
+    """The GPUs the driver shows; the checks of a GPU's properties skip when it shows none (GPU-COUNT
+    is the check that says so)."""
+    if not node_gpus.gpus:
+        pytest.skip(f"no GPU visible to {node_gpus.source}: see GPU-COUNT")
+    return node_gpus
 
 
 @pytest.fixture

@@ -49,6 +49,7 @@ class NodeSpec:
     endpoints: list[Endpoint] = field(default_factory=list)
     dcgm_exporter: str | None = None  # the exporter's metrics URL, where the Kubernetes API is not used
     discovered: str | None = None  # why the Kubernetes API named this node (None: inventory only)
+    gpu_capacity: int | None = None  # the node's nvidia.com/gpu capacity, from the API
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -242,6 +243,7 @@ def merge_discovered(inv: Inventory, found: list[Any]) -> Inventory:
         if node is not None:
             node.labels = {**d.labels, **node.labels}
             node.discovered = f"{d.why}; also in the inventory"
+            node.gpu_capacity = d.gpus
             if not node.address and node.transport != "local":
                 node.address = d.internal_ip
             continue
@@ -254,6 +256,7 @@ def merge_discovered(inv: Inventory, found: list[Any]) -> Inventory:
             ssh=dict(inv.defaults.get("ssh") or {}),
             labels={**(inv.defaults.get("labels") or {}), **d.labels},
             discovered=d.why,
+            gpu_capacity=d.gpus,
         )
         inv.nodes.append(node)
         by_name[d.name] = node

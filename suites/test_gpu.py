@@ -29,7 +29,7 @@ def _fail_or_error(failures: list[str], errors: list[str]) -> None:
     "replace the GPU, and make the profile's gpu.expected_count match the hardware.",
     source="NVML (device count), /sys/bus/pci/devices (vendor 0x10de, display class)",
 )
-def test_gpu_count(node, node_gpus, profile, evidence):
+def test_gpu_count(node, node_gpus, profile, request, evidence):
     g = node_gpus
     evidence.source = f"{g.source}; sysfs PCI"
     evidence.add(f"{g.source}: {len(g.gpus)} GPU(s); PCI bus: {len(g.pci_functions)} NVIDIA display function(s)")
@@ -42,8 +42,21 @@ def test_gpu_count(node, node_gpus, profile, evidence):
     lost = [b for b in g.pci_functions if b not in seen]
     if lost:
         problems.append(f"on the PCI bus but not in {g.source}: {', '.join(lost)} (driver did not bring them up)")
-    evidence.add("nvidia.com/gpu capacity not compared: no Kubernetes API configured for this run")
+    capacity = _gpu_capacity(request, node)
+    if capacity is None:
+        evidence.add("nvidia.com/gpu capacity not compared: the Kubernetes API did not report it for this node")
+    else:
+        evidence.add(f"Kubernetes API: nvidia.com/gpu capacity {capacity}")
+        if capacity != len(g.gpus):
+            problems.append(f"{len(g.gpus)} GPU(s) visible to {g.source}, the node advertises {capacity} to Kubernetes")
     assert not problems, "; ".join(problems)
+
+
+def _gpu_capacity(request: pytest.FixtureRequest, node: str) -> int | None:
+    from conformance.session import RUN_KEY
+
+    spec = next(n for n in request.config.stash[RUN_KEY].inventory.nodes if n.name == node)
+    return spec.gpu_capacity
 
 
 @check(
@@ -56,12 +69,12 @@ def test_gpu_count(node, node_gpus, profile, evidence):
     "the value is /sys/bus/pci/devices/<bdf>/numa_node.",
     source="/sys/bus/pci/devices/<bdf>/numa_node, local_cpulist",
 )
-def test_gpu_numa_known(node, node_gpus, topology, evidence):
+def test_gpu_numa_known(node, visible_gpus, topology, evidence):
     if len(topology.nodes) < 2:
-        pytest.skip(f"one NUMA node on this host: locality does not apply ({len(node_gpus.gpus)} GPU(s))")
+        pytest.skip(f"one NUMA node on this host: locality does not apply ({len(visible_gpus.gpus)} GPU(s))")
     evidence.source = "/sys/bus/pci/devices/<bdf>/numa_node"
     unknown = []
-    for g in node_gpus.gpus:
+    for g in visible_gpus.gpus:
         n = g.pci.numa_node if g.pci else None
         cpus = format_cpulist(g.pci.local_cpus) if g.pci and g.pci.local_cpus is not None else "?"
         evidence.add(f"{g.label}: numa_node {n if n is not None else -1}, local_cpulist {cpus}")
@@ -82,10 +95,10 @@ def test_gpu_numa_known(node, node_gpus, topology, evidence):
     "/sys/bus/pci/devices/<bdf>/local_cpulist.",
     source="NVML nvmlDeviceGetCpuAffinityWithinScope / nvmlDeviceGetMemoryAffinity (node scope), sysfs",
 )
-def test_gpu_numa_consistent(node, node_gpus, topology, evidence):
-    evidence.source = f"{node_gpus.source} affinity vs sysfs"
+def test_gpu_numa_consistent(node, visible_gpus, topology, evidence):
+    evidence.source = f"{visible_gpus.source} affinity vs sysfs"
     failures, errors = [], []
-    for g in node_gpus.gpus:
+    for g in visible_gpus.gpus:
         pci = g.pci
         if pci is None or g.affinity_cpus is None:
             errors.append(f"{g.label}: affinity not available ({'no sysfs attributes' if pci is None else g.errors})")
@@ -115,13 +128,13 @@ def test_gpu_numa_consistent(node, node_gpus, topology, evidence):
     "`nvidia-smi -q | grep -A3 'Link'` under load; a gap between device-and-slot and GPU maximum is a slot/BIOS limit.",
     source="NVML nvmlDeviceGetCurr/MaxPcieLinkGeneration/Width, nvmlDeviceGetGpuMaxPcieLinkGeneration",
 )
-def test_gpu_pcie_link(node, node_gpus, profile, request, evidence):
+def test_gpu_pcie_link(node, visible_gpus, profile, request, evidence):
     gp = profile.get("gpu")
     want_width = gp["pcie_width"]
     after = _link_after_measurement(request, node)
-    evidence.source = node_gpus.source + (" (link read right after the bandwidth run)" if after else "")
+    evidence.source = visible_gpus.source + (" (link read right after the bandwidth run)" if after else "")
     failures, errors = [], []
-    for g in node_gpus.gpus:
+    for g in visible_gpus.gpus:
         want_gen, why = expected_generation(g, gp)
         busy = after.get(g.uuid, {})
         gen = busy.get("gen") if busy.get("gen") is not None else g.pcie_max_gen
@@ -171,11 +184,11 @@ def _link_after_measurement(request: pytest.FixtureRequest, node: str) -> dict[s
     "diagnostic uses the same limit.",
     source="NVML nvmlDeviceGetPcieReplayCounter before and after the H2D run",
 )
-def test_gpu_pcie_replay(node, node_gpus, h2d, profile, evidence):
+def test_gpu_pcie_replay(node, visible_gpus, h2d, profile, evidence):
     limit = profile.get("gpu.pcie_replay_limit")
     evidence.source = "NVML replay counter around the H2D probe"
     failures, errors = [], []
-    for g in node_gpus.gpus:
+    for g in visible_gpus.gpus:
         m = h2d.gpus.get(g.uuid)
         if m is None:
             evidence.add(f"{g.label}: not measured ({h2d.skipped.get(g.uuid, 'not reported by the probe')})")
@@ -201,11 +214,11 @@ def test_gpu_pcie_replay(node, node_gpus, h2d, profile, evidence):
     "Operator's MIG manager; or change the profile's gpu.mig.",
     source="NVML nvmlDeviceGetMigMode",
 )
-def test_gpu_mig_mode(node, node_gpus, profile, evidence):
+def test_gpu_mig_mode(node, visible_gpus, profile, evidence):
     want = profile.get("gpu.mig")
-    evidence.source = node_gpus.source
+    evidence.source = visible_gpus.source
     wrong = []
-    for g in node_gpus.gpus:
+    for g in visible_gpus.gpus:
         state = {True: "enabled", False: "disabled", None: "not supported"}[g.mig]
         evidence.add(f"{g.label}: MIG {state}")
         if (want == "off" and g.mig) or (want == "on" and not g.mig):
@@ -223,7 +236,7 @@ def test_gpu_mig_mode(node, node_gpus, profile, evidence):
     "metrics CSV, e.g. DCGM_FI_PROF_PCIE_TX_BYTES.",
     source="dcgm-exporter /metrics through the Kubernetes API's pod proxy (or the inventory's dcgm_exporter URL)",
 )
-def test_gpu_dcgm_exporter(node, node_gpus, request, profile, evidence):
+def test_gpu_dcgm_exporter(node, visible_gpus, request, profile, evidence):
     from conformance.kube import dcgm_metrics
     from conformance.session import RUN_KEY
 
@@ -255,12 +268,12 @@ def test_gpu_dcgm_exporter(node, node_gpus, request, profile, evidence):
     "passthrough, relaxed ordering), and compare with nvbandwidth host_to_device_memcpy_ce.",
     source="measured: CUDA driver API copies from a pinned buffer bound to the GPU's NUMA node",
 )
-def test_gpu_h2d_local_bandwidth(node, node_gpus, h2d, profile, evidence):
+def test_gpu_h2d_local_bandwidth(node, visible_gpus, h2d, profile, evidence):
     gp = profile.get("gpu")
     margin = float(gp["h2d_margin"])
     evidence.source = "H2D probe (CUDA events, median of samples, decimal GB/s)"
     failures, errors, metrics = [], [], {}
-    for g in node_gpus.gpus:
+    for g in visible_gpus.gpus:
         m = h2d.gpus.get(g.uuid)
         if m is None:
             evidence.add(f"{g.label}: not measured: {h2d.skipped.get(g.uuid, 'not reported by the probe')}")
@@ -304,13 +317,13 @@ def test_gpu_h2d_local_bandwidth(node, node_gpus, h2d, profile, evidence):
     "`nvidia-smi topo -m` with the board's slot-to-socket map.",
     source="measured: the H2D probe bound to each NUMA node in turn",
 )
-def test_gpu_h2d_numa_matrix(node, node_gpus, h2d, profile, evidence):
+def test_gpu_h2d_numa_matrix(node, visible_gpus, h2d, profile, evidence):
     tol = float(profile.get("gpu.h2d_matrix_tolerance"))
     evidence.source = "H2D probe, one binding per NUMA node"
     nodes = sorted({r.node for m in h2d.gpus.values() for r in m.rows})
     matrix: dict[str, object] = {"nodes": nodes, "gpus": [], "gbps": [], "local": [], "notes": []}
     failures, errors = [], []
-    for g in node_gpus.gpus:
+    for g in visible_gpus.gpus:
         m = h2d.gpus.get(g.uuid)
         if m is None:
             continue

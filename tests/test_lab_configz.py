@@ -38,8 +38,11 @@ def cluster(lab):
     api = fake_api()
     address = {n.spec.name: n.address for n in lab.nodes}
     for name in AUDITED:
-        api.add_node(node_object(name, gpus=8, internal_ip=address[name]), BAD_LIVE if name == "bad-kubelet" else GOOD_LIVE)
-    api.add_node(node_object("cpu-only", internal_ip="198.18.0.1"))  # no GPU capacity: not audited
+        # the lab's nodes have no GPUs: they are selected by label, as a pool is
+        api.add_node(
+            node_object(name, internal_ip=address[name], labels={"pool": "lab"}), BAD_LIVE if name == "bad-kubelet" else GOOD_LIVE
+        )
+    api.add_node(node_object("cpu-only", internal_ip="198.18.0.1", labels={"pool": "other"}))  # not selected
     with serve(api) as url:
         yield url
 
@@ -47,7 +50,7 @@ def cluster(lab):
 def audit(lab, url, token, tmp_path):
     (tmp_path / "kubeconfig").write_text(kubeconfig(url, token))
     inv = {
-        "kubernetes": {"kubeconfig": str(tmp_path / "kubeconfig")},
+        "kubernetes": {"kubeconfig": str(tmp_path / "kubeconfig"), "node_selector": "pool=lab"},
         "defaults": yaml.safe_load(lab.inventory())["defaults"],
     }
     (tmp_path / "inv.yaml").write_text(yaml.safe_dump(inv))
@@ -67,7 +70,7 @@ def test_configz_decides_and_drift_is_reported(lab, cluster, tmp_path):
     p, doc, by = audit(lab, cluster, "full-token", tmp_path)
     nodes = {n["name"]: n for n in doc["nodes"]}
     assert set(nodes) == set(AUDITED), p.stderr[-2000:]
-    assert nodes["bad-runtime"]["discovered"] == "nvidia.com/gpu capacity 8"
+    assert nodes["bad-runtime"]["discovered"] == "label selector pool=lab"
     assert all(n["kubelet_config_source"] == "configz" for n in nodes.values())
     assert by["good"]["KUBELET-CPU-POLICY"]["source"] == "live kubelet (configz)"
     # the live kubelet runs 10s: the check passes on the truth, and the drift from the file is in the result

@@ -269,3 +269,23 @@ def test_exec_without_permission_is_named(pods_lab, cluster, tmp_path):
     for check in EXEC_CHECKS:
         assert good[check]["outcome"] == E
         assert "lacks the RBAC permission create and get on pods/exec" in good[check]["message"]
+
+
+def test_gpu_count_compares_with_the_capacity_the_node_advertises(pods_lab, cluster, tmp_path):
+    api, url = cluster
+    capacity = api.nodes[NODE]["status"]["capacity"]
+    capacity["nvidia.com/gpu"] = "4"
+    try:
+        (tmp_path / "kubeconfig").write_text(kubeconfig(url, "full-token"))
+        inv = {"kubernetes": {"kubeconfig": str(tmp_path / "kubeconfig"), "configz": False},
+               "defaults": yaml.safe_load(pods_lab.inventory())["defaults"]}  # fmt: skip
+        (tmp_path / "inv.yaml").write_text(yaml.safe_dump(inv))
+        subprocess.run(
+            [sys.executable, "-m", "conformance", "run", "--inventory", str(tmp_path / "inv.yaml"), "--output",
+             str(tmp_path / "out"), "--", "-k", "test_gpu_count"],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    finally:
+        capacity["nvidia.com/gpu"] = "2"
+    (r,) = json.loads((tmp_path / "out" / "results.json").read_text())["results"]
+    assert r["outcome"] == F and "2 GPU(s) visible to NVML, the node advertises 4 to Kubernetes" in r["message"]
