@@ -5,6 +5,17 @@ from __future__ import annotations
 from html import escape
 
 
+def _open(width: int, height: int, title: str, font_px: int, title_x: int) -> list[str]:
+    """The opening of a picture: its size, its accessible name and its title line."""
+    parts = [
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' role='img' "
+        f"aria-label='{escape(title, quote=True)}' style='font:{font_px}px sans-serif;background:#fff'>"
+    ]
+    if title:
+        parts.append(f"<text x='{title_x}' y='12' font-weight='bold'>{escape(title)}</text>")
+    return parts
+
+
 def histogram(
     values_ms: list[float], marks: dict[str, float], *, width: int = 560, height: int = 170, bins: int = 40, title: str = ""
 ) -> str:
@@ -25,12 +36,7 @@ def histogram(
     def x(v: float) -> float:
         return left + (v - lo) / (hi - lo) * plot_w
 
-    parts = [
-        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' role='img' "
-        f"aria-label='{escape(title, quote=True)}' style='font:10px sans-serif;background:#fff'>"
-    ]
-    if title:
-        parts.append(f"<text x='{left}' y='12' font-weight='bold'>{escape(title)}</text>")
+    parts = _open(width, height, title, 10, left)
     for i, c in enumerate(counts):
         if c:
             h = c / peak * plot_h
@@ -68,12 +74,7 @@ def heatmap(
     width, height = left + cell_w * len(cols) + 10, top + cell_h * len(rows) + 22
     present = [v for row in values for v in row if v is not None]
     hi = max(present, default=1.0) or 1.0
-    parts = [
-        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' role='img' "
-        f"aria-label='{escape(title, quote=True)}' style='font:11px sans-serif;background:#fff'>"
-    ]
-    if title:
-        parts.append(f"<text x='4' y='12' font-weight='bold'>{escape(title)}</text>")
+    parts = _open(width, height, title, 11, 4)
     for j, c in enumerate(cols):
         parts.append(f"<text x='{left + j * cell_w + cell_w / 2}' y='{top - 6}' text-anchor='middle'>{escape(c)}</text>")
     for i, r in enumerate(rows):
