@@ -122,8 +122,27 @@ def _gpus(resources: Any, resource: str) -> int:
     return 0
 
 
-def gpu_pods(api: Any, node: str, resource: str = GPU_RESOURCE) -> list[PodInfo]:
-    """The running pods on `node` whose containers request `resource`."""
+def selector_matches(selector: str | None, labels: dict[str, str]) -> bool:
+    """An equality-based label selector (`a=b,c!=d,e`) against a pod's labels; None matches nothing."""
+    if not selector:
+        return False
+    for term in (t.strip() for t in selector.split(",") if t.strip()):
+        if "!=" in term:
+            k, v = term.split("!=", 1)
+            if labels.get(k.strip()) == v.strip():
+                return False
+        elif "=" in term:
+            k, v = term.replace("==", "=").split("=", 1)
+            if labels.get(k.strip()) != v.strip():
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+def gpu_pods(api: Any, node: str, resource: str = GPU_RESOURCE, selector: str | None = None) -> list[PodInfo]:
+    """The running pods on `node` whose containers request `resource`, or whose labels match the
+    profile's `selector` (then every container is checked)."""
     from kubernetes import client
 
     try:
@@ -149,8 +168,12 @@ def gpu_pods(api: Any, node: str, resource: str = GPU_RESOURCE) -> list[PodInfo]
                     "gpus": _gpus(c.resources, resource),
                 }
             )
-        if not any(c["gpus"] for c in containers):
+        selected = selector_matches(selector, dict(p.metadata.labels or {}))
+        if not any(c["gpus"] for c in containers) and not selected:
             continue
+        if selected:
+            for c in containers:
+                c["selected"] = True
         out.append(
             PodInfo(
                 namespace=p.metadata.namespace,

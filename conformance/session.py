@@ -235,7 +235,8 @@ class Run:
         if node not in self._pods:
             spec = self.inventory.kubernetes
             try:
-                self._pods[node] = gpu_pods(self.kube_api, node, spec.gpu_resource if spec else GPU_RESOURCE)
+                selector = self.profile_for(node).get("pods.selector")
+                self._pods[node] = gpu_pods(self.kube_api, node, spec.gpu_resource if spec else GPU_RESOURCE, selector)
             except FactUnavailable as e:
                 self._pods[node] = e
         got = self._pods[node]
@@ -255,7 +256,10 @@ class Run:
         except FactUnavailable as e:
             return [str(e)]
         refs: list[ContainerRef | str | None] = [
-            ContainerRef(node, p.namespace, p.name, c["name"], p.uid) for p in pods for c in p.containers if c["gpus"]
+            ContainerRef(node, p.namespace, p.name, c["name"], p.uid)
+            for p in pods
+            for c in p.containers
+            if c["gpus"] or c.get("selected")
         ]
         if isinstance(problem, FactUnavailable):
             refs.insert(0, str(problem))  # the node failed acceptance before any check: say so in the results
@@ -319,7 +323,8 @@ class Run:
         if ref.id not in self._inside:
             variables = list(self.profile_for(ref.node).get("pods.thread_env"))
             try:
-                self._inside[ref.id] = exec_inside(self.kube_api, ref, variables)
+                timeout = float(self.profile_for(ref.node).get("pods.exec_timeout_s"))
+                self._inside[ref.id] = exec_inside(self.kube_api, ref, variables, timeout)
             except FactUnavailable as e:
                 self._inside[ref.id] = e
         got = self._inside[ref.id]

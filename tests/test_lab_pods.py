@@ -15,7 +15,7 @@ import yaml
 
 from conformance.kube import KubeSpec, api_client
 from conformance.pods import ContainerRef, exec_inside
-from tests.fakeapi import kubeconfig, node_object, serve
+from tests.fakeapi import kubeconfig, node_object, pod_object, serve
 from tests.gpu_standins import build_standins, driver_files
 from tests.kube_fixtures import fake_api
 from tests.lab import pods as labpods
@@ -149,19 +149,19 @@ def cluster(pods_lab):
         api.add_pod(pod.api_object(NODE))
     api.vanish_on_exec.add(("inference", "gone"))
     by_name = {p.name: p for p in PODS}
-    api.exec_handler = lambda ns, name, container, argv: labpods.exec_in(by_name[name], argv)
+    api.exec_handler = lambda ns, name, container, argv: labpods.exec_in(by_name[name], argv) if name in by_name else None
     with serve(api) as url:
         yield api, url
 
 
-def run(lab, url, token, tmp_path):
+def run(lab, url, token, tmp_path, profile: str = PROFILE, select: str = "test_pod"):
     (tmp_path / "kubeconfig").write_text(kubeconfig(url, token))
     inv = {
         "kubernetes": {"kubeconfig": str(tmp_path / "kubeconfig"), "configz": False},
         "defaults": yaml.safe_load(lab.inventory())["defaults"],
     }
     (tmp_path / "inv.yaml").write_text(yaml.safe_dump(inv))
-    (tmp_path / "profile.yaml").write_text(PROFILE)
+    (tmp_path / "profile.yaml").write_text(profile)
     out = tmp_path / "out"
     p = subprocess.run(
         [
@@ -289,3 +289,38 @@ def test_gpu_count_compares_with_the_capacity_the_node_advertises(pods_lab, clus
         capacity["nvidia.com/gpu"] = "2"
     (r,) = json.loads((tmp_path / "out" / "results.json").read_text())["results"]
     assert r["outcome"] == F and "2 GPU(s) visible to NVML, the node advertises 4 to Kubernetes" in r["message"]
+
+
+def test_profile_selector_adds_labelled_pods_without_gpus(pods_lab, cluster, tmp_path):
+    api, url = cluster
+    resources = {"requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}
+    api.add_pod(pod_object("inference", "tokenizer", "uid-tok", NODE, [{"name": "tok", "resources": resources}],
+                           labels={"app": "tokenizer"}))  # fmt: skip
+    try:
+        _, _, got = run(pods_lab, url, "full-token", tmp_path, PROFILE + "  selector: app=tokenizer\n", "test_pod_qos")
+    finally:
+        del api.pods[("inference", "tokenizer")]
+    assert got["tokenizer"]["POD-QOS-GUARANTEED"]["outcome"] == P
+    assert got["tokenizer"]["POD-QOS-GUARANTEED"]["subject"] == {"namespace": "inference", "pod": "tokenizer", "container": "tok"}
+    assert {"good", "burst", "tokenizer"} <= set(got)
+
+
+def test_an_exec_that_hangs_is_an_error_within_the_timeout(pods_lab, cluster, tmp_path):
+    api, url = cluster
+    normal = api.exec_handler
+
+    def slow(ns, name, container, argv):
+        if name == "twin":
+            time.sleep(6)
+        return normal(ns, name, container, argv)
+
+    api.exec_handler = slow
+    try:
+        t0 = time.monotonic()
+        _, _, got = run(pods_lab, url, "full-token", tmp_path, PROFILE + "  exec_timeout_s: 2\n", "test_pod_shm")
+        took = time.monotonic() - t0
+    finally:
+        api.exec_handler = normal
+    assert got["twin"]["POD-SHM-SIZE"]["outcome"] == E
+    assert "exec did not finish within 2 s" in got["twin"]["POD-SHM-SIZE"]["message"]
+    assert got["good"]["POD-SHM-SIZE"]["outcome"] == P and took < 60
