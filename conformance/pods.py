@@ -16,6 +16,7 @@ from conformance.errors import FactUnavailable
 from conformance.facts.cpulist import parse_cpulist
 from conformance.facts.units import parse_quantity
 from conformance.kube import GPU_RESOURCE, explain
+from conformance.redact import env_value
 
 EXEC_TIMEOUT_S = 30.0
 MAX_OUTPUT = 4 * 1024 * 1024
@@ -291,7 +292,7 @@ def parse_inside(text: str, where: str) -> InsideFacts:
                 task.last_cpu = last_cpu(line[5:])
         elif section == "@env" and cur_env is not None and "=" in line:
             k, v = line.split("=", 1)
-            cur_env[k] = v
+            cur_env[k] = env_value(k, v)  # only the profile's names are read; a secret-looking one is still masked
     if cpus is None or mems is None:
         raise FactUnavailable(f"{where}: /proc/self/status gave no Cpus_allowed_list/Mems_allowed_list")
     return InsideFacts(cpus, mems, shm, sorted(minors), tasks, env)

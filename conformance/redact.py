@@ -104,3 +104,13 @@ def _redact_cmdline(raw: bytes) -> tuple[bytes, int]:
             out.append(a)
             hide_next = bool(m)
     return b"\0".join(out), count
+
+
+_SECRET_NAME = re.compile(rf"(?i)^{_KEY}$")
+
+
+def env_value(name: str, value: str) -> str:
+    """An environment value as evidence may show it: redacted when the name or the value looks secret."""
+    if _SECRET_NAME.match(name):
+        return MARK
+    return _SHAPES.sub(MARK, value)
