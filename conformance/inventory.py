@@ -18,7 +18,7 @@ from conformance.errors import UsageError
 from conformance.kube import KubeSpec
 from conformance.kube import parse_spec as parse_kube_spec
 from conformance.latency import Endpoint, parse_endpoints
-from conformance.validation import unknown_fields
+from conformance.validation import typed_fields, unknown_fields
 
 NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$")
 SSH_KEYS = {
@@ -118,25 +118,13 @@ def local_inventory(host_root: str = "") -> Inventory:
     return Inventory("(this machine)", [NodeSpec(name=name, transport="local", host_root=host_root)])
 
 
-def _type_name(t: Any) -> str:
-    if isinstance(t, tuple):
-        return "number"
-    return {str: "string", int: "integer", bool: "boolean"}.get(t, t.__name__)
-
-
 def _check_ssh(block: Any, where: str, errors: list[str]) -> dict[str, Any]:
     if not isinstance(block, dict):
         errors.append(f"{where}: must be a mapping of SSH settings")
         return {}
-    unknown_fields(block, SSH_KEYS, where, errors)
-    for k, v in block.items():
-        if k not in SSH_KEYS:
-            continue
-        t = SSH_KEYS[k]
-        if (isinstance(v, bool) and t is not bool) or not isinstance(v, t):
-            errors.append(f"{where}.{k}: must be a {_type_name(t)}, got {v!r}")
-        elif k == "port" and not 0 < v < 65536:
-            errors.append(f"{where}.port: {v} is not a TCP port")
+    valid = typed_fields(block, SSH_KEYS, where, errors)
+    if "port" in valid and not 0 < valid["port"] < 65536:
+        errors.append(f"{where}.port: {valid['port']} is not a TCP port")
     return block
 
 

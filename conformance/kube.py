@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conformance.errors import FactUnavailable, UsageError
+from conformance.validation import typed_fields
 
 GPU_RESOURCE = "nvidia.com/gpu"
 TIMEOUT_S = 15.0
@@ -31,6 +32,21 @@ class KubeSpec:
     dcgm_namespace: str = "gpu-operator"  # where dcgm-exporter runs (GPU Operator default)
     dcgm_selector: str = "app=nvidia-dcgm-exporter"
     dcgm_port: int = 9400
+
+
+SPEC_TYPES = {
+    "kubeconfig": str,
+    "context": str,
+    "in_cluster": bool,
+    "discover": bool,
+    "node_selector": str,
+    "gpu_resource": str,
+    "configz": bool,
+    "namespace": str,
+    "dcgm_namespace": str,
+    "dcgm_selector": str,
+    "dcgm_port": int,
+}
 
 
 @dataclass
@@ -142,27 +158,9 @@ def parse_spec(block: Any, errors: list[str]) -> KubeSpec | None:
     if not isinstance(block, dict):
         errors.append("kubernetes: must be a mapping (kubeconfig, context, in_cluster, node_selector, ...)")
         return None
-    types = {
-        "kubeconfig": str,
-        "context": str,
-        "in_cluster": bool,
-        "discover": bool,
-        "node_selector": str,
-        "gpu_resource": str,
-        "configz": bool,
-        "namespace": str,
-        "dcgm_namespace": str,
-        "dcgm_selector": str,
-        "dcgm_port": int,
-    }
     spec = KubeSpec()
-    for k, v in block.items():
-        if k not in types:
-            errors.append(f"kubernetes.{k}: unknown field (allowed: {', '.join(types)})")
-        elif not isinstance(v, types[k]):
-            errors.append(f"kubernetes.{k}: must be a {types[k].__name__}")
-        else:
-            setattr(spec, k, v)
+    for k, v in typed_fields(block, SPEC_TYPES, "kubernetes", errors).items():
+        setattr(spec, k, v)
     if spec.in_cluster and spec.kubeconfig:
         errors.append("kubernetes: give kubeconfig or in_cluster, not both")
     return spec

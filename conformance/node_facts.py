@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from conformance.bundle import Bundle
+from conformance.bundle import Bundle, Record
 from conformance.errors import FactUnavailable, ParseError
 from conformance.facts import kernel
 from conformance.facts.checkpoints import (
@@ -282,7 +282,6 @@ class NodeFacts:
         notes: list[str] = []
         if probe is None and not functions:
             return GpuFacts(gpus=[], source="sysfs: no NVIDIA display-class PCI function", pci_functions=[])
-        facts: GpuFacts | None = None
         if probe is not None and probe.status == "0":
             facts = parse_nvml_probe(probe.data.decode("utf-8", "replace"))
         else:
@@ -304,14 +303,7 @@ class NodeFacts:
                 notes.append("nvidia-smi topo -m failed: NVML affinity unknown")
         for g in facts.gpus:
             attrs = {}
-            for a in (
-                "numa_node",
-                "local_cpulist",
-                "current_link_speed",
-                "current_link_width",
-                "max_link_speed",
-                "max_link_width",
-            ):
+            for a in PCI_ATTRIBUTES:
                 rec = b.file(f"/sys/bus/pci/devices/{g.bus_id}/{a}")
                 if rec is not None and rec.status == "ok":
                     attrs[a] = rec.data.decode("utf-8", "replace")
@@ -322,7 +314,7 @@ class NodeFacts:
         return facts
 
 
-def _probe_failure(probe: Any) -> str:
+def _probe_failure(probe: Record | None) -> str:
     if probe is None:
         return "not run"
     if probe.status == "127":

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from conformance.errors import FactUnavailable
+from conformance.errors import FactUnavailable, ParseError
 from conformance.facts.cpulist import parse_cpulist
 from conformance.facts.units import parse_quantity
 from conformance.kube import GPU_RESOURCE, explain
@@ -309,12 +309,9 @@ def cpu_count(quantity: Any) -> float | None:
     """A CPU quantity ("4", "500m", 2) as a number of CPUs."""
     if quantity is None:
         return None
-    s = str(quantity)
-    if s.endswith("m") and s[:-1].isdigit():
-        return int(s[:-1]) / 1000
     try:
-        return float(s)
-    except ValueError:
+        return float(parse_quantity(quantity, what="cpu"))
+    except ParseError:
         return None
 
 

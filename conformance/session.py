@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import threading
@@ -335,11 +336,7 @@ class Run:
     def say(self, text: str) -> None:
         """A progress line on stderr, also while a check runs (pytest captures output then)."""
         capman = self.pytest_config.pluginmanager.getplugin("capturemanager") if self.pytest_config else None
-        if capman is not None:
-            with capman.global_and_fixture_disabled():
-                sys.stderr.write(text)
-                sys.stderr.flush()
-        else:
+        with capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext():
             sys.stderr.write(text)
             sys.stderr.flush()
 

@@ -12,3 +12,24 @@ def unknown_fields(mapping: Mapping[Any, Any], allowed: Iterable[str], where: st
     for k in mapping:
         if k not in allowed:
             errors.append(f"{where}.{k}: unknown field (allowed: {', '.join(sorted(allowed))})")
+
+
+def type_name(t: Any) -> str:
+    if isinstance(t, tuple):
+        return "number"
+    return {str: "string", int: "integer", bool: "boolean"}.get(t, t.__name__)
+
+
+def typed_fields(mapping: Mapping[Any, Any], types: Mapping[str, Any], where: str, errors: list[str]) -> dict[str, Any]:
+    """Unknown keys and values of the wrong type, reported as `WHERE.KEY: ...`; returns the valid entries."""
+    unknown_fields(mapping, types, where, errors)
+    valid = {}
+    for k, v in mapping.items():
+        if k not in types:
+            continue
+        t = types[k]
+        if (isinstance(v, bool) and t is not bool) or not isinstance(v, t):
+            errors.append(f"{where}.{k}: must be a {type_name(t)}, got {v!r}")
+        else:
+            valid[k] = v
+    return valid

@@ -72,6 +72,7 @@ class SshTransport:
         )
         self.accepted_unknown_keys: list[str] = []
         self._clients: list[paramiko.SSHClient] = []
+        self._ca_lines = 0  # @cert-authority lines in known_hosts (this transport cannot use them)
 
     @staticmethod
     def _with_ssh_config(t: SshTarget) -> SshTarget:
@@ -147,7 +148,7 @@ class SshTransport:
                 hint = (
                     f"; {self._known} trusts host certificates (@cert-authority), which this transport cannot verify: "
                     "use transport: openssh"
-                    if getattr(self, "_ca_lines", 0)
+                    if self._ca_lines
                     else ""
                 )
                 raise TransportError(
