@@ -7,10 +7,13 @@ from typing import Any
 
 import pytest
 
+from conformance import dcgm
 from conformance.checks import Evidence
 from conformance.errors import FactUnavailable
 from conformance.facts.gpu import GpuFacts
 from conformance.gpu_measure import H2DMeasurement
+from conformance.inventory import NodeSpec
+from conformance.kube import dcgm_metrics
 from conformance.latency import Endpoint, LatencyResult
 from conformance.node_facts import NodeFacts
 from conformance.pods import ContainerRef, InsideFacts, PodInfo
@@ -18,15 +21,16 @@ from conformance.profile import Profile
 from conformance.session import RUN_KEY
 
 
-@pytest.fixture(scope="session")
-def fleet(request: pytest.FixtureRequest) -> dict[str, NodeFacts]:
-    """Every node's facts, collected once for the whole session (concurrently)."""
-    return request.config.stash[RUN_KEY].facts()
+@pytest.fixture
+def facts(request: pytest.FixtureRequest, node: str) -> NodeFacts:
+    """The node's facts (every node is collected once, concurrently, on first use)."""
+    return request.config.stash[RUN_KEY].facts_for(node)
 
 
 @pytest.fixture
-def facts(request: pytest.FixtureRequest, node: str) -> NodeFacts:
-    return request.config.stash[RUN_KEY].facts_for(node)
+def node_spec(request: pytest.FixtureRequest, node: str) -> NodeSpec:
+    """The node's inventory entry: address, labels, and what the Kubernetes API said of it."""
+    return request.config.stash[RUN_KEY].spec(node)
 
 
 @pytest.fixture
@@ -54,11 +58,10 @@ def latency(request: pytest.FixtureRequest, node: str, endpoint: Endpoint | None
 
 
 @pytest.fixture
-def node_gpus(request: pytest.FixtureRequest, facts: NodeFacts, node: str) -> GpuFacts:
+def node_gpus(facts: NodeFacts, node_spec: NodeSpec) -> GpuFacts:
     """The node's GPUs; skips a node that has none (neither NVML, the PCI bus nor the API shows one)."""
     g = facts.gpus
-    capacity = next(n for n in request.config.stash[RUN_KEY].inventory.nodes if n.name == node).gpu_capacity
-    if not g.gpus and not g.pci_functions and not capacity:
+    if not g.gpus and not g.pci_functions and not node_spec.gpu_capacity:
         pytest.skip(f"no NVIDIA GPU on this node ({g.source})")
     return g
 
@@ -87,6 +90,39 @@ def h2d(request: pytest.FixtureRequest, node: str, node_gpus: GpuFacts) -> H2DMe
         reasons = "; ".join(f"{u}: {why}" for u, why in sorted(m.skipped.items()))
         pytest.skip(f"no GPU could be measured: {reasons}")
     return m
+
+
+@pytest.fixture
+def link_after(request: pytest.FixtureRequest, node: str) -> dict[str, dict[str, Any]]:
+    """Per GPU uuid, the link state the bandwidth probe read right after its copies; empty when no
+    measurement ran (the link is then judged by its maxima: idle links downshift)."""
+    run = request.config.stash[RUN_KEY]
+    if run.snapshot_dir or not run.measuring(node):
+        return {}
+    try:
+        m = run.h2d(node)
+    except FactUnavailable:
+        return {}
+    return {u: g.nvml_after for u, g in m.gpus.items() if g.nvml_after}
+
+
+@pytest.fixture
+def dcgm_series(request: pytest.FixtureRequest, node: str, node_spec: NodeSpec) -> tuple[str, dict[str, int] | None]:
+    """(where, {metric: series}) of the node's dcgm-exporter: the inventory's URL, else the API's pod
+    proxy; (why, None) when no exporter pod runs on the node."""
+    run = request.config.stash[RUN_KEY]
+    if run.snapshot_dir:
+        pytest.skip("the exporter is read live; a snapshot replay does not read it")
+    if node_spec.dcgm_exporter:
+        where, text = node_spec.dcgm_exporter, dcgm.fetch(node_spec.dcgm_exporter)
+    elif run.kube_api is not None and run.inventory.kubernetes is not None:
+        try:
+            where, text = dcgm_metrics(run.kube_api, run.inventory.kubernetes, node)
+        except AssertionError as e:  # no exporter pod on the node: a finding, which the check reports
+            return str(e), None
+    else:
+        pytest.skip("no dcgm-exporter to ask: configure the Kubernetes API, or the node's dcgm_exporter URL in the inventory")
+    return where, dcgm.metric_series(text)
 
 
 @pytest.fixture

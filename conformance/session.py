@@ -126,7 +126,7 @@ class Run:
 
     def apply_waivers(self, node: str, check: str, message: str) -> tuple[str, dict[str, Any] | None, str]:
         """(outcome, waiver json, message) for a failed result."""
-        labels = next((n.labels for n in self.inventory.nodes if n.name == node), {})
+        labels = self.spec(node).labels
         matches = find_waivers(self.waivers, node, check, labels)
         self._waivers_matched.update(w.index for w in matches)
         active = [w for w in matches if not w.expired(self.today)]
@@ -166,6 +166,10 @@ class Run:
     def node_names(self) -> list[str]:
         return [n.name for n in self.inventory.nodes]
 
+    def spec(self, node: str) -> NodeSpec:
+        """The node's inventory entry (discovered nodes included)."""
+        return next(n for n in self.inventory.nodes if n.name == node)
+
     def profile_for(self, node: str) -> Profile:
         return self._profiles[node]
 
@@ -192,8 +196,7 @@ class Run:
             if self._facts is None:
                 self._facts = {}
             if node not in self._facts:
-                spec = next(n for n in self.inventory.nodes if n.name == node)
-                bundle = collect_all([spec], 1, self.timeout, None, self.retries)[node]
+                bundle = collect_all([self.spec(node)], 1, self.timeout, None, self.retries)[node]
                 live = self._read_configz([node]) if self.kube_api is not None else {}
                 self._facts[node] = NodeFacts(bundle, *live.get(node, (None, None)))
             return self._facts[node]
@@ -410,7 +413,7 @@ class Run:
             verdict = "rejected"
         else:
             verdict = "accepted"
-        spec = next(n for n in self.inventory.nodes if n.name == node)
+        spec = self.spec(node)
         out: dict[str, Any] = {
             "name": node,
             "verdict": verdict,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from conformance import dcgm
 from conformance.checks import check
 from conformance.errors import FactUnavailable
 from conformance.facts.cpulist import format_cpulist
@@ -29,7 +28,7 @@ def _fail_or_error(failures: list[str], errors: list[str]) -> None:
     "replace the GPU, and make the profile's gpu.expected_count match the hardware.",
     source="NVML (device count), /sys/bus/pci/devices (vendor 0x10de, display class)",
 )
-def test_gpu_count(node, node_gpus, profile, request, evidence):
+def test_gpu_count(node, node_gpus, node_spec, profile, evidence):
     g = node_gpus
     evidence.source = f"{g.source}; sysfs PCI"
     evidence.add(f"{g.source}: {len(g.gpus)} GPU(s); PCI bus: {len(g.pci_functions)} NVIDIA display function(s)")
@@ -42,7 +41,7 @@ def test_gpu_count(node, node_gpus, profile, request, evidence):
     lost = [b for b in g.pci_functions if b not in seen]
     if lost:
         problems.append(f"on the PCI bus but not in {g.source}: {', '.join(lost)} (driver did not bring them up)")
-    capacity = _gpu_capacity(request, node)
+    capacity = node_spec.gpu_capacity
     if capacity is None:
         evidence.add("nvidia.com/gpu capacity not compared: the Kubernetes API did not report it for this node")
     else:
@@ -50,13 +49,6 @@ def test_gpu_count(node, node_gpus, profile, request, evidence):
         if capacity != len(g.gpus):
             problems.append(f"{len(g.gpus)} GPU(s) visible to {g.source}, the node advertises {capacity} to Kubernetes")
     assert not problems, "; ".join(problems)
-
-
-def _gpu_capacity(request: pytest.FixtureRequest, node: str) -> int | None:
-    from conformance.session import RUN_KEY
-
-    spec = next(n for n in request.config.stash[RUN_KEY].inventory.nodes if n.name == node)
-    return spec.gpu_capacity
 
 
 @check(
@@ -128,10 +120,10 @@ def test_gpu_numa_consistent(node, visible_gpus, topology, evidence):
     "`nvidia-smi -q | grep -A3 'Link'` under load; a gap between device-and-slot and GPU maximum is a slot/BIOS limit.",
     source="NVML nvmlDeviceGetCurr/MaxPcieLinkGeneration/Width, nvmlDeviceGetGpuMaxPcieLinkGeneration",
 )
-def test_gpu_pcie_link(node, visible_gpus, profile, request, evidence):
+def test_gpu_pcie_link(node, visible_gpus, profile, link_after, evidence):
     gp = profile.get("gpu")
     want_width = gp["pcie_width"]
-    after = _link_after_measurement(request, node)
+    after = link_after
     evidence.source = visible_gpus.source + (" (link read right after the bandwidth run)" if after else "")
     failures, errors = [], []
     for g in visible_gpus.gpus:
@@ -158,20 +150,6 @@ def test_gpu_pcie_link(node, visible_gpus, profile, request, evidence):
         if width < want_width:
             failures.append(f"{g.label}: x{width}, expected x{want_width}")
     _fail_or_error(failures, errors)
-
-
-def _link_after_measurement(request: pytest.FixtureRequest, node: str) -> dict[str, dict]:
-    """Link state read by the bandwidth probe right after its copies, when a measurement ran."""
-    from conformance.session import RUN_KEY
-
-    run = request.config.stash[RUN_KEY]
-    if run.snapshot_dir or not run.measuring(node):
-        return {}
-    try:
-        m = run.h2d(node)
-    except FactUnavailable:
-        return {}
-    return {u: g.nvml_after for u, g in m.gpus.items() if g.nvml_after}
 
 
 @check(
@@ -236,21 +214,9 @@ def test_gpu_mig_mode(node, visible_gpus, profile, evidence):
     "metrics CSV, e.g. DCGM_FI_PROF_PCIE_TX_BYTES.",
     source="dcgm-exporter /metrics through the Kubernetes API's pod proxy (or the inventory's dcgm_exporter URL)",
 )
-def test_gpu_dcgm_exporter(node, visible_gpus, request, profile, evidence):
-    from conformance.kube import dcgm_metrics
-    from conformance.session import RUN_KEY
-
-    run = request.config.stash[RUN_KEY]
-    spec = next(n for n in run.inventory.nodes if n.name == node)
-    if run.snapshot_dir:
-        pytest.skip("the exporter is read live; a snapshot replay does not read it")
-    if spec.dcgm_exporter:
-        where, text = spec.dcgm_exporter, dcgm.fetch(spec.dcgm_exporter)
-    elif run.kube_api is not None and run.inventory.kubernetes is not None:
-        where, text = dcgm_metrics(run.kube_api, run.inventory.kubernetes, node)
-    else:
-        pytest.skip("no dcgm-exporter to ask: configure the Kubernetes API, or the node's dcgm_exporter URL in the inventory")
-    series = dcgm.metric_series(text)
+def test_gpu_dcgm_exporter(node, visible_gpus, dcgm_series, profile, evidence):
+    where, series = dcgm_series
+    assert series is not None, where  # no exporter runs on the node
     want = profile.get("gpu.dcgm_metrics")
     evidence.source = where
     evidence.add(*(f"{m}: {series.get(m, 0)} series" for m in want))
