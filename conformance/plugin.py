@@ -146,7 +146,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[RUN_KEY] = Run.from_options(config)
         config.stash[RUN_KEY].xdist_worker = _xdist_worker(config)
         if _xdist_controller(config):
-            _CONTROLLER["config"] = config
+            config.pluginmanager.register(XdistController(config.stash[RUN_KEY]), "conformance-xdist-controller")
         if config.getoption("conformance_baseline"):
             load_results(config.getoption("conformance_baseline"))  # a bad baseline is a usage error, early
     except UsageError as e:
@@ -158,8 +158,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if _CONTROLLER.get("config") is config:
-        del _CONTROLLER["config"]
     run: Run | None = config.stash.get(RUN_KEY, None)
     if run is not None:
         run.cleanup()  # again, in case the session ended before sessionfinish (deleting twice is a no-op)
@@ -298,25 +296,23 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Controller side of pytest-xdist: each worker's result arrives with its report (pytest serialises
-    the report's attributes, `conformance_result` included) and is gathered here."""
-    config = _CONTROLLER.get("config")
-    result = getattr(report, "conformance_result", None)
-    if config is not None and result is not None:
-        config.stash[RUN_KEY].results.append(result)
+class XdistController:
+    """Registered on the pytest-xdist controller only: the workers run the checks; this gathers each
+    result (pytest serialises a report's attributes, `conformance_result` included) and each worker's
+    collection summaries, so the controller writes the same outputs as a serial run."""
 
+    def __init__(self, run: Run) -> None:
+        self.run = run
 
-_CONTROLLER: dict[str, pytest.Config] = {}
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        result = getattr(report, "conformance_result", None)
+        if result is not None:
+            self.run.results.append(result)
 
-
-@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: absent without xdist
-def pytest_testnodedown(node: Any, error: Any) -> None:
-    """Controller side of pytest-xdist: the workers' collection summaries, for the node verdicts."""
-    config = _CONTROLLER.get("config")
-    if config is not None:
-        config.stash[RUN_KEY].remote_collection.update(json.loads(node.workeroutput.get("gnc_nodes", "{}")))
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        self.run.remote_collection.update(json.loads(node.workeroutput.get("gnc_nodes", "{}")))
 
 
 def _replayed_report(item: ReplayItem, report: pytest.TestReport) -> pytest.TestReport:
@@ -344,7 +340,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         run.interrupted = True
     run.cleanup()  # the acceptance pods go before the results are written, which say they went
     if run.xdist_worker:  # the controller writes the outputs; it needs this worker's collection summaries
-        summaries = {n: s["collection"] for n in (run._facts or {}) if "collection" in (s := run.node_summary(n))}
+        summaries = {n: c for n in run.node_names if (c := run.collection_of(n)) is not None}
         session.config.workeroutput["gnc_nodes"] = json.dumps(summaries)  # type: ignore[attr-defined]
         return
     opt = session.config.getoption

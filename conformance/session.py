@@ -67,7 +67,7 @@ class Run:
         self.remote_collection: dict[str, dict[str, Any]] = {}  # under xdist, the workers' collection summaries
         self.acceptance: dict[str, AcceptancePod | FactUnavailable] | None = None
         self.measure = False  # --measure: H2D bandwidth on every node, whatever its profile says
-        self._h2d: dict[str, H2DMeasurement | Exception] | None = None
+        self._h2d: dict[str, H2DMeasurement | Exception] = {}
         self._h2d_lock = threading.Lock()  # taken before self._lock (measuring needs the facts)
         self._profiles: dict[str, Profile] = {}
         self.profile_names: dict[str, str] = {}
@@ -348,10 +348,12 @@ class Run:
 
     def h2d(self, node: str) -> H2DMeasurement:
         """The node's H2D measurement. On first use, every node that asks for one is measured,
-        concurrently across nodes (one GPU at a time within a node)."""
+        concurrently across nodes (one GPU at a time within a node); under pytest-xdist, only the
+        nodes this worker runs."""
         with self._h2d_lock:
-            if self._h2d is None:
-                self._h2d = self._measure_all()
+            if node not in self._h2d:
+                wanted = [node] if self.xdist_worker else [n for n in self.node_names if self.measuring(n)]
+                self._h2d.update(self._measure([n for n in wanted if n not in self._h2d]))
         got = self._h2d.get(node)
         if got is None:
             raise FactUnavailable(f"node {node}: bandwidth was not measured")
@@ -360,21 +362,18 @@ class Run:
         return got
 
     def _h2d_executions(self, node: str) -> int:
-        got = (self._h2d or {}).get(node)
+        got = self._h2d.get(node)
         return got.executions if isinstance(got, H2DMeasurement) else 0
 
-    def _measure_all(self) -> dict[str, H2DMeasurement | Exception]:
-        facts = self.facts()
+    def _measure(self, nodes: list[str]) -> dict[str, H2DMeasurement | Exception]:
         todo: dict[str, Any] = {}
         out: dict[str, H2DMeasurement | Exception] = {}
-        for spec in self.inventory.nodes:
-            if not self.measuring(spec.name):
-                continue
-            f = facts[spec.name]
+        for name in nodes:
+            f = self.facts_for(name)
             try:
-                todo[spec.name] = (spec, f.gpus, f.topology)
+                todo[name] = (self.spec(name), f.gpus, f.topology)
             except FactUnavailable as e:
-                out[spec.name] = e
+                out[name] = e
         show = self.verbose or sys.stderr.isatty()
         done = 0
 
@@ -398,14 +397,10 @@ class Run:
         for r in rows:
             counts[r["outcome"]] += 1
         blocking = [r["check"] for r in rows if r["outcome"] in ("failed", "error") and r["severity"] in BLOCKING]
-        bundle = self._facts[node].bundle if self._facts and node in self._facts else None
-        replayed = (self.replayed_nodes.get(node) or {}).get("collection")
-        remote = self.remote_collection.get(node)
-        if remote and remote.get("error"):
-            replayed = replayed or remote
-        if replayed and replayed.get("error_kind") == "missing":
+        collection = self.collection_of(node)
+        if collection and collection.get("error_kind") == "missing":
             verdict = "incomplete"  # expected by `conformance merge --expect`, but no results came
-        elif (bundle is not None and bundle.error is not None) or (replayed and replayed.get("error")):
+        elif collection and collection.get("error"):
             verdict = "unreachable"
         elif not rows:
             verdict = "incomplete"
@@ -434,21 +429,26 @@ class Run:
         facts = self._facts.get(node) if self._facts else None
         if facts is not None and self.kube_api is not None:
             out["kubelet_config_source"] = "configz" if facts.configz is not None else f"node files ({facts.configz_error})"
-        if bundle is not None:
-            out["collection"] = {
-                "collected_at": bundle.collected_at,
-                "duration_s": bundle.duration_s,
-                "remote_executions": bundle.executions + self._h2d_executions(node),
-                "error": bundle.error,
-                "error_kind": bundle.error_kind,
-                "notes": bundle.notes,
-                "source": "snapshot" if self.snapshot_dir else "live",
-            }
-        elif replayed is not None:
-            out["collection"] = replayed
-        elif node in self.remote_collection:
-            out["collection"] = self.remote_collection[node]
+        if collection is not None:
+            out["collection"] = collection
         return out
+
+    def collection_of(self, node: str) -> dict[str, Any] | None:
+        """How the node's facts were gathered: this process's bundle, a replayed run's record, or (under
+        pytest-xdist) the summary the worker that collected it sent."""
+        facts = self._facts.get(node) if self._facts else None
+        if facts is None:
+            return (self.replayed_nodes.get(node) or {}).get("collection") or self.remote_collection.get(node)
+        b = facts.bundle
+        return {
+            "collected_at": b.collected_at,
+            "duration_s": b.duration_s,
+            "remote_executions": b.executions + self._h2d_executions(node),
+            "error": b.error,
+            "error_kind": b.error_kind,
+            "notes": b.notes,
+            "source": "snapshot" if self.snapshot_dir else "live",
+        }
 
     def to_json(self) -> dict[str, Any]:
         used = sorted({r["check"] for r in self.results})
