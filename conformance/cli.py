@@ -394,7 +394,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     work = Path(tempfile.mkdtemp(prefix="gnc-merge-"))
     found = gather(args.sources, work)
     marker = missing_nodes(found, expected_from(args.expect), work)
-    files = [str(f) for f in ([marker] if marker else []) + found]
+    files = [str(f) for f in ([marker] if marker else []) + [path for path, _ in found]]
     note = "; some expected nodes sent nothing (marked incomplete)" if marker else ""
     print(f"merging {len(found)} results document(s){note}")
     args.results = files

@@ -16,9 +16,10 @@ from conformance.outputs import load_results
 MISSING = "missing"
 
 
-def gather(paths: list[str], folder: Path) -> list[Path]:
-    """Every results document under `paths`, each written to `folder` as a file `--replay` reads."""
-    found: list[Path] = []
+def gather(paths: list[str], folder: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """Every results document under `paths` (as a file `--replay` reads: pod logs' blocks are written
+    to `folder`), with its parsed content."""
+    found: list[tuple[Path, dict[str, Any]]] = []
     for raw in paths:
         p = Path(raw)
         if not p.exists():
@@ -27,27 +28,25 @@ def gather(paths: list[str], folder: Path) -> list[Path]:
         for f in files:
             if f.suffix == ".json":
                 try:
-                    load_results(f)
+                    found.append((f, load_results(f)))
                 except UsageError:
                     continue  # snapshots and other JSON files in the same folder
-                found.append(f)
             elif f.suffix in (".log", ".txt"):
                 for i, doc in enumerate(results_in_log(f.read_text(encoding="utf-8", errors="replace"))):
                     out = folder / f"{f.stem}.{i}.json"
                     out.write_text(doc, encoding="utf-8")
                     try:
-                        load_results(out)
+                        found.append((out, load_results(out)))
                     except UsageError as e:
                         raise UsageError(f"{f}: results block {i + 1} is not a results.json: {e}") from None
-                    found.append(out)
     if not found:
         raise UsageError(f"no results found in {', '.join(paths)} (results.json files, or pod logs with framed results)")
     return found
 
 
-def missing_nodes(found: list[Path], expected: list[str], folder: Path) -> Path | None:
+def missing_nodes(found: list[tuple[Path, dict[str, Any]]], expected: list[str], folder: Path) -> Path | None:
     """A results document marking the expected nodes that no source reported, or None."""
-    seen = {n["name"] for f in found for n in load_results(f)["nodes"]}
+    seen = {n["name"] for _, doc in found for n in doc["nodes"]}
     absent = [n for n in expected if n not in seen]
     if not absent:
         return None
