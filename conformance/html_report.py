@@ -129,9 +129,11 @@ def verdict_table(run: Run) -> str:
             notes.append(f"kubelet settings from {n['kubelet_config_source']}")
         made = n.get("acceptance_pod")
         if made:
-            state = "created and deleted" if made.get("deleted") else "created, NOT deleted"
-            pod_text = f"acceptance pod {made.get('pod', '')} {state if made.get('pod') else ''}".replace("  ", " ")
-            notes.append(pod_text + (f" ({made['error']})" if made.get("error") else ""))
+            if made.get("pod"):
+                state = "created and deleted" if made.get("deleted") else "created, NOT deleted"
+                notes.append(f"acceptance pod {made['pod']} {state}" + (f" ({made['error']})" if made.get("error") else ""))
+            else:
+                notes.append(f"acceptance pod not created: {made.get('error')}")
         why = "; ".join([why or "", *notes]).strip("; ")
         rows.append(
             f"<tr><td>{e(n['name'])}</td><td><span class='verdict' style='background:"

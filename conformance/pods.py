@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from conformance.errors import FactUnavailable, ParseError
@@ -87,8 +87,6 @@ class PodInfo:
     runtime_class: str | None
     share_pid: bool
     containers: list[dict[str, Any]]  # name, cpu_request, cpu_limit, mem_request, mem_limit, gpus
-    init_containers: list[str] = field(default_factory=list)
-    phase: str | None = None
 
 
 @dataclass
@@ -169,6 +167,8 @@ def gpu_pods(api: Any, node: str, resource: str = GPU_RESOURCE, selector: str | 
                     "gpus": _gpus(c.resources, resource),
                 }
             )
+        if not p.status or p.status.phase != "Running":
+            continue  # nothing to exec into yet (Pending) or any more (Succeeded, Failed)
         selected = selector_matches(selector, dict(p.metadata.labels or {}))
         if not any(c["gpus"] for c in containers) and not selected:
             continue
@@ -185,8 +185,6 @@ def gpu_pods(api: Any, node: str, resource: str = GPU_RESOURCE, selector: str | 
                 runtime_class=spec.runtime_class_name,
                 share_pid=bool(spec.share_process_namespace),
                 containers=containers,
-                init_containers=[c.name for c in spec.init_containers or []],
-                phase=p.status.phase if p.status else None,
             )
         )
     return sorted(out, key=lambda x: (x.namespace, x.name))

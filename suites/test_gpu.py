@@ -132,11 +132,15 @@ def test_gpu_pcie_link(node, visible_gpus, profile, link_after, evidence):
         gen = busy.get("gen") if busy.get("gen") is not None else g.pcie_max_gen
         width = busy.get("width") if busy.get("width") is not None else g.pcie_width
         basis = "under load" if busy.get("gen") is not None else "device-and-slot maximum (idle links downshift)"
-        evidence.add(
+        line = (
             f"{g.label}: Gen{gen} x{width} {basis}; current Gen{g.pcie_gen} x{g.pcie_width}; "
             f"device-and-slot max Gen{g.pcie_max_gen} x{g.pcie_max_width}; GPU max Gen{g.pcie_gpu_max_gen}; "
             f"expected Gen{want_gen} x{want_width} ({why})"
         )
+        if g.pci is not None:  # the kernel's view of the same link, for whoever compares with lspci
+            p = g.pci
+            line += f"; sysfs Gen{p.link_gen} x{p.link_width} of Gen{p.max_link_gen} x{p.max_link_width}"
+        evidence.add(line)
         if "pcie_gpu_max_gen" in g.errors:
             evidence.add(f"{g.label}: GPU maximum generation: {g.errors['pcie_gpu_max_gen']}")
         if gen is None or width is None or want_gen is None:
