@@ -127,17 +127,15 @@ def create(api: Any, body: dict[str, Any], timeout: float, stop: threading.Event
 def delete(api: Any, pod: AcceptancePod) -> None:
     """Delete the pod now (grace period 0); a pod already gone counts as deleted."""
     from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
 
     if pod.deleted:
         return
     try:
         client.CoreV1Api(api).delete_namespaced_pod(pod.name, pod.namespace, grace_period_seconds=0, _request_timeout=15)
         pod.deleted = True
-    except ApiException as e:
-        if e.status == 404:
+    except Exception as e:
+        if getattr(e, "status", None) == 404:
             pod.deleted = True
         else:
-            pod.error = (pod.error + "; " if pod.error else "") + f"could not delete it: {explain(e, 'delete', 'pods', pod.name)}"
-    except Exception as e:
-        pod.error = (pod.error + "; " if pod.error else "") + f"could not delete it: {e}"
+            failure = f"could not delete it: {explain(e, 'delete', 'pods', pod.name)}"
+            pod.error = f"{pod.error}; {failure}" if pod.error else failure

@@ -21,7 +21,6 @@ import time
 
 SPEC = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
 ROOT = SPEC.get("root", "")
-LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib/aarch64-linux-gnu", "/usr/lib")
 SYSCALLS = {"x86_64": {"set_mempolicy": 238, "move_pages": 279}, "aarch64": {"set_mempolicy": 237, "move_pages": 239}}
 MPOL_DEFAULT, MPOL_BIND = 0, 2
 
@@ -31,21 +30,6 @@ class CudaError(Exception):
         Exception.__init__(self, "%s failed: %s (%d)" % (call, name, code))
         self.call = call
         self.code = code
-
-
-def find_library(soname):
-    roots = [ROOT, ROOT + "/run/nvidia/driver"] if ROOT else ["", "/run/nvidia/driver"]
-    paths = [] if ROOT else [soname]
-    paths += [r + d + "/" + soname for r in roots for d in LIB_DIRS]
-    errors = []
-    for path in paths:
-        if "/" in path and not os.path.exists(path):
-            continue
-        try:
-            return path, ctypes.CDLL(path)
-        except OSError as e:
-            errors.append("%s: %s" % (path, e))
-    raise RuntimeError("%s not found or not loadable (%s)" % (soname, "; ".join(errors[-3:]) or "no candidate exists"))
 
 
 class Cuda:
@@ -136,7 +120,7 @@ def nvml_reader():
     try:
         import pynvml
 
-        _, pynvml.nvmlLib = find_library("libnvidia-ml.so.1")
+        _, pynvml.nvmlLib = find_library("libnvidia-ml.so.1", ROOT)  # noqa: F821 - from driver_library.py
         pynvml.nvmlInit()
     except Exception:
         return None
@@ -239,7 +223,7 @@ def main():
     doc = {"probe": 1}
     started = time.monotonic()
     try:
-        doc["library"], lib = find_library("libcuda.so.1")
+        doc["library"], lib = find_library("libcuda.so.1", ROOT)  # noqa: F821 - from driver_library.py
         cu = Cuda(lib)
         cu("cuInit", 0)
         n = ctypes.c_int()

@@ -8,7 +8,6 @@ Kept compatible with the python3 of older node images (3.6+): no dataclasses, no
 """
 
 import json
-import os
 import sys
 
 try:
@@ -18,36 +17,13 @@ except ImportError as e:  # the bindings did not come along: report, let the col
     sys.exit(3)
 
 ROOT = sys.argv[1] if len(sys.argv) > 1 else ""
-LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib/aarch64-linux-gnu", "/usr/lib")
 CPU_WORDS = 64  # 64 x 64 bits: up to 4096 CPUs
 NODE_WORDS = 16
 
 
-def candidates(soname):
-    """Where the driver's library may be: the host root's, the GPU Operator's driver root, the loader's."""
-    out = []
-    roots = [ROOT, ROOT + "/run/nvidia/driver"] if ROOT else ["", "/run/nvidia/driver"]
-    if not ROOT:
-        out.append(soname)
-    for r in roots:
-        for d in LIB_DIRS:
-            out.append(r + d + "/" + soname)
-    return out
-
-
 def load_library():
-    import ctypes
-
-    errors = []
-    for path in candidates("libnvidia-ml.so.1"):
-        if "/" in path and not os.path.exists(path):
-            continue
-        try:
-            pynvml.nvmlLib = ctypes.CDLL(path)
-            return path
-        except OSError as e:
-            errors.append("%s: %s" % (path, e))
-    raise RuntimeError("libnvidia-ml.so.1 not found or not loadable (" + "; ".join(errors[-3:] or ["no candidate exists"]) + ")")
+    path, pynvml.nvmlLib = find_library("libnvidia-ml.so.1", ROOT)  # noqa: F821 - from driver_library.py
+    return path
 
 
 def text(v):
