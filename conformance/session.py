@@ -44,6 +44,7 @@ class Run:
         verbose: bool = False,
     ) -> None:
         self.inventory = inventory
+        self._specs = {n.name: n for n in inventory.nodes}  # after discovery: the inventory is final here
         self.snapshot_dir = snapshot_dir
         self.parallel = parallel
         self.timeout = timeout
@@ -168,7 +169,7 @@ class Run:
 
     def spec(self, node: str) -> NodeSpec:
         """The node's inventory entry (discovered nodes included)."""
-        return next(n for n in self.inventory.nodes if n.name == node)
+        return self._specs[node]
 
     def profile_for(self, node: str) -> Profile:
         return self._profiles[node]
