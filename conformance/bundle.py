@@ -58,6 +58,8 @@ class Bundle:
             raise FactUnavailable(f"{label}: permission denied reading it on node {self.node}")
         if rec.status == "unreadable":
             raise FactUnavailable(f"{label}: not one line of plain text on node {self.node}")
+        if rec.status == "special":
+            raise FactUnavailable(f"{label}: not a regular file (FIFO, socket or device) on node {self.node}; not opened")
         if rec.status == "dir":
             raise FactUnavailable(f"{label}: is a directory on node {self.node}, expected a file")
         if rec.truncated:

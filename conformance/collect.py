@@ -88,6 +88,7 @@ def _attempt(node: NodeSpec, timeout: float, max_bytes: int) -> Bundle:
     executions = 0
     try:
         if isinstance(transport, SshTransport):
+            transport.set_deadline(timeout)  # --timeout: connection, authentication and the collector together
             transport.open()
         executions = 1
         result = transport.run(["sh", "-s", "--", node.host_root, str(max_bytes)], collector_script(), timeout)

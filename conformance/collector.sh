@@ -25,6 +25,7 @@ emit_file() {
   p=$R$1
   if [ -d "$p" ]; then rec F "$1" dir; echo
   elif [ ! -e "$p" ]; then rec F "$1" missing; echo
+  elif [ ! -f "$p" ]; then rec F "$1" special; echo  # a FIFO, socket or device: opening it could block or act
   elif [ ! -r "$p" ] || ! head -c 1 "$p" >/dev/null 2>&1; then rec F "$1" denied; echo
   else rec F "$1" ok; head -c "$((MAX + 1))" "$p" 2>/dev/null | b64; echo
   fi

@@ -62,3 +62,69 @@ class ResettingRelay:
     def close(self) -> None:
         self._stop.set()
         self.server.close()
+
+
+class HoldingRelay:
+    """Forwards 127.0.0.1:<port> to `target` until the client has sent `hold_after` bytes (0: at once),
+    then forwards nothing more in either direction until release(): a network path that stalls at a
+    known point of the conversation, without depending on how fast this machine is."""
+
+    def __init__(self, target: tuple[str, int], hold_after: int) -> None:
+        self.target = target
+        self.hold_after = hold_after
+        self.sent_by_client = 0
+        self.holding = threading.Event()  # set once the relay holds: the stall has begun
+        self._released = threading.Event()
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self.server = socket.socket()
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen(8)
+        self.port = self.server.getsockname()[1]
+        if hold_after == 0:
+            self.holding.set()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                client, _ = self.server.accept()
+                upstream = socket.create_connection(self.target, timeout=5)
+                upstream.settimeout(None)
+                self._sockets += [client, upstream]
+                threading.Thread(target=self._pipe, args=(client, upstream, True), daemon=True).start()
+                threading.Thread(target=self._pipe, args=(upstream, client, False), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, from_client: bool) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                if self.holding.is_set():
+                    self._released.wait()
+                data = src.recv(4096)
+                if not data:
+                    break
+                if from_client:
+                    with self._lock:
+                        room = self.hold_after - self.sent_by_client
+                        self.sent_by_client += len(data)
+                    if 0 <= room < len(data) and not self.holding.is_set():
+                        dst.sendall(data[:room])
+                        self.holding.set()
+                        self._released.wait()
+                        data = data[room:]
+                elif self.holding.is_set():
+                    self._released.wait()
+                dst.sendall(data)
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+    def release(self) -> None:
+        self._released.set()
+
+    def close(self) -> None:
+        self._released.set()
+        self.server.close()
+        for s in self._sockets:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked on it; close() alone would not
+            s.close()

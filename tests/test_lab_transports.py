@@ -1,26 +1,30 @@
 """Transports against the lab: the OpenSSH binary gives the same verdicts as paramiko and verifies host
 certificates (which paramiko cannot); the local transport run inside a node's own namespaces gives the
-same verdicts as SSH (in-cluster mode); a slow node is waited for within its timeout and cut off
-beyond it, while the rest of the run goes on."""
+same verdicts as SSH (in-cluster mode); --timeout bounds connection, authentication and the remote
+command together, tested with stalls that are events (a relay that holds data, a key lookup that
+blocks), never with delays a slow machine could outlast."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from benchmarks.delayline import DelayLines
-from conformance.collect import collect_node
+from conformance.collect import collect_node, collector_script, transport_for
+from conformance.errors import TransportError
 from conformance.inventory import NodeSpec
 from tests.conftest import require_or_skip
 from tests.lab.builder import Lab, lab_available
 from tests.lab.nodes import EXPECTED, specs
+from tests.relay import HoldingRelay
 
 pytestmark = pytest.mark.lab
 PYTHON = sys.executable
@@ -107,23 +111,95 @@ def test_local_transport_inside_the_node_gives_the_same_verdicts_as_ssh(lab, tmp
     assert outcomes(local) == {name: EXPECTED[name]}
 
 
-def test_slow_node_is_waited_for_within_its_timeout(lab, tmp_path):
+def _relayed(lab: Lab, tmp_path: Path, port: int, transport: str = "ssh", **ssh_extra) -> NodeSpec:
+    """The lab's 'good' node reached through a relay on 127.0.0.1:port, its host key known under that name."""
     good = next(n for n in lab.nodes if n.spec.name == "good")
-    lines = DelayLines([(good.address, 22)], delay=0.15)  # 300 ms round trip
+    key = next(line for line in lab.known_hosts.read_text().splitlines() if line.startswith(good.address + " "))
+    kh = tmp_path / f"known_hosts.{port}"
+    kh.write_text(f"[127.0.0.1]:{port} {key.split(' ', 1)[1]}\n")
+    ssh = {"port": port, "user": "root", "identity_file": str(lab.client_key), "known_hosts": str(kh), **ssh_extra}
+    return NodeSpec(name="slow", address="127.0.0.1", transport=transport, ssh=ssh)
+
+
+def test_slow_node_is_waited_for_within_its_timeout(lab, tmp_path):
+    """The path stalls in the middle of the collector's input and resumes: the run waits for it. The
+    stall is an event the test waits for, not a delay that a slow machine could outlast."""
+    relay = HoldingRelay((next(n.address for n in lab.nodes if n.spec.name == "good"), 22), hold_after=16384)
     try:
-        kh = tmp_path / "known_hosts"
-        key = next(line for line in lab.known_hosts.read_text().splitlines() if line.startswith(good.address + " "))
-        kh.write_text(f"[127.0.0.1]:{lines.ports[0]} {key.split(' ', 1)[1]}\n")
-        ssh = {"port": lines.ports[0], "user": "root", "identity_file": str(lab.client_key), "known_hosts": str(kh)}
+        resume = threading.Thread(target=lambda: relay.holding.wait(60) and relay.release(), daemon=True)
+        resume.start()
+        b = collect_node(_relayed(lab, tmp_path, relay.port), timeout=120, retries=0)
+        resume.join()
+    finally:
+        relay.close()
+    assert relay.holding.is_set() and len(collector_script()) > 4 * 16384  # it stalled inside the collector's input
+    assert b.error is None and b.complete and b.executions == 1, b.error
+
+
+@pytest.mark.parametrize("transport", ["ssh", "openssh"])
+def test_timeout_covers_the_connection(lab, tmp_path, transport):
+    """--timeout bounds the whole attempt: a node that accepts TCP but never says hello is cut at the
+    timeout, although the connect timeout is far longer, and a timeout is not retried."""
+    relay = HoldingRelay((next(n.address for n in lab.nodes if n.spec.name == "good"), 22), hold_after=0)
+    try:
         t0 = time.monotonic()
-        b = collect_node(NodeSpec(name="slow", address="127.0.0.1", ssh=ssh), timeout=60, retries=0)
-        took = time.monotonic() - t0
-        assert b.error is None and b.complete, b.error
-        assert took > 1.0  # several round trips of 300 ms: the delay was real
-        t0 = time.monotonic()
-        cut = collect_node(NodeSpec(name="slow", address="127.0.0.1", ssh=ssh), timeout=1.0, retries=2)
+        b = collect_node(_relayed(lab, tmp_path, relay.port, transport, connect_timeout=300), timeout=1.0, retries=2)
         took = time.monotonic() - t0
     finally:
-        lines.close()
-    assert cut.error_kind == "timeout" and "did not finish within 1 s" in cut.error
-    assert cut.executions == 1 and took < 10  # a timeout is not retried: the run does not wait three times
+        relay.close()
+    assert b.error_kind == "timeout" and "did not finish within 1 s" in b.error, b.error
+    if transport == "ssh":
+        assert "cut while in the SSH handshake" in b.error
+    assert "attempts" not in b.error
+    # paramiko knows the command never started; one ssh process may have, as far as the runner can tell
+    assert b.executions == (0 if transport == "ssh" else 1)
+    assert took < 300  # cut by --timeout, not by the 300 s connect timeout
+
+
+@pytest.fixture(scope="module")
+def auth_lab(tmp_path_factory):
+    """One node whose sshd looks the client's key up with a command that blocks (a named pipe nobody
+    writes yet), as an authorized-keys lookup against a directory service that stopped answering."""
+    require_or_skip(lab_available())
+    lab = Lab(Path(tmp_path_factory.mktemp("authlab")), first_subnet=235)
+    good = next(s for s in specs() if s.name == "good")
+    good.name = "slow-auth"
+    good.fifos = ["/etc/ssh/gnc_keys.fifo"]
+    good.sshd_config = (
+        "AuthorizedKeysFile none\nAuthorizedKeysCommand /usr/bin/cat /etc/ssh/gnc_keys.fifo\nAuthorizedKeysCommandUser root\n"
+    )
+    node = lab.add(good)
+    try:
+        lab.start()
+        yield lab
+    finally:
+        fifo = node.dir / "upper" / "etc" / "ssh" / "gnc_keys.fifo"
+        with contextlib.suppress(OSError):  # let a waiting lookup finish, so sshd's child ends
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            os.close(fd)
+        lab.stop()
+
+
+def test_timeout_covers_authentication(auth_lab):
+    node = auth_lab.nodes[0]
+    ssh = {"user": "root", "identity_file": str(auth_lab.client_key), "known_hosts": str(auth_lab.known_hosts)}
+    b = collect_node(NodeSpec(name="slow-auth", address=node.address, ssh=ssh), timeout=1.0, retries=2)
+    assert b.error_kind == "timeout" and "did not finish within 1 s" in b.error and "cut while authenticating" in b.error, b.error
+    assert b.executions == 0 and "attempts" not in b.error
+
+
+def test_timeout_covers_the_remote_command(lab, tmp_path):
+    """Connected and authenticated, then the path stalls inside the collector's input: the deadline,
+    started once the connection is open, cuts the command."""
+    relay = HoldingRelay((next(n.address for n in lab.nodes if n.spec.name == "good"), 22), hold_after=16384)
+    transport = transport_for(_relayed(lab, tmp_path, relay.port))
+    try:
+        transport.open()
+        transport.set_deadline(1.0)
+        with pytest.raises(TransportError) as e:
+            transport.run(["sh", "-s", "--", "", "4194304"], collector_script(), 1.0)
+    finally:
+        transport.close()
+        relay.close()
+    assert relay.holding.is_set()
+    assert e.value.kind == "timeout" and "did not finish within 1 s" in str(e.value) and "cut while running the collector" in str(e.value)

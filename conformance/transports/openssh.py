@@ -41,7 +41,9 @@ class OpenSshTransport:
             p = subprocess.run([*self.argv, command], input=stdin, capture_output=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
             raise TransportError(
-                f"remote collection did not finish within {timeout:g} s ({self.description})", kind="timeout"
+                f"{self.description}: did not finish within {timeout:g} s (--timeout: connection, authentication and "
+                "the collector together); ssh was stopped",
+                kind="timeout",
             ) from None
         if p.returncode == 255:  # ssh's own failure, not the remote command's
             err = _classify(p.stderr.decode("utf-8", "replace"), self.description)

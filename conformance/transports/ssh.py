@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
 import shlex
+import socket
+import threading
 import time
 from dataclasses import dataclass
 
@@ -72,7 +75,56 @@ class SshTransport:
         )
         self.accepted_unknown_keys: list[str] = []
         self._clients: list[paramiko.SSHClient] = []
+        self._socks: list[socket.socket] = []
         self._ca_lines = 0  # @cert-authority lines in known_hosts (this transport cannot use them)
+        self._timeout: float | None = None
+        self._deadline: float | None = None
+        self._timer: threading.Timer | None = None
+        self._expired = threading.Event()
+        self._cut_stage = ""
+
+    # -- the deadline: --timeout bounds connection, authentication and the remote command together --
+    def set_deadline(self, timeout: float) -> None:
+        """From now on, everything this transport does ends within `timeout` seconds: a watchdog closes
+        the connection at the deadline, which wakes whatever waits on it (TCP connect, SSH handshake,
+        authentication, the remote command's output), and the failure is reported as a timeout naming
+        the stage it cut."""
+        self._timeout = timeout
+        self._deadline = time.monotonic() + timeout
+        self._timer = threading.Timer(timeout, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _remaining(self) -> float:
+        return float("inf") if self._deadline is None else max(0.01, self._deadline - time.monotonic())
+
+    def _expire(self) -> None:
+        self._cut_stage = self._stage()  # before closing, which forgets how far the connection got
+        self._expired.set()
+        for sock in self._socks:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        for c in self._clients:
+            with contextlib.suppress(Exception):
+                c.close()
+
+    def _stage(self) -> str:
+        """How far the connection got, read from the SSH transport's own state."""
+        client = self._clients[-1] if self._clients else None
+        t = client.get_transport() if client is not None else None
+        if t is None or not self._socks:
+            return "connecting"
+        if t.session_id is None:
+            return "in the SSH handshake"
+        if not t.is_authenticated():
+            return "authenticating"
+        return "running the collector"
+
+    def _timed_out(self) -> TransportError:
+        return TransportError(
+            f"{self.description}: did not finish within {self._timeout:g} s (--timeout): cut while {self._cut_stage}",
+            kind="timeout",
+        )
 
     @staticmethod
     def _with_ssh_config(t: SshTarget) -> SshTarget:
@@ -123,50 +175,79 @@ class SshTransport:
 
     def _connect(self, client: paramiko.SSHClient, host: str, port: int, user: str, sock: object = None) -> None:
         key = os.path.expanduser(self.t.identity_file) if self.t.identity_file else None
+        wait = min(self.t.connect_timeout, self._remaining())
         try:
+            if sock is None:  # our own socket, so that the deadline's watchdog can close it at any stage
+                tcp = socket.create_connection((host, port), timeout=wait)
+                self._socks.append(tcp)
+                sock = tcp
+            if self._expired.is_set():
+                raise self._timed_out()
             client.connect(
                 host,
                 port=port,
                 username=user,
                 key_filename=key,
-                timeout=self.t.connect_timeout,
-                banner_timeout=self.t.connect_timeout,
-                auth_timeout=self.t.connect_timeout,
+                timeout=wait,
+                banner_timeout=wait,
+                auth_timeout=wait,
                 allow_agent=key is None,
                 look_for_keys=key is None,
                 sock=sock,  # type: ignore[arg-type]
             )
-        except paramiko.BadHostKeyException as e:
-            raise TransportError(
+        except TransportError:
+            raise
+        except Exception as e:
+            if self._expired.is_set():
+                raise self._timed_out() from None
+            raise self._connect_error(e, host, port, user) from None
+
+    def _connect_error(self, e: Exception, host: str, port: int, user: str) -> TransportError:
+        """What a failed connection means, and what to do about it."""
+        if isinstance(e, paramiko.BadHostKeyException):
+            return TransportError(
                 f"host key of {host}:{port} CHANGED: known_hosts {self._known} has {e.expected_key.get_name()} "
                 f"{e.expected_key.fingerprint}, the node offered {e.key.get_name()} {e.key.fingerprint}. "
                 "Refused (possible man-in-the-middle); if the node was reinstalled, replace its known_hosts line",
                 kind="host-key",
-            ) from None
-        except paramiko.SSHException as e:
-            if "not found in known_hosts" in str(e):
-                hint = (
-                    f"; {self._known} trusts host certificates (@cert-authority), which this transport cannot verify: "
-                    "use transport: openssh"
-                    if self._ca_lines
-                    else ""
-                )
-                raise TransportError(
-                    f"host key of {host}:{port} is unknown (not in {self._known}); verify it and add it with "
-                    f"'ssh-keyscan -p {port} {host} >> {self._known}', or set "
-                    f"ssh.insecure_accept_unknown_host_keys: true in the inventory to accept unknown keys{hint}",
-                    kind="host-key",
-                    executed=False,
-                ) from None
-            if isinstance(e, paramiko.AuthenticationException):
-                raise TransportError(f"authentication as {user}@{host}:{port} failed: {e}", kind="auth") from None
-            raise TransportError(f"ssh to {host}:{port}: {e}", kind="unreachable") from None
-        except TimeoutError:
-            raise TransportError(f"ssh to {host}:{port}: connection timed out", kind="unreachable") from None
-        except OSError as e:
-            raise TransportError(f"ssh to {host}:{port}: {e.strerror or e}", kind="unreachable") from None
+            )
+        if isinstance(e, paramiko.SSHException) and "not found in known_hosts" in str(e):
+            hint = (
+                f"; {self._known} trusts host certificates (@cert-authority), which this transport cannot verify: "
+                "use transport: openssh"
+                if self._ca_lines
+                else ""
+            )
+            return TransportError(
+                f"host key of {host}:{port} is unknown (not in {self._known}); verify it and add it with "
+                f"'ssh-keyscan -p {port} {host} >> {self._known}', or set "
+                f"ssh.insecure_accept_unknown_host_keys: true in the inventory to accept unknown keys{hint}",
+                kind="host-key",
+                executed=False,
+            )
+        if isinstance(e, paramiko.AuthenticationException):
+            return TransportError(f"authentication as {user}@{host}:{port} failed: {e}", kind="auth")
+        if isinstance(e, paramiko.SSHException):
+            return TransportError(f"ssh to {host}:{port}: {e}", kind="unreachable")
+        if isinstance(e, TimeoutError):
+            return TransportError(f"ssh to {host}:{port}: connection timed out", kind="unreachable")
+        if isinstance(e, OSError):
+            return TransportError(f"ssh to {host}:{port}: {e.strerror or e}", kind="unreachable")
+        return TransportError(f"ssh to {host}:{port}: {type(e).__name__}: {e}", kind="unreachable")
 
     def open(self) -> paramiko.SSHClient:
+        try:
+            return self._open()
+        except TransportError:
+            if self._expired.is_set():
+                raise self._timed_out() from None
+            raise
+        except paramiko.ChannelException:
+            if self._expired.is_set():
+                raise self._timed_out() from None
+            raise
+
+    def _open(self) -> paramiko.SSHClient:
         sock = None
         if self.t.proxy_jump:
             juser, jhost, jport = _parse_jump(self.t.proxy_jump, self.t.user)
@@ -190,8 +271,24 @@ class SshTransport:
         return client
 
     def run(self, argv: list[str], stdin: bytes, timeout: float) -> ExecResult:
+        """Run `argv` with `stdin`. Without set_deadline() (called by the collection), `timeout` starts
+        here and covers the connection too, if none is open yet."""
+        if self._deadline is None:
+            self.set_deadline(timeout)
+        try:
+            return self._run(argv, stdin)
+        except TransportError:
+            if self._expired.is_set():
+                raise self._timed_out() from None
+            raise
+        finally:
+            if self._timer is not None:
+                self._timer.cancel()
+
+    def _run(self, argv: list[str], stdin: bytes) -> ExecResult:
         client = self._clients[-1] if self._clients else self.open()
         command = " ".join(shlex.quote(a) for a in argv)
+        timeout = self._remaining()
         deadline = time.monotonic() + timeout
         try:
             transport = client.get_transport()
@@ -203,9 +300,9 @@ class SshTransport:
             chan.shutdown_write()
             out, err = bytearray(), bytearray()
             while True:
-                if time.monotonic() > deadline:
+                if time.monotonic() > deadline or self._expired.is_set():
                     chan.close()
-                    raise TransportError(f"remote collection did not finish within {timeout:g} s", kind="timeout")
+                    raise self._timed_out()
                 if chan.recv_ready():
                     out += chan.recv(65536)
                 elif chan.recv_stderr_ready():
@@ -232,15 +329,22 @@ class SshTransport:
         except TransportError:
             raise
         except (paramiko.SSHException, OSError, EOFError) as e:
+            if self._expired.is_set():
+                raise self._timed_out() from None
             raise TransportError(
                 f"connection to {self.t.host}:{self.t.port} broke during collection: {e}", kind="unreachable"
             ) from None
         return ExecResult(status, bytes(out), bytes(err))
 
     def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
         for c in reversed(self._clients):
             c.close()
+        for sock in self._socks:
+            sock.close()
         self._clients.clear()
+        self._socks.clear()
 
 
 def _load_known_hosts(keys: paramiko.HostKeys, path: str) -> int:

@@ -53,6 +53,8 @@ class NodeSpec:
     modes: dict[str, int] = field(default_factory=dict)  # file -> permission bits
     users: list[str] = field(default_factory=list)  # extra unprivileged accounts (home /tmp)
     pci: dict[str, dict[str, str]] = field(default_factory=dict)  # bus id -> sysfs attribute files (vendor, class...)
+    fifos: list[str] = field(default_factory=list)  # named pipes planted on the node: a reader would block forever
+    sshd_config: str = ""  # sshd_config lines for this node's sshd, ahead of (and so winning over) the lab's own
 
 
 @dataclass
@@ -146,6 +148,11 @@ class Lab:
                     f.truncate(int(content[8:-1]))
             else:
                 target.write_text(content)
+        for path in node.spec.fifos:
+            assert path.split("/")[1] in OVERLAID, f"lab FIFO {path} must be below one of {OVERLAID}"
+            target = d / "upper" / path.lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.mkfifo(target)
         for path, mode in node.spec.modes.items():
             (d / "upper" / path.lstrip("/")).chmod(mode)
         # A plain root shell: no rc file of this machine (such as a pyenv init) runs on the nodes.
@@ -194,8 +201,8 @@ class Lab:
             for attr, value in attrs.items():
                 (pd / bus_id / attr).write_text(value + "\n")
         (d / "cgmnt").mkdir()
-        (d / "sshd_config").write_text(
-            f"ListenAddress {node.address}:22\nHostKey {d / 'host_ed25519'}\nPidFile none\nUsePAM no\n"
+        (d / "sshd_config").write_text(  # the node's own lines first: for sshd the first value of a keyword wins
+            node.spec.sshd_config + f"ListenAddress {node.address}:22\nHostKey {d / 'host_ed25519'}\nPidFile none\nUsePAM no\n"
             f"PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
             "AuthorizedKeysFile /etc/ssh/gnc_authorized_keys\nStrictModes no\nLogLevel ERROR\n"
             "MaxStartups 200\nMaxSessions 50\nUseDNS no\n"

@@ -163,6 +163,9 @@ def specs() -> list[NodeSpec]:
             "/etc/containerd/config.toml": HOSTILE_CONTAINERD,
             "/etc/containerd/conf.d/50 $(touch pwned-file) `touch pwned-file`.toml": HOSTILE_IMPORT,
         },
+        # A named pipe where the kubelet's config dir would be read and among containerd's imports: opening
+        # one blocks until a writer comes, so the collector must not open it.
+        fifos=["/etc/containerd/conf.d/60-pipe.toml"],
         sysctls=GOOD_SYSCTLS,
         nvme={"nvme0n1": b"\xff\xfe[none] \xc3\x28\n"},  # not UTF-8
     )
@@ -301,7 +304,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         RUNTIME_SYSTEMD_CGROUP="failed",
         KUBELET_CGROUP_DRIVER="failed",
     ),
-    "hostile": _row("passed", KUBELET_CPU_STATE="error", NODE_NVME_SCHEDULER="error"),
+    "hostile": _row("passed", KUBELET_CPU_STATE="error", NODE_NVME_SCHEDULER="error", RUNTIME_SYSTEMD_CGROUP="error"),
     "down": _row("error"),
 }
 VERDICTS = {
