@@ -49,7 +49,13 @@ def _add_collection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inventory", metavar="FILE", help="inventory YAML (default: this machine)")
     p.add_argument("--host-root", metavar="DIR", default="", help="with no inventory: read this machine below DIR")
     p.add_argument("--parallel", type=int, default=16, metavar="N", help="nodes collected at once (default 16)")
-    p.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS", help="per-node bound on connection, authentication and the remote collector together")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="per-node bound on connection, authentication and the remote collector together",
+    )
     p.add_argument(
         "--retries",
         type=int,

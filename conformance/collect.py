@@ -94,10 +94,19 @@ def _attempt(node: NodeSpec, timeout: float, max_bytes: int) -> Bundle:
         result = transport.run(["sh", "-s", "--", node.host_root, str(max_bytes)], collector_script(), timeout)
         accepted = getattr(transport, "accepted_unknown_keys", [])
         notes = [f"accepted unknown host key (insecure opt-in): {k}" for k in accepted]
-        bundle = parse_wire(node.name, result.stdout, max_bytes)
+        failed = TransportError(
+            f"collector exited {result.exit_status} on {transport.description}: "
+            + result.stderr.decode("utf-8", "replace").strip()[:500],
+            kind="error",
+        )
+        try:
+            bundle = parse_wire(node.name, result.stdout, max_bytes)
+        except ParseError:
+            if result.exit_status != 0:
+                raise failed from None
+            raise
         if result.exit_status != 0 and not bundle.complete:
-            err = result.stderr.decode("utf-8", "replace").strip()[:500]
-            raise TransportError(f"collector exited {result.exit_status} on {transport.description}: {err}", kind="error")
+            raise failed
     except TransportError as e:
         return Bundle(
             node=node.name,

@@ -11,6 +11,12 @@ MAX=${2:-4194304}
 set -f
 NL='
 '
+miss=
+for t in awk base64 head tr cut stat readlink dirname uname; do command -v "$t" >/dev/null 2>&1 || miss="$miss $t"; done
+if [ -n "$miss" ]; then
+  echo "the collector needs these commands on the node, missing:$miss" >&2
+  exit 3
+fi
 IFS=$NL
 if printf x | base64 -w0 >/dev/null 2>&1; then b64() { base64 -w0; }; else b64() { base64 | tr -d '\n'; }; fi
 # A name made only of safe characters travels as "=name" (no process started); others in base64.

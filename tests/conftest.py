@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.installed import Installed, build_distributions, install
 from tests.lab.builder import Lab, lab_available
 from tests.lab.nodes import specs
 
@@ -34,3 +35,19 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         yield lab
     finally:
         lab.stop()
+
+
+@pytest.fixture(scope="session")
+def distributions(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(wheel, sdist), built once per test session from a copy of the source tree."""
+    return build_distributions(tmp_path_factory.mktemp("dists"))
+
+
+@pytest.fixture(scope="session")
+def installed_wheel(distributions: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    return install(distributions[0], tmp_path_factory.mktemp("wheel-venv") / "venv")
+
+
+@pytest.fixture(scope="session")
+def installed_sdist(distributions: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    return install(distributions[1], tmp_path_factory.mktemp("sdist-venv") / "venv")

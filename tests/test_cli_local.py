@@ -165,3 +165,20 @@ def test_metacharacters_in_host_root_never_run(tmp_path):
     assert not list(tmp_path.rglob("pwned-*")) and not list(Path("/tmp").glob("pwned-*"))
     doc = json.loads((out / "results.json").read_text())
     assert {r["check"]: r["outcome"] for r in doc["results"]}["KUBELET-CPU-POLICY"] == "failed"  # the file was read
+
+
+def test_a_node_without_a_tool_the_collector_needs_is_an_error_naming_it(tmp_path, monkeypatch):
+    """A minimal image (awk missing, as in a distroless base) gives one clear error, not silently
+    missing facts."""
+    import shutil
+
+    from conformance.collect import collect_node
+    from conformance.inventory import NodeSpec
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for tool in ("sh", "base64", "head", "tr", "cut", "stat", "readlink", "dirname", "uname", "cat"):
+        (bindir / tool).symlink_to(shutil.which(tool))
+    monkeypatch.setenv("PATH", str(bindir))
+    b = collect_node(NodeSpec(name="minimal", transport="local"), retries=0)
+    assert b.error_kind == "error" and "missing: awk" in b.error and b.error.startswith("collector exited 3")

@@ -140,17 +140,24 @@ def test_containerfile_is_consistent_with_the_repository():
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
     assert lines[0].startswith("FROM ")
     for ln in lines:
-        if ln.startswith("COPY "):
+        if ln.startswith("COPY ") and "--from=" not in ln:
             *sources, _dest = shlex.split(ln)[1:]
             for s in sources:
                 assert (ROOT / s).exists(), f"Containerfile copies {s}, which is not in the repository"
-    run = next(ln for ln in lines if ln.startswith("RUN "))
-    assert "pip install" in run and "/src" in run and "conformance --version" in run
+    assert [ln.split()[0] for ln in lines].count("FROM") == 2  # a build stage, then the image
+    runs = [ln for ln in lines if ln.startswith("RUN ")]
+    assert "pip wheel" in runs[0] and "/src" in runs[0]
+    # the image installs the wheel (what users install, and what the tests install and run), never /src
+    assert (
+        "pip install" in runs[-1] and "/dist/*.whl" in runs[-1] and "/src" not in runs[-1] and "conformance --version" in runs[-1]
+    )
+    assert "COPY --from=wheel /dist /dist" in lines
     cmd = json.loads(next(ln for ln in lines if ln.startswith("CMD "))[4:])
     assert cmd[:2] == ["conformance", "run"] and "--host-root" in cmd
-    # the packaged modules the image needs are the ones pyproject.toml ships
-    pyproject = (ROOT / "pyproject.toml").read_text()
-    assert '"conformance"' in pyproject and '"suites"' in pyproject
+    assert cmd == build(["n"])[2]["spec"]["template"]["spec"]["containers"][0]["command"]  # the Job runs the image's command
+    # the stage copies what the build needs: the packaging files and every package tree
+    copied = {s for ln in lines if ln.startswith("COPY ") and "--from" not in ln for s in shlex.split(ln)[1:-1]}
+    assert {"pyproject.toml", "MANIFEST.in", "README.md", "conformance", "suites"} <= copied
 
 
 def test_ci_templates_parse_and_the_cronjob_validates():

@@ -202,4 +202,8 @@ def test_timeout_covers_the_remote_command(lab, tmp_path):
         transport.close()
         relay.close()
     assert relay.holding.is_set()
-    assert e.value.kind == "timeout" and "did not finish within 1 s" in str(e.value) and "cut while running the collector" in str(e.value)
+    assert (
+        e.value.kind == "timeout"
+        and "did not finish within 1 s" in str(e.value)
+        and "cut while running the collector" in str(e.value)
+    )
