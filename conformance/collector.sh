@@ -78,6 +78,18 @@ arg_value() {  # $1 cmdline file, $2.. flag names: print the value of the last o
       else if (a in w && $0 ~ /^-/) take = 1 }
     END { if (v != "") print v }'
 }
+walk_conf() {  # $1 folder on the node, $2 depth: every *.conf below it, as the kubelet's filepath.WalkDir finds
+  # its --config-dir drop-ins (recursive; folders that are symlinks are not entered)
+  [ "$2" -ge 8 ] && return 0
+  set +f
+  for f in "$R$1"/* "$R$1"/.[!.]* "$R$1"/..?*; do
+    [ -e "$f" ] || [ -L "$f" ] || continue
+    if [ -d "$f" ] && [ ! -L "$f" ]; then walk_conf "${f#"$R"}" $(($2 + 1))
+    else case $f in *.conf) printf '%s\n' "${f#"$R"}" ;; esac
+    fi
+  done
+  set -f
+}
 containerd_imports() {
   awk '
     /^[ \t]*\[/ { exit }
@@ -137,7 +149,11 @@ if [ -n "$kpid" ]; then
     case $x in ''|/*) ;; *) eval "$v=\${cwd:-}/\$x" ;; esac
   done
   [ -n "$cfg" ] && emit_file "$cfg"
-  [ -n "$cdir" ] && emit_glob "$cdir/*.conf"
+  if [ -n "$cdir" ]; then
+    m=$(walk_conf "$cdir" 0)
+    rec G "walk:$cdir" ok; printf '%s' "$m" | b64; echo
+    for f in $m; do emit_file "$f"; done
+  fi
 fi
 emit_file "$root_dir/cpu_manager_state"
 emit_file "$root_dir/memory_manager_state"

@@ -29,6 +29,7 @@ from conformance.facts.kubelet import (
     load_config_document,
     parse_kubelet_args,
     split_cmdline,
+    walk_order,
 )
 from conformance.facts.runtime import RuntimeConfig, containerd_runtime, crio_runtime, merge_containerd
 from conformance.facts.topology import Topology
@@ -128,7 +129,11 @@ class NodeFacts:
             file_doc = (args.config, load_config_document(text, args.config))
         dropins = []
         if args.config_dir:
-            for path in self.bundle.glob(f"{args.config_dir}/*.conf"):
+            try:
+                found = self.bundle.glob(f"walk:{args.config_dir}")
+            except FactUnavailable:  # a snapshot taken before drop-ins were walked recursively
+                found = self.bundle.glob(f"{args.config_dir}/*.conf")
+            for path in walk_order(args.config_dir, found):
                 dropins.append((path, load_config_document(self.bundle.text(path), path)))
         return effective_config(file_doc, dropins, flags_to_config(args.flags))
 

@@ -6,14 +6,16 @@ Source of truth for now: the kubelet's command line, its --config file and --con
 
 from __future__ import annotations
 
-from decimal import Decimal
+import json
 
 import pytest
 
 from conformance.checks import check
 from conformance.errors import FactUnavailable, ParseError
 from conformance.facts.cpulist import format_cpulist, parse_cpulist
-from conformance.facts.units import parse_duration, parse_quantity
+from conformance.facts.kubelet import go_parse_bool
+from conformance.facts.reservations import format_bytes, hard_eviction_memory, memory_sums, reserved_cpu_total
+from conformance.facts.units import parse_duration
 
 CONFIG_SOURCE = "kubelet command line, --config file, --config-dir drop-ins"
 
@@ -50,8 +52,21 @@ def test_cpu_full_pcpus_only(node, kubelet_config, profile, evidence):
     s = kubelet_config.get("cpuManagerPolicyOptions")
     evidence.from_setting(s)
     opts = s.value if isinstance(s.value, dict) else {}
-    value = str(opts.get("full-pcpus-only", "")).lower()
-    assert value == "true", f'cpuManagerPolicyOptions has no full-pcpus-only: "true" (found {opts or "none"}, {s.source})'
+    value = opts.get("full-pcpus-only")
+    # cpuManagerPolicyOptions is map[string]string (staging/src/k8s.io/kubelet/config/v1beta1/types.go):
+    # the kubelet's strict decoder rejects a YAML/JSON boolean there, and the file does not load at all.
+    assert not (value is not None and not isinstance(value, str)), (
+        f"cpuManagerPolicyOptions full-pcpus-only is the unquoted {type(value).__name__} {json.dumps(value)} ({s.source}): "
+        'the option map holds strings, so the kubelet cannot decode this config and does not start; write "true" (quoted)'
+    )
+    # pkg/kubelet/cm/cpumanager/policy_options.go: the value goes through Go's strconv.ParseBool.
+    parsed = go_parse_bool(value) if value is not None else None
+    assert value is None or parsed is not None, (
+        f'cpuManagerPolicyOptions full-pcpus-only is "{value}" ({s.source}): not a value Go\'s strconv.ParseBool accepts, '
+        'so the kubelet refuses to start ("bad value for option"); use "true"'
+    )
+    assert parsed is True, f"cpuManagerPolicyOptions has no full-pcpus-only set to true (found {opts or 'none'}, {s.source})"
+    evidence.add(f'full-pcpus-only "{value}" parses as true (Go strconv.ParseBool, as the kubelet reads it)')
 
 
 @check(
@@ -127,29 +142,69 @@ def test_memory_manager_policy(node, kubelet_config, profile, evidence):
 @check(
     "KUBELET-RESERVED-MEMORY",
     "medium",
-    title="reservedMemory covers every NUMA node",
-    rationale="""The Static memory manager needs a reservation per NUMA node; a node missing from
-    reservedMemory leaves system daemons competing with pinned pods for that node's memory.""",
-    remediation="Add a reservedMemory entry ({numaNode: N, limits: {memory: ...}}) for every NUMA node.",
+    title="reservedMemory covers every NUMA node and adds up as the kubelet requires",
+    rationale="""The Static memory manager needs a memory reservation per NUMA node with CPUs; a node missing
+    from reservedMemory leaves system daemons competing with pinned pods for that node's memory. With the
+    Static policy the kubelet also refuses to start unless, for memory and each hugepages size, the sum
+    over NUMA nodes equals kubeReserved + systemReserved + the hard eviction threshold.""",
+    remediation="Add a reservedMemory entry ({numaNode: N, limits: {memory: ...}}) for every NUMA node with CPUs, "
+    "and make the memory limits add up to kubeReserved.memory + systemReserved.memory + evictionHard "
+    "memory.available (default 100Mi); likewise each hugepages-<size>.",
     source=CONFIG_SOURCE + "; /sys/devices/system/node",
 )
 def test_reserved_memory(node, kubelet_config, topology, evidence):
     s = kubelet_config.get("reservedMemory")
     evidence.from_setting(s)
     entries = s.value if isinstance(s.value, list) else []
-    covered = {e.get("numaNode") for e in entries if isinstance(e, dict)}
-    numa = sorted(topology.nodes)
-    evidence.add(f"NUMA nodes with CPUs: {numa}")
-    missing = [n for n in numa if n not in covered]
-    assert not missing, f"reservedMemory has no entry for NUMA node(s) {missing} ({s.source})"
+    with_memory = {e.get("numaNode") for e in entries if isinstance(e, dict) and "memory" in (e.get("limits") or {})}
+    numa = topology.cpu_nodes
+    evidence.add(
+        f"NUMA nodes with CPUs: {numa}"
+        + (f"; without CPUs (not required): {topology.cpuless_nodes}" if topology.cpuless_nodes else "")
+    )
+    problems = []
+    missing = [n for n in numa if n not in with_memory]
+    if missing:
+        problems.append(f"reservedMemory has no memory entry for NUMA node(s) {missing} ({s.source})")
+    unknown = sorted({e.get("numaNode") for e in entries if isinstance(e, dict)} - set(topology.nodes), key=str)
+    if unknown:  # memory_manager.go getTotalMemoryTypeReserved: the kubelet refuses such an entry
+        problems.append(f"reservedMemory names NUMA node(s) {unknown} that this machine does not have; the kubelet refuses it")
+    policy = kubelet_config.get("memoryManagerPolicy")
+    if policy.value == "Static":
+        kube, system = kubelet_config.get("kubeReserved"), kubelet_config.get("systemReserved")
+        hard, merge = kubelet_config.get("evictionHard"), kubelet_config.get("mergeDefaultEvictionSettings")
+        try:
+            eviction, how = hard_eviction_memory(hard.value, merge.value)
+            sums = memory_sums(entries, kube.value or {}, system.value or {}, eviction)
+        except ParseError as e:
+            raise FactUnavailable(f"{e} ({s.source})") from None
+        evidence.add(kube.describe(), system.describe(), f"hard eviction: {how} ({hard.source})")
+        for m in sums:
+            evidence.add(
+                f"{m.resource}: reservedMemory sum {format_bytes(m.reserved_memory)}, kubeReserved + systemReserved"
+                f"{' + eviction' if m.resource == 'memory' else ''} {format_bytes(m.node_allocatable)}"
+            )
+            if not m.equal:
+                problems.append(
+                    f"{m.resource}: reservedMemory adds up to {format_bytes(m.reserved_memory)} but kubeReserved + systemReserved"
+                    f"{' + hard eviction' if m.resource == 'memory' else ''} is {format_bytes(m.node_allocatable)}; with "
+                    "memoryManagerPolicy Static the kubelet refuses to start until they are equal"
+                )
+    else:
+        evidence.add(f"sum rule not applied: {policy.describe()} (the kubelet checks it only with Static)")
+    assert not problems, "; ".join(problems)
 
 
 @check(
     "KUBELET-RESERVED-CPUS",
     "medium",
-    title="At least two whole physical cores reserved for system daemons",
-    rationale="""Exclusive CPUs are only quiet if the kubelet, runtime and system daemons have cores of their
-    own; with nothing reserved they run on the shared pool next to latency-sensitive pods.""",
+    title="At least two whole physical cores kept out of exclusive allocation",
+    rationale="""The static CPU manager never hands reserved CPUs to a container exclusively, so the kubelet,
+    the runtime and system daemons have somewhere to run that is not a pinned pod's core. Without the
+    strict-cpu-reservation option the reserved CPUs stay in the shared pool (Burstable and BestEffort pods
+    run there too), and reserving CPUs does not keep daemons or interrupts off the other CPUs
+    (NODE-SYSTEM-CPUS-ISOLATED judges that). Fractional kubeReserved + systemReserved CPU is rounded up to
+    whole CPUs by the CPU manager.""",
     remediation="Set reservedSystemCPUs to whole cores (all SMT siblings), e.g. the first two cores and their "
     "siblings, or kubeReserved.cpu + systemReserved.cpu of at least 2 x threads per core.",
     source=CONFIG_SOURCE + "; /sys/devices/system/cpu/*/topology",
@@ -158,8 +213,8 @@ def test_reserved_cpus(node, kubelet_config, topology, profile, evidence):
     need = profile.get("kubelet.min_reserved_physical_cores")
     tpc = topology.threads_per_core
     explicit = kubelet_config.get("reservedSystemCPUs")
-    evidence.from_setting(explicit)
     if explicit.value:
+        evidence.from_setting(explicit)
         try:
             cpus = parse_cpulist(str(explicit.value), what="reservedSystemCPUs")
         except ParseError as e:
@@ -173,19 +228,20 @@ def test_reserved_cpus(node, kubelet_config, topology, profile, evidence):
         return
     kube = kubelet_config.get("kubeReserved")
     system = kubelet_config.get("systemReserved")
-    evidence.add(kube.describe(), system.describe())
-    total = Decimal(0)
-    for s in (kube, system):
-        value = (s.value or {}).get("cpu") if isinstance(s.value, dict) else None
-        if value is not None:
-            try:
-                total += parse_quantity(value, what=f"{s.key}.cpu")
-            except ParseError as e:
-                raise FactUnavailable(f"{e} ({s.source})") from None
+    evidence.source = f"kubeReserved: {kube.source}; systemReserved: {system.source}"
+    evidence.add(explicit.describe(), kube.describe(), system.describe())
+    try:
+        total, whole = reserved_cpu_total(kube.value, system.value)
+    except ParseError as e:
+        raise FactUnavailable(f"{e} (kubeReserved: {kube.source}; systemReserved: {system.source})") from None
+    # pkg/kubelet/cm/cpumanager/cpu_manager.go NewManager: math.Ceil of the millicores / 1000.
+    total_text = format(total.normalize(), "f")
+    evidence.add(f"kubeReserved.cpu + systemReserved.cpu = {total_text} CPU(s), rounded up by the CPU manager to {whole}")
     want = need * tpc
-    assert total >= want, (
-        f"no reservedSystemCPUs, and kubeReserved.cpu + systemReserved.cpu = {total} CPUs; at least {want} "
-        f"expected ({need} cores x {tpc} threads per core)"
+    assert whole >= want, (
+        f"reservedSystemCPUs is not set, and kubeReserved.cpu + systemReserved.cpu = {total_text} CPU(s) "
+        f"(kubeReserved: {kube.source}; systemReserved: {system.source}), which the CPU manager rounds up to "
+        f"{whole} whole CPU(s); at least {want} expected ({need} cores x {tpc} threads per core)"
     )
 
 

@@ -53,31 +53,17 @@ _MAP_FLAGS = {
     "feature-gates": "featureGates",
 }
 _BOOL_FLAGS = {"cgroups-per-qos": "cgroupsPerQOS"}
-# Boolean kubelet flags that take no separate value argument (pflag), so `--flag next` keeps `next`.
-_KNOWN_BOOL = {
-    "cgroups-per-qos",
-    "fail-swap-on",
-    "rotate-certificates",
-    "rotate-server-certificates",
-    "register-node",
-    "register-with-taints",
-    "enable-server",
-    "enable-debugging-handlers",
-    "enable-controller-attach-detach",
-    "make-iptables-util-chains",
-    "protect-kernel-defaults",
-    "serialize-image-pulls",
-    "kernel-memcg-notification",
-    "cpu-cfs-quota",
-    "exit-on-lock-contention",
-    "keep-terminated-pod-volumes",
-    "local-storage-capacity-isolation",
-    "seccomp-default",
-    "fail-cgroupv1",
-    "v",
-    "alsologtostderr",
-    "logtostderr",
-}
+
+
+def go_parse_bool(value: str) -> bool | None:
+    """Go's strconv.ParseBool, which the kubelet uses for boolean flags and for the values of
+    cpuManagerPolicyOptions (pkg/kubelet/cm/cpumanager/policy_options.go, NewStaticPolicyOptions):
+    exactly these spellings; anything else is an error (None here)."""
+    if value in ("1", "t", "T", "TRUE", "true", "True"):
+        return True
+    if value in ("0", "f", "F", "FALSE", "false", "False"):
+        return False
+    return None
 
 
 @dataclass(frozen=True)
@@ -112,7 +98,15 @@ def split_cmdline(raw: bytes) -> list[str]:
 
 
 def parse_kubelet_args(argv: list[str], cwd: str | None = None) -> KubeletArgs:
-    """Parse the kubelet's arguments as pflag does: `--k=v`, `--k v`, `-k v`, boolean `--k`."""
+    """Parse a running kubelet's arguments without a list of its flags.
+
+    pflag (github.com/spf13/pflag, flag.go parseLongArg/parseSingleShortArg) gives a flag without `=`
+    the next argument as its value unless the flag is boolean (NoOptDefVal set), and a boolean flag
+    never takes a separate value. The kubelet accepts no positional arguments: cmd/kubelet/app/server.go
+    returns "unknown command" when cleanFlagSet.Args() is not empty, so a kubelet that runs has none.
+    Hence, on a running kubelet's command line, an argument that does not start with '-' can only be
+    the value of the flag before it, and one that starts with '-' is a flag of its own (a non-boolean
+    flag would have swallowed it, leaving the next word positional, which the kubelet refuses)."""
     out = KubeletArgs(argv=list(argv))
     i = 1
     while i < len(argv):
@@ -127,13 +121,11 @@ def parse_kubelet_args(argv: list[str], cwd: str | None = None) -> KubeletArgs:
         value: str | None
         if eq:
             value = val
-        elif name in _KNOWN_BOOL:
-            value = None
-        elif i < len(argv):
+        elif i < len(argv) and not argv[i].startswith("-"):
             value = argv[i]
             i += 1
         else:
-            value = None
+            value = None  # a boolean flag (or a value-less flag at the end)
         out.flags.setdefault(name, []).append(value)
     if out.flags.get("config"):
         out.config = _absolute(out.flags["config"][-1], cwd)
@@ -167,12 +159,10 @@ def _parse_map(value: str, flag: str) -> dict[str, str]:
 def _parse_bool(value: str | None, flag: str) -> bool:
     if value is None:
         return True
-    v = value.strip().lower()
-    if v in ("true", "1", "t"):
-        return True
-    if v in ("false", "0", "f"):
-        return False
-    raise ParseError(f"kubelet flag --{flag}: {value!r} is not a boolean")
+    parsed = go_parse_bool(value.strip())
+    if parsed is None:
+        raise ParseError(f"kubelet flag --{flag}: {value!r} is not a boolean the kubelet accepts (Go strconv.ParseBool)")
+    return parsed
 
 
 def _parse_reserved_memory(values: list[str | None]) -> list[dict[str, Any]]:
@@ -204,6 +194,15 @@ def flags_to_config(flags: dict[str, list[str | None]]) -> dict[str, tuple[Any, 
     for flag, key in _BOOL_FLAGS.items():
         if flag in flags:
             out[key] = (_parse_bool(flags[flag][-1], flag), f"flag --{flag}")
+    if "eviction-hard" in flags:  # --eviction-hard=memory.available<100Mi,nodefs.available<10%
+        thresholds: dict[str, str] = {}
+        for item in (flags["eviction-hard"][-1] or "").split(","):
+            if item.strip():
+                signal, lt, value = item.partition("<")
+                if not lt:
+                    raise ParseError(f"kubelet flag --eviction-hard: {item!r} is not signal<quantity")
+                thresholds[signal.strip()] = value.strip()
+        out["evictionHard"] = (thresholds, "flag --eviction-hard")
     if "reserved-memory" in flags:
         out["reservedMemory"] = (_parse_reserved_memory(flags["reserved-memory"]), "flag --reserved-memory")
     return out
@@ -256,6 +255,15 @@ class KubeletConfig:
 
     def decided_by(self) -> str:
         return " < ".join(self.layers)
+
+
+def walk_order(root: str, paths: list[str]) -> list[str]:
+    """Drop-ins in the order the kubelet applies them: filepath.WalkDir over --config-dir (recursive,
+    each folder's entries in lexical order, a folder's contents where its name sorts), every file
+    ending in .conf (cmd/kubelet/app/server.go, mergeKubeletConfigurations). Sorting by path
+    components gives that order; sorting whole strings would not ('20-x.conf' < '20/a.conf')."""
+    base = root.rstrip("/") + "/"
+    return sorted(paths, key=lambda p: tuple(p[len(base) :].split("/")) if p.startswith(base) else (p,))
 
 
 def effective_config(

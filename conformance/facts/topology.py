@@ -51,6 +51,16 @@ class Topology:
         return None
 
     @property
+    def cpu_nodes(self) -> list[int]:
+        """NUMA nodes that have CPUs. Memory-only nodes (CXL expanders, a Grace Hopper GPU's HBM exposed
+        as a NUMA node) need no CPU reservation, hold no pinned CPUs and are never a GPU's local CPU node."""
+        return sorted(n for n, cpus in self.nodes.items() if cpus)
+
+    @property
+    def cpuless_nodes(self) -> list[int]:
+        return sorted(n for n, cpus in self.nodes.items() if not cpus)
+
+    @property
     def threads_per_core(self) -> int:
         return max((len(s) for s in self.siblings.values()), default=1)
 

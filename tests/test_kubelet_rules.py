@@ -1,0 +1,170 @@
+"""Kubelet verdicts that must match what the kubelet itself does with a configuration, each case from
+an upstream file or a documented example (see tests/samples/README.md), judged end to end: the real
+collector reads a host root through the local transport and the real checks decide."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance.facts.kubelet import parse_kubelet_args, walk_order
+from tests.fakeroot import make_host_root
+
+SAMPLES = Path(__file__).parent / "samples"
+# 2 sockets, 16 CPUs, SMT 2: cpu i and i+8 are siblings
+TOPOLOGY = {
+    "/sys/devices/system/cpu/online": "0-15\n",
+    "/sys/devices/system/node/online": "0-1\n",
+    "/sys/devices/system/node/node0/cpulist": "0-3,8-11\n",
+    "/sys/devices/system/node/node1/cpulist": "4-7,12-15\n",
+    **{f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list": f"{c % 8},{c % 8 + 8}\n" for c in range(16)},
+}
+HEAD = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+
+
+def verdicts(tmp_path: Path, argv: list[str], files: dict[str, str]) -> dict[str, tuple[str, str]]:
+    root = make_host_root(tmp_path / "root", argv, {**TOPOLOGY, **files})
+    p = subprocess.run(
+        [sys.executable, "-m", "conformance", "run", "--host-root", str(root), "--output", str(tmp_path / "out"), "--", "-k", "KUBELET"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert doc["results"], p.stderr
+    return {r["check"]: (r["outcome"], r["message"] + " | " + " ".join(r.get("evidence") or [])) for r in doc["results"]}
+
+
+# -- the command line: boolean flags never take the next argument (pflag), no list of flags kept ------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        # the issue's case: a boolean flag not in any list, then --config as a separate argument
+        ["--authentication-token-webhook", "--config", "/etc/kubernetes/kubelet.yaml"],
+        # kubeadm's systemd drop-in (10-kubeadm.conf, kubernetes.io "Configuring each kubelet in your cluster using kubeadm")
+        ["--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf", "--kubeconfig=/etc/kubernetes/kubelet.conf",
+         "--config=/etc/kubernetes/kubelet.yaml"],
+        # klog's -v takes a value (`-v, --v Level` in `kubelet --help`); a boolean then --config
+        ["-v", "2", "--rotate-server-certificates", "--config", "/etc/kubernetes/kubelet.yaml", "--node-ip", "10.0.0.7"],
+    ],
+)  # fmt: skip
+def test_config_is_found_whatever_boolean_flags_come_before_it(argv):
+    args = parse_kubelet_args(["/usr/bin/kubelet", *argv])
+    assert args.config == "/etc/kubernetes/kubelet.yaml"
+
+
+def test_a_value_is_taken_only_when_it_is_not_a_flag():
+    args = parse_kubelet_args(["kubelet", "-v", "2", "--fail-swap-on", "--node-labels", "a=b", "--some-new-bool"])
+    assert args.flags == {"v": ["2"], "fail-swap-on": [None], "node-labels": ["a=b"], "some-new-bool": [None]}
+
+
+def test_drop_ins_are_applied_in_the_kubelets_walk_order():
+    """filepath.WalkDir: a folder's contents come where the folder's name sorts, not by whole-path order."""
+    found = ["/d/20-x.conf", "/d/20/a.conf", "/d/10.conf", "/d/30/sub/z.conf"]
+    assert walk_order("/d", found) == ["/d/10.conf", "/d/20/a.conf", "/d/20-x.conf", "/d/30/sub/z.conf"]
+
+
+def test_drop_ins_in_subfolders_count(tmp_path):
+    files = {
+        "/etc/kubernetes/kubelet.yaml": HEAD + "cpuManagerPolicy: none\ntopologyManagerPolicy: none\n",
+        "/etc/kubernetes/kubelet.conf.d/10-cpu.conf": HEAD + "cpuManagerPolicy: static\n",
+        "/etc/kubernetes/kubelet.conf.d/20-gpu/10-topology.conf": HEAD + "topologyManagerPolicy: single-numa-node\n",
+        "/etc/kubernetes/kubelet.conf.d/20-gpu/README": "not a drop-in",
+    }
+    v = verdicts(tmp_path, ["--config=/etc/kubernetes/kubelet.yaml", "--config-dir=/etc/kubernetes/kubelet.conf.d"], files)
+    assert v["KUBELET-CPU-POLICY"][0] == "passed"
+    assert v["KUBELET-TOPOLOGY-POLICY"][0] == "passed" and "20-gpu/10-topology.conf" in v["KUBELET-TOPOLOGY-POLICY"][1]
+
+
+# -- full-pcpus-only: the option map is string to string; values are Go booleans ---------------------
+
+
+@pytest.mark.parametrize(
+    ("line", "outcome", "says"),
+    [
+        ('full-pcpus-only: "true"', "passed", "parses as true"),  # kubernetes.io "CPU Management Policies" example
+        ('full-pcpus-only: "True"', "passed", "parses as true"),
+        ('full-pcpus-only: "1"', "passed", "parses as true"),
+        ("full-pcpus-only: true", "failed", "cannot decode"),  # an unquoted YAML boolean: the kubelet does not start
+        ('full-pcpus-only: "yes"', "failed", "strconv.ParseBool"),  # YAML 1.1 habit, not a Go boolean
+        ('full-pcpus-only: "false"', "failed", "no full-pcpus-only set to true"),
+    ],
+)
+def test_full_pcpus_only_values_as_the_kubelet_reads_them(tmp_path, line, outcome, says):
+    files = {"/etc/kubernetes/kubelet.yaml": HEAD + f"cpuManagerPolicy: static\ncpuManagerPolicyOptions:\n  {line}\n"}
+    got, message = verdicts(tmp_path, ["--config=/etc/kubernetes/kubelet.yaml"], files)["KUBELET-CPU-FULL-PCPUS"]
+    assert (got, says in message) == (outcome, True), message
+
+
+def test_full_pcpus_only_from_the_documented_flag(tmp_path):
+    files = {"/etc/kubernetes/kubelet.yaml": HEAD + "cpuManagerPolicy: static\n"}
+    argv = ["--config=/etc/kubernetes/kubelet.yaml", "--cpu-manager-policy-options=full-pcpus-only=true"]
+    assert verdicts(tmp_path, argv, files)["KUBELET-CPU-FULL-PCPUS"][0] == "passed"
+
+
+# -- reservedMemory: coverage, and the Static policy's sum rule --------------------------------------
+
+# kubernetes.io "Utilizing the NUMA-aware Memory Manager", reserved memory flag example: kube-reserved
+# 4Gi + system-reserved 1Gi + the default hard eviction 100Mi = 5220Mi = 3Gi (node 0) + 2148Mi (node 1).
+DOCUMENTED_FLAGS = [
+    "--kube-reserved=cpu=4,memory=4Gi",
+    "--system-reserved=cpu=1,memory=1Gi",
+    "--memory-manager-policy=Static",
+]
+
+
+def test_the_documented_reserved_memory_example_adds_up(tmp_path):
+    argv = [*DOCUMENTED_FLAGS, "--reserved-memory", "0:memory=3Gi;1:memory=2148Mi"]
+    got, message = verdicts(tmp_path, argv, {})["KUBELET-RESERVED-MEMORY"]
+    assert got == "passed", message
+    assert "memory: reservedMemory sum 5220Mi, kubeReserved + systemReserved + eviction 5220Mi" in message
+
+
+def test_reserved_memory_that_does_not_add_up_fails_with_both_sums(tmp_path):
+    argv = [*DOCUMENTED_FLAGS, "--reserved-memory", "0:memory=3Gi;1:memory=2Gi"]
+    got, message = verdicts(tmp_path, argv, {})["KUBELET-RESERVED-MEMORY"]
+    assert got == "failed" and "adds up to 5Gi but kubeReserved + systemReserved + hard eviction is 5220Mi" in message
+
+
+def test_an_explicit_eviction_threshold_counts(tmp_path):
+    config = HEAD + "evictionHard:\n  memory.available: 500Mi\n"
+    argv = ["--config=/c.yaml", *DOCUMENTED_FLAGS, "--reserved-memory", "0:memory=3Gi;1:memory=2548Mi"]
+    assert verdicts(tmp_path, argv, {"/c.yaml": config})["KUBELET-RESERVED-MEMORY"][0] == "passed"
+
+
+def test_a_hugepages_only_entry_does_not_cover_a_nodes_memory(tmp_path):
+    argv = [
+        "--kube-reserved=memory=4Gi,hugepages-2Mi=0",
+        "--memory-manager-policy=Static",
+        "--reserved-memory", "0:memory=4196Mi;1:hugepages-2Mi=0",
+    ]  # fmt: skip
+    got, message = verdicts(tmp_path, argv, {})["KUBELET-RESERVED-MEMORY"]
+    assert got == "failed" and "no memory entry for NUMA node(s) [1]" in message
+
+
+def test_hugepages_reserved_on_one_side_only_break_the_sum_rule(tmp_path):
+    argv = [*DOCUMENTED_FLAGS, "--reserved-memory", "0:memory=3Gi,hugepages-1Gi=2Gi;1:memory=2148Mi"]
+    got, message = verdicts(tmp_path, argv, {})["KUBELET-RESERVED-MEMORY"]
+    assert got == "failed" and "hugepages-1Gi: reservedMemory adds up to 2Gi but kubeReserved + systemReserved is 0 bytes" in message
+
+
+# -- reserved CPUs: rounding up, and the layer that decided -------------------------------------------
+
+
+def test_fractional_cpu_reservation_is_rounded_up_as_the_cpu_manager_does(tmp_path):
+    config = HEAD + "kubeReserved:\n  cpu: 1500m\nsystemReserved:\n  cpu: 2100m\n"  # 3.6 -> 4 CPUs = 2 cores x 2 threads
+    got, message = verdicts(tmp_path, ["--config=/c.yaml"], {"/c.yaml": config})["KUBELET-RESERVED-CPUS"]
+    assert got == "passed" and "= 3.6 CPU(s), rounded up by the CPU manager to 4" in message
+
+
+def test_a_short_cpu_reservation_names_the_layers_that_set_it(tmp_path):
+    config = HEAD + "kubeReserved:\n  cpu: 500m\n"
+    argv = ["--config=/c.yaml", "--system-reserved=cpu=1"]
+    got, message = verdicts(tmp_path, argv, {"/c.yaml": config})["KUBELET-RESERVED-CPUS"]
+    assert got == "failed"
+    assert "kubeReserved: file /c.yaml (--config); systemReserved: flag --system-reserved" in message
+    assert "rounds up to 2 whole CPU(s); at least 4 expected" in message and "key not set" not in message.split("|")[0]
