@@ -37,18 +37,40 @@ class AcceptancePod:
     created_at: str
     deleted: bool = False
     error: str | None = None
+    sizing: str | None = None  # how many CPUs it asked for, and why
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "pod": f"{self.namespace}/{self.name}",
             "created_at": self.created_at,
             "deleted": self.deleted,
             "error": self.error,
         }
+        if self.sizing:
+            out["sizing"] = self.sizing
+        return out
 
 
-def manifest(node: str, profile: Profile, namespace: str, image: str, gpu_resource: str) -> dict[str, Any]:
-    cpus = str(profile.get("pods.acceptance_cpus"))
+def size_cpus(wanted: int, threads_per_core: int | None) -> tuple[int, str]:
+    """The acceptance pod's CPUs: the profile's number rounded up to whole physical cores. With
+    full-pcpus-only the static policy rejects a container whose CPU request is not a multiple of the
+    threads per core (SMTAlignmentError, pkg/kubelet/cm/cpumanager/policy_static.go), so a 1-CPU pod
+    would fail on a correct SMT node; without the option whole cores are still what a GPU pod should get."""
+    if not threads_per_core:
+        return wanted, f"{wanted} CPU(s) as the profile says (threads per core unknown on this node)"
+    cpus = -(-wanted // threads_per_core) * threads_per_core
+    if cpus == wanted:
+        return cpus, f"{cpus} CPU(s): the profile's {wanted}, whole cores of {threads_per_core} thread(s)"
+    return cpus, (
+        f"{cpus} CPU(s): the profile's {wanted} rounded up to whole cores of {threads_per_core} threads "
+        "(full-pcpus-only rejects a request that is not a multiple of the threads per core: SMTAlignmentError)"
+    )
+
+
+def manifest(
+    node: str, profile: Profile, namespace: str, image: str, gpu_resource: str, cpus_n: int | None = None
+) -> dict[str, Any]:
+    cpus = str(cpus_n if cpus_n is not None else profile.get("pods.acceptance_cpus"))
     memory = str(profile.get("pods.acceptance_memory"))
     shm = str(profile.get("pods.shm_min"))
     name = f"gnc-acceptance-{hashlib.sha256(node.encode()).hexdigest()[:10]}"

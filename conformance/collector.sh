@@ -120,7 +120,7 @@ emit_cmd uname uname -r
 emit_cmd stat-cgroup stat -fc %T "$R/sys/fs/cgroup"
 
 # Processes of interest: kubelet and the container runtimes.
-kpid=; cpid=
+kpid=; cpid=; cexe=
 set +f
 for d in "$R"/proc/[0-9]*; do
   c=$(cat "$d/comm" 2>/dev/null) || continue
@@ -131,7 +131,7 @@ for d in "$R"/proc/[0-9]*; do
       emit_file "/proc/$pid/cmdline"
       rec L "/proc/$pid/cwd" ok; readlink "$d/cwd" 2>/dev/null | tr -d '\n' | b64; echo
       [ "$c" = kubelet ] && [ -z "$kpid" ] && kpid=$pid
-      [ "$c" = containerd ] && [ -z "$cpid" ] && cpid=$pid ;;
+      [ "$c" = containerd ] && [ -z "$cpid" ] && cpid=$pid && cexe=$(readlink "$d/exe" 2>/dev/null) ;;
   esac
 done
 set -f
@@ -158,7 +158,15 @@ fi
 emit_file "$root_dir/cpu_manager_state"
 emit_file "$root_dir/memory_manager_state"
 
-# Runtime configuration.
+# Runtime configuration. The running containerd's release decides how its config files merge: ask the
+# binary itself, bounded in time (a binary that hangs must not hang the collection).
+if [ -n "${cexe:-}" ]; then
+  if command -v timeout >/dev/null 2>&1; then
+    emit_cmd containerd-version timeout -s KILL 5 "$R$cexe" --version
+  else
+    rec C containerd-version 127; echo
+  fi
+fi
 ccfg=
 [ -n "$cpid" ] && ccfg=$(arg_value "$R/proc/$cpid/cmdline" config c)
 read_containerd "${ccfg:-/etc/containerd/config.toml}" 0

@@ -3,6 +3,7 @@ outcome is `error` (never `passed`), with the reason."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -92,18 +93,30 @@ def h2d(request: pytest.FixtureRequest, node: str, node_gpus: GpuFacts) -> H2DMe
     return m
 
 
+@dataclass
+class BusyLink:
+    """Link readings taken while the link was busy (during the bandwidth probe's copies), per GPU uuid.
+    `measuring`: the node was to be measured, so every GPU should have one."""
+
+    measuring: bool
+    readings: dict[str, dict[str, Any]]
+    why_none: str = ""
+
+
 @pytest.fixture
-def link_after(request: pytest.FixtureRequest, node: str) -> dict[str, dict[str, Any]]:
-    """Per GPU uuid, the link state the bandwidth probe read right after its copies; empty when no
-    measurement ran (the link is then judged by its maxima: idle links downshift)."""
+def link_after(request: pytest.FixtureRequest, node: str) -> BusyLink:
+    """The link state the bandwidth probe read while its copies ran. Idle links downshift their
+    generation, so only these readings judge a generation."""
     run = request.config.stash[RUN_KEY]
-    if run.snapshot_dir or not run.measuring(node):
-        return {}
+    if run.snapshot_dir:
+        return BusyLink(False, {}, "a snapshot replay has no busy-link reading")
+    if not run.measuring(node):
+        return BusyLink(False, {}, "bandwidth not measured on this node")
     try:
         m = run.h2d(node)
-    except FactUnavailable:
-        return {}
-    return {u: g.nvml_after for u, g in m.gpus.items() if g.nvml_after}
+    except FactUnavailable as e:
+        return BusyLink(True, {}, str(e))
+    return BusyLink(True, {u: g.nvml_busy for u, g in m.gpus.items() if g.nvml_busy.get("gen") is not None}, "")
 
 
 @pytest.fixture

@@ -55,6 +55,7 @@ class H2DGpu:
     rows: list[H2DRow] = field(default_factory=list)
     nvml_before: dict[str, Any] = field(default_factory=dict)
     nvml_after: dict[str, Any] = field(default_factory=dict)
+    nvml_busy: dict[str, Any] = field(default_factory=dict)  # link state read while copies ran
     duration_s: float | None = None
     error: str | None = None
     note: str | None = None
@@ -119,6 +120,7 @@ def parse_probe_output(node: str, text: str) -> H2DMeasurement:
             bus_id=g.get("bus_id"),
             nvml_before=g.get("nvml_before") or {},
             nvml_after=g.get("nvml_after") or {},
+            nvml_busy=g.get("nvml_busy") or {},
             duration_s=g.get("duration_s"),
             error=g.get("error"),
             note=g.get("note"),

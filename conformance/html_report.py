@@ -132,6 +132,8 @@ def verdict_table(run: Run) -> str:
             if made.get("pod"):
                 state = "created and deleted" if made.get("deleted") else "created, NOT deleted"
                 notes.append(f"acceptance pod {made['pod']} {state}" + (f" ({made['error']})" if made.get("error") else ""))
+                if made.get("sizing"):
+                    notes.append(f"acceptance pod sized {made['sizing']}")
             else:
                 notes.append(f"acceptance pod not created: {made.get('error')}")
         why = "; ".join([why or "", *notes]).strip("; ")

@@ -31,7 +31,14 @@ from conformance.facts.kubelet import (
     split_cmdline,
     walk_order,
 )
-from conformance.facts.runtime import RuntimeConfig, containerd_runtime, crio_runtime, merge_containerd
+from conformance.facts.runtime import (
+    ContainerdRelease,
+    RuntimeConfig,
+    containerd_runtime,
+    crio_runtime,
+    merge_containerd,
+    parse_containerd_version,
+)
 from conformance.facts.topology import Topology
 
 T = TypeVar("T")
@@ -184,8 +191,8 @@ class NodeFacts:
         runtime, _ = self.runtime_name
         if runtime == "containerd":
             main = self._containerd_main()
-            doc, files = merge_containerd(main, self.bundle.optional_text, self._expand_import)
-            return containerd_runtime(doc, files)
+            merged = merge_containerd(main, self.bundle.optional_text, self._expand_import, self.containerd_release)
+            return containerd_runtime(merged)
         docs = []
         main = self.bundle.optional_text("/etc/crio/crio.conf")
         if main is not None:
@@ -193,6 +200,14 @@ class NodeFacts:
         for path in self.bundle.glob("/etc/crio/crio.conf.d/*"):
             docs.append((path, self.bundle.text(path)))
         return crio_runtime(docs)
+
+    @property
+    def containerd_release(self) -> ContainerdRelease | None:
+        """The running containerd's release, from its own `--version` (None: not asked, or no answer)."""
+        rec = self.bundle.optional_command("containerd-version")
+        if rec is None or rec.status != "0":
+            return None
+        return parse_containerd_version(rec.data.decode("utf-8", "replace"))
 
     def _containerd_main(self) -> str:
         for pid in self.bundle.processes("containerd"):

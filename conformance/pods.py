@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from conformance.errors import FactUnavailable, ParseError
@@ -87,6 +87,7 @@ class PodInfo:
     runtime_class: str | None
     share_pid: bool
     containers: list[dict[str, Any]]  # name, cpu_request, cpu_limit, mem_request, mem_limit, gpus
+    init_containers: dict[str, bool] = field(default_factory=dict)  # name -> restartable (a sidecar: restartPolicy Always)
 
 
 @dataclass
@@ -185,6 +186,7 @@ def gpu_pods(api: Any, node: str, resource: str = GPU_RESOURCE, selector: str | 
                 runtime_class=spec.runtime_class_name,
                 share_pid=bool(spec.share_process_namespace),
                 containers=containers,
+                init_containers={c.name: getattr(c, "restart_policy", None) == "Always" for c in spec.init_containers or []},
             )
         )
     return sorted(out, key=lambda x: (x.namespace, x.name))

@@ -289,12 +289,25 @@ class Run:
         def one(node: str) -> tuple[str, AcceptancePod | FactUnavailable]:
             prof = self.profile_for(node)
             image = prof.get("pods.acceptance_image") or DEFAULT_IMAGE
-            body = acceptance.manifest(node, prof, spec.namespace, image, spec.gpu_resource)
+            cpus, sizing = acceptance.size_cpus(int(prof.get("pods.acceptance_cpus")), threads.get(node))
+            body = acceptance.manifest(node, prof, spec.namespace, image, spec.gpu_resource, cpus)
             try:
-                return node, acceptance.create(self.kube_api, body, float(prof.get("pods.acceptance_timeout_s")), stop)
+                made = acceptance.create(self.kube_api, body, float(prof.get("pods.acceptance_timeout_s")), stop)
             except FactUnavailable as e:
+                if isinstance(e, acceptance.AcceptanceFailed) and e.pod is not None:
+                    e.pod.sizing = sizing
                 return node, e
+            made.sizing = sizing
+            return node, made
 
+        # The pod is sized from the node's threads per core (one collection first); the node is collected
+        # again once its pod runs, so that the kubelet's state files show the pod's assignment.
+        threads: dict[str, int | None] = {}
+        for node in nodes:
+            try:
+                threads[node] = self.facts()[node].topology.threads_per_core
+            except FactUnavailable:
+                threads[node] = None
         self.say(f"creating the acceptance pod on {len(nodes)} node(s)\n")
         pool = ThreadPoolExecutor(max_workers=max(1, min(self.parallel, len(nodes))))
         futures = [pool.submit(one, n) for n in nodes]
@@ -313,6 +326,21 @@ class Run:
             raise
         finally:
             pool.shutdown(wait=True)
+        self._recollect([n for n, got in self.acceptance.items() if isinstance(got, AcceptancePod)])
+
+    def _recollect(self, nodes: list[str]) -> None:
+        """Collect these nodes again (their state changed: an acceptance pod was admitted); the record
+        counts both remote executions."""
+        if not nodes:
+            return
+        bundles = collect_all([self.spec(n) for n in nodes], self.parallel, self.timeout, None, self.retries)
+        live = self._read_configz(nodes) if self.kube_api is not None else {}
+        with self._lock:
+            assert self._facts is not None
+            for name, b in bundles.items():
+                b.executions += self._facts[name].bundle.executions
+                b.notes = [*b.notes, "collected twice: once to size the acceptance pod, once after it ran"]
+                self._facts[name] = NodeFacts(b, *live.get(name, (None, None)))
 
     def cleanup(self) -> None:
         """Delete every acceptance pod this run created (also after a failure or an interrupt)."""

@@ -37,6 +37,8 @@ def test_runtime_systemd_cgroup(node, runtime_config, facts, profile, evidence):
     runtime, why = facts.runtime_name
     evidence.source = ", ".join(rc.files) or "runtime defaults"
     evidence.add(f"runtime {runtime} ({why}); files: {', '.join(rc.files) or 'none'}; default handler {rc.default_handler!r}")
+    if rc.rules:
+        evidence.add(f"files merged as the running release does: {rc.rules}")
     wanted = [rc.default_handler] + [h for h in profile.get("runtime.gpu_handlers") if h in rc.handlers]
     problems = []
     for name in dict.fromkeys(wanted):

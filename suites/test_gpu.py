@@ -113,29 +113,39 @@ def test_gpu_numa_consistent(node, visible_gpus, topology, evidence):
 @check(
     "GPU-PCIE-LINK",
     "critical",
-    title="PCIe link runs at the expected generation and width",
+    title="PCIe link trained at the expected width, and generation under load",
     rationale="""A GPU trained at x8 or one generation down has half the host-to-device bandwidth: model loads,
-    KV-cache offload and input copies slow down with no error anywhere.""",
+    KV-cache offload and input copies slow down with no error anywhere. The trained width is the current
+    width (nvmlDeviceGetCurrPcieLinkWidth). The generation is judged only from a reading taken while the
+    link is busy: idle GPUs lower the link speed to save power (nvidia-smi's documentation of "GPU Link
+    Info": the current generation may be reduced when the GPU is not in use), and
+    nvmlDeviceGetMaxPcieLinkGeneration is what device and slot could do, never what the link trained at.""",
     remediation="Reseat the GPU or riser, check the BIOS PCIe speed setting for the slot, and compare "
-    "`nvidia-smi -q | grep -A3 'Link'` under load; a gap between device-and-slot and GPU maximum is a slot/BIOS limit.",
-    source="NVML nvmlDeviceGetCurr/MaxPcieLinkGeneration/Width, nvmlDeviceGetGpuMaxPcieLinkGeneration",
+    "`nvidia-smi -q | grep -A3 'Link'` under load; a gap between device-and-slot and GPU maximum is a slot/BIOS "
+    "limit. For a generation verdict run with --measure (or a profile with gpu.measure_bandwidth).",
+    source="NVML nvmlDeviceGetCurrPcieLinkWidth/Generation (during the bandwidth run for the generation), "
+    "nvmlDeviceGetMaxPcieLinkGeneration/Width, nvmlDeviceGetGpuMaxPcieLinkGeneration",
 )
 def test_gpu_pcie_link(node, visible_gpus, profile, link_after, evidence):
     gp = profile.get("gpu")
     want_width = gp["pcie_width"]
-    after = link_after
-    evidence.source = visible_gpus.source + (" (link read right after the bandwidth run)" if after else "")
-    failures, errors = [], []
+    busy_all = link_after.readings
+    evidence.source = visible_gpus.source + (" (generation read during the bandwidth run)" if busy_all else "")
+    failures, errors, unjudged, verified = [], [], [], []
     for g in visible_gpus.gpus:
         want_gen, why = expected_generation(g, gp)
-        busy = after.get(g.uuid, {})
-        gen = busy.get("gen") if busy.get("gen") is not None else g.pcie_max_gen
+        busy = busy_all.get(g.uuid, {})
+        if not busy and g.processes and g.pcie_gen is not None:
+            # a GPU with compute processes is not idle: its current link state is a reading under load
+            busy = {"gen": g.pcie_gen, "width": g.pcie_width}
+            evidence.add(f"{g.label}: {len(g.processes)} compute process(es) at collection: the current link is read under load")
+        gen = busy.get("gen")
         width = busy.get("width") if busy.get("width") is not None else g.pcie_width
-        basis = "under load" if busy.get("gen") is not None else "device-and-slot maximum (idle links downshift)"
         line = (
-            f"{g.label}: Gen{gen} x{width} {basis}; current Gen{g.pcie_gen} x{g.pcie_width}; "
-            f"device-and-slot max Gen{g.pcie_max_gen} x{g.pcie_max_width}; GPU max Gen{g.pcie_gpu_max_gen}; "
-            f"expected Gen{want_gen} x{want_width} ({why})"
+            f"{g.label}: width x{width} ({'under load' if busy.get('width') is not None else 'current'}); "
+            f"generation {f'Gen{gen} under load' if gen is not None else 'not read under load'}; "
+            f"current (possibly idle) Gen{g.pcie_gen} x{g.pcie_width}; device-and-slot max Gen{g.pcie_max_gen} "
+            f"x{g.pcie_max_width}; GPU max Gen{g.pcie_gpu_max_gen}; expected Gen{want_gen} x{want_width} ({why})"
         )
         if g.pci is not None:  # the kernel's view of the same link, for whoever compares with lspci
             p = g.pci
@@ -143,17 +153,34 @@ def test_gpu_pcie_link(node, visible_gpus, profile, link_after, evidence):
         evidence.add(line)
         if "pcie_gpu_max_gen" in g.errors:
             evidence.add(f"{g.label}: GPU maximum generation: {g.errors['pcie_gpu_max_gen']}")
-        if gen is None or width is None or want_gen is None:
-            errors.append(f"{g.label}: link generation or width not reported ({g.errors})")
+        if width is None or want_gen is None:
+            errors.append(f"{g.label}: link width or expected generation not reported ({g.errors})")
             continue
-        if gen < want_gen:
+        if width < want_width:
+            failures.append(f"{g.label}: trained at x{width}, expected x{want_width}")
+        if gen is None:
+            unjudged.append(g.label)
+        elif gen < want_gen:
             slot = ""
             if g.pcie_gpu_max_gen and g.pcie_max_gen and g.pcie_max_gen < g.pcie_gpu_max_gen:
                 slot = f" (the slot or BIOS caps it: device-and-slot max Gen{g.pcie_max_gen}, GPU max Gen{g.pcie_gpu_max_gen})"
-            failures.append(f"{g.label}: Gen{gen}, expected Gen{want_gen}{slot}")
-        if width < want_width:
-            failures.append(f"{g.label}: x{width}, expected x{want_width}")
+            failures.append(f"{g.label}: Gen{gen} under load, expected Gen{want_gen}{slot}")
+        else:
+            verified.append(f"{g.label} Gen{gen} x{width}")
+    if unjudged and link_after.measuring and not failures:
+        errors.append(
+            f"generation not judged for {', '.join(unjudged)}: the bandwidth run gave no busy-link reading"
+            + (f" ({link_after.why_none})" if link_after.why_none else "")
+        )
     _fail_or_error(failures, errors)
+    if unjudged:
+        pytest.skip(
+            f"width x{want_width} verified on {len(visible_gpus.gpus)} GPU(s); generation NOT judged for "
+            f"{', '.join(unjudged)}: idle links downshift, so only a reading under load counts "
+            f"({link_after.why_none or 'no busy reading'}). Run `conformance run --measure` or use a profile with "
+            "gpu.measure_bandwidth (the acceptance profiles) for a generation verdict"
+        )
+    evidence.add(f"verified under load: {', '.join(verified)}")
 
 
 @check(

@@ -23,23 +23,31 @@ def _fmt(cpus) -> str:
 @check(
     "POD-QOS-GUARANTEED",
     "critical",
-    title="GPU pod is Guaranteed with whole-CPU requests equal to limits",
-    rationale="""Only Guaranteed pods with integer CPU requests get exclusive CPUs from the static CPU
-    manager and NUMA alignment from the topology manager; anything else shares the node's CPU pool.""",
-    remediation="Set requests equal to limits for cpu (a whole number) and memory in every container of the pod.",
+    title="GPU pod is Guaranteed, and its GPU container requests whole CPUs",
+    rationale="""Only Guaranteed pods get exclusive CPUs from the static CPU manager and NUMA alignment from the
+    topology manager, and exclusive CPUs are granted per container, to containers of such a pod whose CPU
+    request is a whole number (pkg/kubelet/cm/cpumanager/policy_static.go, guaranteedCPUs). A sidecar with
+    a fractional request keeps the pod Guaranteed and runs in the shared pool; the GPU container is still
+    pinned.""",
+    remediation="Set requests equal to limits for cpu and memory in every container of the pod, and a whole "
+    "number of CPUs for the GPU container (sidecars may request fractions).",
     source="Kubernetes API: pod spec resources, status.qosClass",
 )
-def test_pod_qos(node, container, pod, evidence):
+def test_pod_qos(node, container, pod, spec_container, evidence):
     evidence.source = "pod spec and status (API)"
     evidence.add(f"status.qosClass: {pod.qos}")
-    problems = [] if pod.qos == "Guaranteed" else [f"qosClass is {pod.qos}"]
+    problems = [] if pod.qos == "Guaranteed" else [f"qosClass is {pod.qos} (requests must equal limits in every container)"]
     for c in pod.containers:
-        req, lim = cpu_count(c["cpu_request"]), cpu_count(c["cpu_limit"])
-        evidence.add(f"{c['name']}: cpu {c['cpu_request']}/{c['cpu_limit']}, memory {c['mem_request']}/{c['mem_limit']}")
-        if req is None or lim is None or req != lim or req != int(req):
-            problems.append(f"{c['name']}: cpu request {c['cpu_request']} / limit {c['cpu_limit']} (need equal whole CPUs)")
-        if c["mem_request"] is None or bytes_of(c["mem_request"]) != bytes_of(c["mem_limit"]):
-            problems.append(f"{c['name']}: memory request {c['mem_request']} != limit {c['mem_limit']}")
+        role = "judged" if c["name"] == spec_container["name"] else "other container, evidence only"
+        evidence.add(f"{c['name']} ({role}): cpu {c['cpu_request']}/{c['cpu_limit']}, memory {c['mem_request']}/{c['mem_limit']}")
+    c = spec_container
+    req, lim = cpu_count(c["cpu_request"]), cpu_count(c["cpu_limit"])
+    if req is None or lim is None or req != lim or req != int(req):
+        problems.append(
+            f"{c['name']}: cpu request {c['cpu_request']} / limit {c['cpu_limit']} (need equal whole CPUs for exclusive CPUs)"
+        )
+    if c["mem_request"] is None or bytes_of(c["mem_request"]) != bytes_of(c["mem_limit"]):
+        problems.append(f"{c['name']}: memory request {c['mem_request']} != limit {c['mem_limit']}")
     assert not problems, "; ".join(problems)
 
 
@@ -69,11 +77,20 @@ def test_pod_cpus_exclusive(node, container, pod, spec_container, inside, assign
     if shared:
         problems.append(f"CPUs {_fmt(shared)} are in the shared pool (defaultCpuSet)")
     for uid, entries in cpu_manager_state.entries.items():
-        if uid == pod.uid:
-            continue  # a pod's app containers may reuse its init containers' CPUs
         for name, cpus in entries.items():
             overlap = cpus & inside.cpus
-            if overlap:
+            if not overlap or (uid == pod.uid and name == container.container):
+                continue
+            if uid == pod.uid:
+                # Within a pod, an app container may reuse the CPUs of an init container that has finished;
+                # a restartable init container (sidecar) runs alongside it and keeps its own
+                # (pkg/kubelet/cm/cpumanager/policy_static.go: reusable CPUs come only from
+                # non-restartable init containers, see updateCPUsToReuse).
+                if name in pod.init_containers and not pod.init_containers[name]:
+                    continue
+                kind = "restartable init container (sidecar)" if pod.init_containers.get(name) else "container"
+                problems.append(f"CPUs {_fmt(overlap)} also assigned to {kind} {name} of the same pod")
+            else:
                 problems.append(f"CPUs {_fmt(overlap)} also assigned to pod {uid} container {name}")
     assert not problems, "; ".join(problems)
 
@@ -88,11 +105,33 @@ def test_pod_cpus_exclusive(node, container, pod, spec_container, inside, assign
     "no more CPUs than one NUMA node has.",
     source="exec: Cpus_allowed_list; node: /sys/devices/system/node",
 )
-def test_pod_cpus_single_numa(node, container, inside, topology, evidence):
+def test_pod_cpus_single_numa(node, container, inside, topology, gpus, profile, evidence):
     nodes = _nodes_of(inside.cpus, topology)
     evidence.source = "exec /proc/self/status; sysfs NUMA map"
     evidence.add(f"CPUs {_fmt(inside.cpus)} on NUMA node(s) {sorted(n for n in nodes if n is not None)}")
+    gpu_nodes = _gpu_nodes(inside, gpus)
+    if profile.get("pods.numa_alignment") == "gpus" and len(gpu_nodes) > 1:
+        # A pod with GPUs on several NUMA nodes (8 GPUs on 2 sockets) cannot fit one node; the profile asks
+        # for its CPUs to sit on its GPUs' NUMA nodes and nowhere else (topology policy restricted, pod scope).
+        evidence.add(f"profile {profile.name}: pods.numa_alignment gpus; its GPUs are on NUMA nodes {sorted(gpu_nodes)}")
+        assert None not in nodes and nodes == gpu_nodes, (
+            f"CPUs {_fmt(inside.cpus)} on NUMA nodes {sorted(map(str, nodes))}, its GPUs on {sorted(gpu_nodes)}"
+        )
+        return
     assert len(nodes) == 1 and None not in nodes, f"CPUs {_fmt(inside.cpus)} span NUMA nodes {sorted(map(str, nodes))}"
+
+
+def _gpu_nodes(inside, gpus) -> set[int]:
+    """NUMA nodes of the GPUs the container sees (those known)."""
+    try:
+        by_minor = {g.minor: g for g in gpus.gpus}
+    except FactUnavailable:
+        return set()
+    return {
+        by_minor[m].pci.numa_node
+        for m in inside.gpu_minors
+        if m in by_minor and by_minor[m].pci and by_minor[m].pci.numa_node is not None
+    }
 
 
 @check(
@@ -104,7 +143,7 @@ def test_pod_cpus_single_numa(node, container, inside, topology, evidence):
     "the CPU and memory hints; check that the GPU's numa_node is known (GPU-NUMA-KNOWN).",
     source="exec: /dev/nvidia<N>; node: NVML minor numbers, sysfs numa_node",
 )
-def test_pod_gpu_numa_aligned(node, container, spec_container, inside, topology, gpus, evidence):
+def test_pod_gpu_numa_aligned(node, container, spec_container, inside, topology, gpus, profile, evidence):
     evidence.source = "exec /dev/nvidia<N>; node GPU facts"
     cpu_nodes = _nodes_of(inside.cpus, topology)
     by_minor = {g.minor: g for g in gpus.gpus}
@@ -120,7 +159,11 @@ def test_pod_gpu_numa_aligned(node, container, spec_container, inside, topology,
             raise FactUnavailable(f"/dev/nvidia{minor}: no GPU with that minor number on node {node} ({gpus.source})")
         gnode = g.pci.numa_node if g.pci else None
         evidence.add(f"/dev/nvidia{minor}: {g.label} on NUMA node {gnode}")
-        if gnode is None or {gnode} != cpu_nodes:
+        if profile.get("pods.numa_alignment") == "gpus":
+            if gnode is None or gnode not in cpu_nodes:  # multi-NUMA pods: each GPU has CPUs of the pod beside it
+                problems.append(f"GPU{g.index} (/dev/nvidia{minor}) on NUMA node {gnode}, no CPU of the container there "
+                                f"(CPUs on {sorted(map(str, cpu_nodes))})")  # fmt: skip
+        elif gnode is None or {gnode} != cpu_nodes:
             problems.append(f"GPU{g.index} (/dev/nvidia{minor}) on NUMA node {gnode}, CPUs on {sorted(map(str, cpu_nodes))}")
     assert not problems, "; ".join(problems)
 

@@ -152,9 +152,10 @@ def pod_object(
     spec_containers = [{"name": c["name"], "image": c.get("image", "registry.example/app:1"), "resources": c.get("resources", {})}
                        for c in containers]  # fmt: skip
     inits = [
-        {"name": c["name"], "image": "registry.example/init:1", "resources": c.get("resources", {})}
+        {"name": c["name"], "image": "registry.example/init:1", "resources": c.get("resources", {}),
+         **({"restartPolicy": c["restartPolicy"]} if c.get("restartPolicy") else {})}
         for c in init_containers or []
-    ]
+    ]  # fmt: skip
     spec: dict[str, Any] = {"nodeName": node, "containers": spec_containers, "restartPolicy": "Always"}
     if inits:
         spec["initContainers"] = inits

@@ -84,9 +84,10 @@ def test_measures_each_gpu_from_each_numa_node(tmp_path, built):
         assert row1.binding["cpus"] == [1]
         assert row1.gbps < row0.gbps  # the stand-in's rate for the remote node is a quarter
         assert m.gpus[UUID1].row(1).gbps > m.gpus[UUID1].row(0).gbps
-    # NVML read around the run: the stand-in's counter grows by replay_step per read
-    assert g0.nvml_before["replay"] == 7 and g0.nvml_after["replay"] == 9
-    assert g0.nvml_after["gen"] == 5 and g0.nvml_after["width"] == 16
+    # NVML read before and after (the stand-in's replay counter grows by replay_step per read), and the link
+    # alone once while each NUMA node's copies run (the link busy)
+    assert g0.nvml_before["replay"] == 7 and g0.nvml_after["replay"] == 9 and "replay" not in g0.nvml_busy
+    assert g0.nvml_busy["gen"] == 5 and g0.nvml_busy["width"] == 16
     assert leaks(leak_file) == {"contexts": 0, "streams": 0, "events": 0, "device_allocs": 0, "host_allocs": 0}
 
 

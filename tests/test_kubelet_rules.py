@@ -28,11 +28,10 @@ HEAD = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
 
 def verdicts(tmp_path: Path, argv: list[str], files: dict[str, str]) -> dict[str, tuple[str, str]]:
     root = make_host_root(tmp_path / "root", argv, {**TOPOLOGY, **files})
-    p = subprocess.run(
-        [sys.executable, "-m", "conformance", "run", "--host-root", str(root), "--output", str(tmp_path / "out"), "--", "-k", "KUBELET"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "conformance", "run", "--host-root", str(root), "--output", str(out), "--", "-k", "KUBELET"]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    doc = json.loads((out / "results.json").read_text())
     assert doc["results"], p.stderr
     return {r["check"]: (r["outcome"], r["message"] + " | " + " ".join(r.get("evidence") or [])) for r in doc["results"]}
 
@@ -149,7 +148,9 @@ def test_a_hugepages_only_entry_does_not_cover_a_nodes_memory(tmp_path):
 def test_hugepages_reserved_on_one_side_only_break_the_sum_rule(tmp_path):
     argv = [*DOCUMENTED_FLAGS, "--reserved-memory", "0:memory=3Gi,hugepages-1Gi=2Gi;1:memory=2148Mi"]
     got, message = verdicts(tmp_path, argv, {})["KUBELET-RESERVED-MEMORY"]
-    assert got == "failed" and "hugepages-1Gi: reservedMemory adds up to 2Gi but kubeReserved + systemReserved is 0 bytes" in message
+    assert (
+        got == "failed" and "hugepages-1Gi: reservedMemory adds up to 2Gi but kubeReserved + systemReserved is 0 bytes" in message
+    )
 
 
 # -- reserved CPUs: rounding up, and the layer that decided -------------------------------------------

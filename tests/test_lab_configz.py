@@ -21,9 +21,20 @@ pytestmark = pytest.mark.lab
 SAMPLE = json.loads((SAMPLES / "configz.kind.none-policies.aquasecurity-node-collector.json").read_text())["kubeletconfig"]
 
 
+# What a kubelet whose files set no evictionHard reports (the v1beta1 default, DefaultEvictionHard); the
+# kind sample's own thresholds (disk eviction off, no memory.available) belong to the kind node's files.
+DEFAULT_EVICTION_HARD = {
+    "memory.available": "100Mi",
+    "nodefs.available": "10%",
+    "nodefs.inodesFree": "5%",
+    "imagefs.available": "15%",
+}
+
+
 def live(values: dict) -> dict:
     """A configz answer: the real sample's other fields, and the node's values for the checked keys."""
     base = {k: v for k, v in SAMPLE.items() if k not in UPSTREAM_DEFAULTS}
+    base["evictionHard"] = DEFAULT_EVICTION_HARD
     return {**base, **{k: v for k, v in values.items() if k not in ("kind", "apiVersion")}}
 
 

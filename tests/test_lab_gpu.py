@@ -82,7 +82,7 @@ def test_messages_name_the_gpu_and_the_cause(gpu_audit):
     assert "numa_node is -1" in bad["GPU-NUMA-KNOWN"]["message"]
     assert "NVML CPU affinity 1 != sysfs local_cpulist 0-1" in bad["GPU-NUMA-CONSISTENT"]["message"]
     link = bad["GPU-PCIE-LINK"]["message"]
-    assert "Gen4, expected Gen5 (the slot or BIOS caps it" in link and "x8, expected x16" in link
+    assert "Gen4 under load, expected Gen5 (the slot or BIOS caps it" in link and "trained at x8, expected x16" in link
     assert "100 PCIe replays during the bandwidth run (limit 80)" in bad["GPU-PCIE-REPLAY"]["message"]
     assert "MIG enabled" in bad["GPU-MIG-MODE"]["message"]
     assert "does not serve DCGM_FI_PROF_PCIE_TX_BYTES" in bad["GPU-DCGM-EXPORTER"]["message"]

@@ -29,8 +29,9 @@ NODE = "gpu-pods"
 GOOD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 PODS = [
     # conformant: Guaranteed, cpu0 (NUMA 0) with GPU0 (NUMA 0), 2 GiB /dev/shm, thread pools of 1; its
-    # init container's CPUs are reused by the app container (legal); PID 1 is the pause process
-    LabPod("good", "uid-good", "0", gpus=[0], env=GOOD_ENV, shm_mib=2048, init="setup", share_pid=True),
+    # init container's CPUs are reused by the app container (legal); PID 1 is the pause process; a log
+    # shipper with 100m keeps the pod Guaranteed and runs in the shared pool (the GPU container is pinned)
+    LabPod("good", "uid-good", "0", gpus=[0], env=GOOD_ENV, shm_mib=2048, init="setup", share_pid=True, sidecar="log-shipper"),
     # Burstable, on the shared pool across both NUMA nodes, GPU1, 64 MiB /dev/shm, no thread variables
     LabPod(
         "burst",
@@ -44,7 +45,8 @@ PODS = [
     # Guaranteed on cpu1 (NUMA 1) with GPU0 (NUMA 0); a worker thread pins itself to cpu0; OMP too large;
     # shares cpu1 with 'twin' in the kubelet's state
     LabPod("far-gpu", "uid-far", "1", gpus=[0], env={"OMP_NUM_THREADS": "8", "MKL_NUM_THREADS": "1"}, shm_mib=2048, stray_cpu=0),
-    LabPod("twin", "uid-twin", "1", gpus=[1], env=GOOD_ENV, shm_mib=2048),
+    # ... and with its own restartable init container (a sidecar), which must not share the app's CPUs
+    LabPod("twin", "uid-twin", "1", gpus=[1], env=GOOD_ENV, shm_mib=2048, restartable_init="proxy"),
     # deleted while the run goes on (the API says so at exec), and one whose image has no shell
     LabPod("gone", "uid-gone", "1", gpus=[1], running=False),
     LabPod("distroless", "uid-distroless", "1", gpus=[1], running=False, has_shell=False),
@@ -218,6 +220,13 @@ def test_results_name_the_subject_and_the_cause(audit):
     )
     assert "OMP_NUM_THREADS=8, expected 1..1" in got["far-gpu"]["POD-THREAD-ENV"]["message"]
     assert "also assigned to pod uid-twin" in got["far-gpu"]["POD-CPUS-EXCLUSIVE"]["message"]
+    assert (
+        "also assigned to restartable init container (sidecar) proxy of the same pod"
+        in got["twin"]["POD-CPUS-EXCLUSIVE"]["message"]
+    )
+    assert "log-shipper (other container, evidence only): cpu 100m/100m" in " ".join(
+        got["good"]["POD-QOS-GUARANTEED"]["evidence"]
+    )
     assert "qosClass is Burstable" in got["burst"]["POD-QOS-GUARANTEED"]["message"]
     assert "/dev/shm is 64 MiB, 2Gi required" in got["burst"]["POD-SHM-SIZE"]["message"]
     assert "span NUMA nodes" in got["burst"]["POD-CPUS-SINGLE-NUMA"]["message"]

@@ -62,13 +62,18 @@ def node_processes(node) -> list[str]:
     return sorted(names)
 
 
+def resident(node) -> list[str]:
+    """What runs on a lab node between audits: its kubelet, its sshd, and a containerd where it has one."""
+    return sorted(["kubelet", "sshd", *(["containerd"] if node.spec.containerd is not None else [])])
+
+
 def settled_processes(nodes, timeout: float = 10.0) -> dict[str, list[str]]:
     """Process names per node once only kubelet and sshd are left (sessions of earlier tests, such as
     refused logins, end on their own), or as they are when the timeout ends."""
     deadline = time.monotonic() + timeout
     while True:
         procs = {n.spec.name: node_processes(n) for n in nodes}
-        if all(p == ["kubelet", "sshd"] for p in procs.values()) or time.monotonic() > deadline:
+        if all(procs[n.spec.name] == resident(n) for n in nodes) or time.monotonic() > deadline:
             return procs
         time.sleep(0.1)
 
@@ -93,6 +98,7 @@ def full_audit(lab, tmp_path_factory):
         "run": run,
         "collect": collect,
         "tmp": tmp,
+        "up": up,
     }
 
 
@@ -106,8 +112,8 @@ def test_audit_leaves_every_node_unchanged(full_audit):
 
 def test_no_process_is_left_on_any_node(full_audit):
     assert full_audit["procs_before"] == full_audit["procs_after"]
-    for procs in full_audit["procs_after"].values():
-        assert procs == ["kubelet", "sshd"]
+    for node in full_audit["up"]:
+        assert full_audit["procs_after"][node.spec.name] == resident(node)
 
 
 def test_planted_shell_metacharacters_never_ran(lab, full_audit):

@@ -15,7 +15,16 @@ from conformance.facts import kernel
 from conformance.facts.checkpoints import parse_cpu_manager_state, parse_memory_manager_state
 from conformance.facts.cpulist import parse_cpulist
 from conformance.facts.kubelet import effective_config, flags_to_config, load_config_document, parse_kubelet_args
-from conformance.facts.runtime import containerd_runtime, crio_runtime, load_toml, merge_containerd
+from conformance.facts.runtime import (
+    ContainerdMerge,
+    _merge_1x,
+    _merge_20,
+    _merge_23,
+    containerd_runtime,
+    crio_runtime,
+    load_toml,
+    merge_containerd,
+)
 from conformance.facts.units import parse_duration, parse_quantity
 from conformance.inventory import parse_inventory
 from conformance.latency import parse_endpoints
@@ -96,7 +105,8 @@ def test_checkpoint_shaped_documents(doc):
 @FAST
 @given(runtime_like)
 def test_containerd_shaped_documents(doc):
-    only_parse_errors(containerd_runtime, doc, ["/etc/containerd/config.toml"])
+    for merge in (_merge_1x, _merge_20, _merge_23):
+        only_parse_errors(lambda d, m=merge: containerd_runtime(ContainerdMerge(*m([("/c.toml", d)]), ["/c.toml"], "fuzz")), doc)
 
 
 @FAST
@@ -150,8 +160,7 @@ def test_deeply_nested_documents(depth):
 
 def test_containerd_imports_loop_terminates():
     files = {"/a.toml": 'imports = ["/b.toml"]\n', "/b.toml": 'imports = ["/a.toml"]\n'}
-    _, used = merge_containerd("/a.toml", files.get, lambda p: [p])
-    assert used == ["/a.toml", "/b.toml"]
+    assert merge_containerd("/a.toml", files.get, lambda p: [p]).files == ["/a.toml", "/b.toml"]
 
 
 def test_secrets_are_redacted_by_name_and_by_shape():

@@ -1,10 +1,11 @@
+import fnmatch
 from pathlib import Path
 
 import pytest
 
 from conformance.errors import ParseError
 from conformance.facts import kernel
-from conformance.facts.runtime import containerd_runtime, crio_runtime, load_toml, merge_containerd
+from conformance.facts.runtime import containerd_runtime, crio_runtime, load_toml, merge_containerd, parse_containerd_version
 from conformance.facts.topology import Topology
 
 SAMPLES = Path(__file__).parent / "samples"
@@ -14,41 +15,130 @@ def load(name):
     return (SAMPLES / name).read_text()
 
 
+def containerd_of(files: dict[str, str], release: str | None = None, main: str = "/etc/containerd/config.toml"):
+    """The effective containerd runtime config of `files`, merged as `release` would (None: unknown)."""
+
+    def expand(pattern):
+        return sorted(p for p in files if fnmatch.fnmatchcase(p, pattern))
+
+    rel = parse_containerd_version(f"containerd github.com/containerd/containerd v{release} abc") if release else None
+    return containerd_runtime(merge_containerd(main, files.get, expand, rel))
+
+
 @pytest.mark.parametrize(
     "name", ["containerd.config.v2.systemdcgroup.containerd-docs.toml", "containerd.config.v3.systemdcgroup.containerd-docs.toml"]
 )
 def test_containerd_samples(name):
-    rc = containerd_runtime(load_toml(load(name), name), [name])
+    rc = containerd_of({"/etc/containerd/config.toml": load(name)})
     assert rc.default_handler == "runc" and rc.handlers["runc"].systemd_cgroup is True
 
 
 def test_containerd_without_option_defaults_to_cgroupfs():
-    rc = containerd_runtime(load_toml("version = 2\n", "c"), ["c"])
+    rc = containerd_of({"/etc/containerd/config.toml": "version = 2\n"})
     assert rc.handlers["runc"].systemd_cgroup is False
 
 
-def test_imports_replace_whole_plugin_sections_relative_and_glob():
+@pytest.mark.parametrize(
+    ("text", "release"),
+    [
+        ("containerd containerd.io 1.7.27 05044ec0a9a75232cad458027ca83437aae3f4da", "1.7.27"),
+        ("containerd github.com/containerd/containerd/v2 v2.0.0 207ad711eabd375a01713109a8a197d197ff6542", "2.0.0"),
+        ("containerd github.com/containerd/containerd v1.6.21-k3s1 abc", "1.6.21"),
+        ("no version here", None),
+    ],
+)
+def test_containerd_version_output(text, release):
+    got = parse_containerd_version(text)
+    assert (str(got) if got else None) == release
+
+
+# containerd v2.0.0 cmd/containerd/server/config/config_test.go, TestMergingPluginsWithTwoCriRuntimeDropInConfigs:
+# the main file configures runc, the NVIDIA toolkit's drop-in adds only its own handler.
+UPSTREAM_RUNC = """
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      SystemdCgroup = true
+"""
+UPSTREAM_NVIDIA = """
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      default_runtime_name = "nvidia"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes]
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+          privileged_without_host_devices = false
+          runtime_engine = ""
+          runtime_root = ""
+          runtime_type = "io.containerd.runc.v2"
+          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+            BinaryName = "/usr/bin/nvidia-container-runtime"
+            SystemdCgroup = true
+"""
+
+
+def _upstream_pair(version_line: str = "") -> dict[str, str]:
+    return {
+        "/etc/containerd/config.toml": version_line + 'imports = ["/etc/containerd/conf.d/*.toml"]\n' + UPSTREAM_RUNC,
+        "/etc/containerd/conf.d/99-nvidia.toml": version_line + UPSTREAM_NVIDIA,
+    }
+
+
+def test_containerd_2_deep_merges_a_drop_in_that_adds_a_handler():
+    rc = containerd_of(_upstream_pair("version = 2\n"), "2.0.0")
+    assert rc.default_handler == "nvidia"
+    assert rc.handlers["runc"].systemd_cgroup is True and rc.handlers["nvidia"].systemd_cgroup is True
+    assert "containerd 2.0.0: 2.0-2.2 merge rules" in (rc.rules or "")
+
+
+def test_containerd_1_replaces_the_whole_plugin_section():
+    rc = containerd_of(_upstream_pair("version = 2\n"), "1.7.27")
+    assert rc.handlers["nvidia"].systemd_cgroup is True
+    assert "runc" not in rc.handlers  # the drop-in's CRI section replaced the main file's: runc's options are gone
+
+
+def test_containerd_2_3_migrates_each_file_then_merges():
     files = {
         "/etc/containerd/config.toml": 'version = 3\nimports = ["conf.d/*.toml"]\n'
-        "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\nSystemdCgroup = true\n"
-        "[plugins.'io.containerd.grpc.v1.other']\nx = 1\n",
-        "/etc/containerd/conf.d/50-nvidia.toml": "version = 3\n"
-        "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia.options]\nSystemdCgroup = true\n",
+        "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\nSystemdCgroup = true\n",
+        # a version 2 drop-in (the NVIDIA toolkit's older format) is migrated on its own, then merged
+        "/etc/containerd/conf.d/99-nvidia.toml": "version = 2\n" + UPSTREAM_NVIDIA,
     }
-    seen = []
+    rc = containerd_of(files, "2.3.0")
+    assert rc.handlers["runc"].systemd_cgroup is True and rc.handlers["nvidia"].systemd_cgroup is True
+    # 2.0-2.2 merge first and migrate the merged document by the LAST file's version: the old CRI section
+    # then replaces the runtime section, and runc's options are gone
+    rc = containerd_of(files, "2.1.4")
+    assert rc.handlers["nvidia"].systemd_cgroup is True and "runc" not in rc.handlers
 
-    def expand(pattern):
-        seen.append(pattern)
-        return ["/etc/containerd/conf.d/50-nvidia.toml"]
 
-    doc, used = merge_containerd("/etc/containerd/config.toml", files.get, expand)
-    assert seen == ["/etc/containerd/conf.d/*.toml"]
-    assert used == ["/etc/containerd/config.toml", "/etc/containerd/conf.d/50-nvidia.toml"]
-    rc = containerd_runtime(doc, used)
-    # the imported section replaced the main file's CRI section: runc is back at its default
-    assert rc.handlers["nvidia"].systemd_cgroup is True
-    assert rc.handlers["runc"].systemd_cgroup is False
-    assert doc["plugins"]["io.containerd.grpc.v1.other"] == {"x": 1}
+def test_containerd_2_3_refuses_a_drop_in_with_a_higher_version():
+    files = {
+        "/etc/containerd/config.toml": 'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n' + UPSTREAM_RUNC,
+        "/etc/containerd/conf.d/99-v3.toml": "version = 3\n",
+    }
+    with pytest.raises(ParseError, match="drop-in config version 3 higher than root config version 2"):
+        containerd_of(files, "2.3.0")
+    assert (
+        containerd_of(files, "2.2.0").handlers["runc"].systemd_cgroup is False
+    )  # 2.2: merged; version 3 wins, old section ignored
+
+
+def test_config_version_4_keeps_the_cri_runtime_path_and_unknown_versions_are_named():
+    v4 = "version = 4\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\nSystemdCgroup = true\n"
+    assert containerd_of({"/etc/containerd/config.toml": v4}, "2.3.0").handlers["runc"].systemd_cgroup is True
+    with pytest.raises(ParseError, match=r"config version 4: containerd 2\.0-2\.2 supports versions up to 3"):
+        containerd_of({"/etc/containerd/config.toml": v4}, "2.1.0")
+    with pytest.raises(ParseError, match=r"config version 5: containerd 2\.3 supports versions up to 4"):
+        containerd_of({"/etc/containerd/config.toml": "version = 5\n"}, "2.3.0")
+    with pytest.raises(ParseError, match="config version 'three' is not a version number"):
+        containerd_of({"/etc/containerd/config.toml": 'version = "three"\n'}, "2.3.0")
+
+
+def test_a_missing_literal_import_stops_containerd():
+    files = {"/etc/containerd/config.toml": 'version = 2\nimports = ["/etc/containerd/extra.toml"]\n'}
+    with pytest.raises(ParseError, match=r"extra\.toml: imported by the containerd config but missing"):
+        containerd_of(files, "1.7.0")
 
 
 def test_crio_dropin_sample_and_default():
@@ -109,8 +199,6 @@ def test_topology_consistency():
 
 
 def test_systemd_cgroup_must_be_a_boolean():
-    doc = load_toml(
-        'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\nSystemdCgroup = "false"\n', "c"
-    )
+    text = 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\nSystemdCgroup = "false"\n'
     with pytest.raises(ParseError, match="not true or false"):
-        containerd_runtime(doc, ["c"])
+        containerd_of({"/etc/containerd/config.toml": text})

@@ -125,17 +125,18 @@ def nvml_reader():
     except Exception:
         return None
 
-    def read(uuid):
+    def read(uuid, link_only=False):
         out = {}
         try:
             h = pynvml.nvmlDeviceGetHandleByUUID(uuid)
         except pynvml.NVMLError as e:
             return {"error": str(e)}
-        for key, fn in (
+        fields = (
             ("replay", pynvml.nvmlDeviceGetPcieReplayCounter),
             ("gen", pynvml.nvmlDeviceGetCurrPcieLinkGeneration),
             ("width", pynvml.nvmlDeviceGetCurrPcieLinkWidth),
-        ):
+        )
+        for key, fn in fields[1:] if link_only else fields:
             try:
                 out[key] = fn(h)
             except pynvml.NVMLError as e:
@@ -151,8 +152,9 @@ def median(xs):
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2.0
 
 
-def measure(cu, dev, numa, node, cpus, deadline):
-    """One (GPU, NUMA node) figure. Frees what it allocated, whatever happens."""
+def measure(cu, dev, numa, node, cpus, deadline, busy_reader=None):
+    """One (GPU, NUMA node) figure. Frees what it allocated, whatever happens. `busy_reader`, when
+    given, reads the link while the last sample's copies are still in flight: idle links downshift."""
     size = int(SPEC.get("bytes", 256 << 20))
     copies = int(SPEC.get("copies", 10))
     samples = int(SPEC.get("samples", 5))
@@ -183,6 +185,8 @@ def measure(cu, dev, numa, node, cpus, deadline):
             for _ in range(copies):
                 cu("cuMemcpyHtoDAsync_v2", dptr, host, ctypes.c_size_t(size), stream)
             cu("cuEventRecord", ev1, stream)
+            if busy_reader is not None and "nvml_busy" not in row:
+                row["nvml_busy"] = busy_reader()  # copies queued and running: the link is busy now
             cu("cuEventSynchronize", ev1)
             ms = ctypes.c_float()
             cu("cuEventElapsedTime", ctypes.byref(ms), ev0, ev1)
@@ -264,7 +268,10 @@ def main():
             g["nvml_before"] = reader(g["uuid"])
         g["results"] = []
         for node, cpus in nodes:
-            g["results"].append(measure(cu, dev.value, numa, node, cpus, t0 + budget))
+            busy = (lambda u=g["uuid"]: reader(u, True)) if reader else None
+            g["results"].append(measure(cu, dev.value, numa, node, cpus, t0 + budget, busy))
+            if g["results"][-1].get("nvml_busy"):
+                g["nvml_busy"] = g["results"][-1].pop("nvml_busy")
             numa.unbind(all_cpus)
             if time.monotonic() > t0 + budget:
                 g["note"] = "time budget of %g s reached" % budget

@@ -31,6 +31,25 @@ from pathlib import Path
 
 OVERLAID = ("etc", "var", "opt", "tmp", "root", "home", "run")
 KUBELET_C = "#include <unistd.h>\nint main(void) { for (;;) pause(); }\n"
+# A stand-in containerd: `--version` prints what <its own path>.version holds (or never answers when that
+# says "hang"); otherwise it waits forever, as the daemon would. Its file name makes its comm 'containerd'.
+CONTAINERD_C = r"""#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--version") == 0) {
+    char path[4096], buf[512];
+    snprintf(path, sizeof path, "%s.version", argv[0]);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    buf[n] = 0;
+    if (strncmp(buf, "hang", 4) == 0) for (;;) pause();
+    fputs(buf, stdout);
+    return 0;
+  }
+  for (;;) pause();
+}
+"""
 
 
 @dataclass
@@ -53,6 +72,7 @@ class NodeSpec:
     modes: dict[str, int] = field(default_factory=dict)  # file -> permission bits
     users: list[str] = field(default_factory=list)  # extra unprivileged accounts (home /tmp)
     pci: dict[str, dict[str, str]] = field(default_factory=dict)  # bus id -> sysfs attribute files (vendor, class...)
+    containerd: str | None = None  # run a containerd stand-in whose --version prints this ("hang": never answers)
     fifos: list[str] = field(default_factory=list)  # named pipes planted on the node: a reader would block forever
     sshd_config: str = ""  # sshd_config lines for this node's sshd, ahead of (and so winning over) the lab's own
 
@@ -117,6 +137,8 @@ class Lab:
         (root / "kubelet.c").write_text(KUBELET_C)
         _run("cc", "-O1", "-o", str(bindir / "kubelet"), str(root / "kubelet.c"))
         shutil.copy(bindir / "kubelet", bindir / "pause")  # the same do-nothing program, named as a pod sandbox's
+        (root / "containerd.c").write_text(CONTAINERD_C)
+        _run("cc", "-O1", "-o", str(bindir / "containerd"), str(root / "containerd.c"))
         self.known_hosts.write_text("")
         if self.host_ca is not None:
             _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.host_ca))
@@ -244,6 +266,12 @@ class Lab:
                 lines.append(f"mkdir -p /sys/fs/cgroup/cpu/{q(s.kubepods)}")
         lines.append(overlay("tmp"))
         lines.append("mkdir -p /run/sshd")
+        if s.containerd is not None:
+            own = d / "containerd-bin"  # a copy per node, beside its own version file
+            own.mkdir(exist_ok=True)
+            shutil.copy(self.root / "bin" / "containerd", own / "containerd")
+            (own / "containerd.version").write_text(s.containerd + "\n")
+            lines.append(f"{q(str(own / 'containerd'))} --config /etc/containerd/config.toml &")
         if s.kubelet_args:
             lines.append(" ".join(q(a) for a in [str(self.root / "bin" / "kubelet"), *s.kubelet_args]) + " &")
         lines.append(f"exec /usr/sbin/sshd -D -e -f {q(str(d / 'sshd_config'))}")

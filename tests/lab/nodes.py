@@ -31,6 +31,10 @@ topologyManagerPolicy: best-effort
 topologyManagerScope: container
 memoryManagerPolicy: Static
 reservedSystemCPUs: "0,4,8,12"
+# The Static memory manager's start-up rule: 1Gi + 1Gi = kubeReserved 1Gi + systemReserved 924Mi + the
+# default hard eviction threshold 100Mi.
+kubeReserved: {memory: 1Gi}
+systemReserved: {memory: 924Mi}
 reservedMemory:
   - numaNode: 0
     limits: {memory: 1Gi}
@@ -66,7 +70,7 @@ imports = ["/etc/containerd/conf.d/*.toml"]
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
       SystemdCgroup = false
 """
-# The imported file replaces the whole CRI runtime plugin section, as containerd merges sections.
+# The imported file sets runc's option over the main file's (version 3: containerd 2.x deep-merges).
 CONTAINERD_V3_NVIDIA = """\
 version = 3
 [plugins.'io.containerd.cri.v1.runtime'.containerd]
@@ -88,6 +92,28 @@ version = 2
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
   SystemdCgroup = false
 """
+
+# A version 2 main file that configures runc, and a drop-in that adds only the NVIDIA handler (as the
+# NVIDIA Container Toolkit writes one): containerd 2.x deep-merges it and runc keeps SystemdCgroup;
+# containerd 1.x replaces the whole CRI section with the drop-in's, and runc falls back to cgroupfs.
+CONTAINERD_V2_MAIN = """\
+version = 2
+imports = ["/etc/containerd/conf.d/*.toml"]
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+    SystemdCgroup = true
+"""
+CONTAINERD_V2_NVIDIA_ONLY = """\
+version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+  runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+    BinaryName = "/usr/bin/nvidia-container-runtime"
+    SystemdCgroup = true
+"""
+CONTAINERD_2_0 = "containerd github.com/containerd/containerd/v2 v2.0.0 207ad711eabd375a01713109a8a197d197ff6542"
+CONTAINERD_1_7 = "containerd containerd.io 1.7.27 05044ec0a9a75232cad458027ca83437aae3f4da"
 
 GOOD_FILES = {
     "/etc/kubernetes/kubelet-config.yaml": GOOD_KUBELET,
@@ -215,7 +241,18 @@ def specs() -> list[NodeSpec]:
         kubepods="kubepods",
     )
     down = NodeSpec(name="down", up=False)
-    return [good, bad_kubelet, bad_runtime, bad_state, hostile, down]
+    drop_in = {
+        **GOOD_FILES,
+        "/etc/containerd/config.toml": CONTAINERD_V2_MAIN,
+        "/etc/containerd/conf.d/99-nvidia.toml": CONTAINERD_V2_NVIDIA_ONLY,
+    }
+    containerd2 = NodeSpec(
+        name="containerd2", kubelet_args=GOOD_ARGS, files=drop_in, sysctls=GOOD_SYSCTLS, containerd=CONTAINERD_2_0
+    )
+    containerd1 = NodeSpec(
+        name="containerd1", kubelet_args=GOOD_ARGS, files=drop_in, sysctls=GOOD_SYSCTLS, containerd=CONTAINERD_1_7
+    )
+    return [good, bad_kubelet, bad_runtime, bad_state, hostile, down, containerd2, containerd1]
 
 
 ALL_CHECKS = [
@@ -306,6 +343,9 @@ EXPECTED: dict[str, dict[str, str]] = {
     ),
     "hostile": _row("passed", KUBELET_CPU_STATE="error", NODE_NVME_SCHEDULER="error", RUNTIME_SYSTEMD_CGROUP="error"),
     "down": _row("error"),
+    # the same files, merged as each release merges them (the release from the running binary's --version)
+    "containerd2": _row("passed", NODE_NVME_SCHEDULER="skipped"),
+    "containerd1": _row("passed", NODE_NVME_SCHEDULER="skipped", RUNTIME_SYSTEMD_CGROUP="failed"),
 }
 VERDICTS = {
     "good": "accepted",
@@ -314,4 +354,6 @@ VERDICTS = {
     "bad-state": "rejected",
     "hostile": "rejected",
     "down": "unreachable",
+    "containerd2": "accepted",
+    "containerd1": "rejected",
 }

@@ -47,6 +47,8 @@ class LabPod:
     runtime_class: str | None = "nvidia"
     share_pid: bool = False  # PID 1 is the pause process, as with shareProcessNamespace
     init: str | None = None  # an init container's name (its CPUs in cpu_manager_state only)
+    restartable_init: str | None = None  # a sidecar init container (restartPolicy: Always), pinned with the app
+    sidecar: str | None = None  # a second app container with a fractional CPU request (shared pool, no process)
     stray_cpu: int | None = None  # a worker thread pins itself here
     has_shell: bool = True
     running: bool = True  # False: known to the API only (it vanishes, or has no shell)
@@ -58,9 +60,16 @@ class LabPod:
     def api_object(self, node: str) -> dict[str, Any]:
         gpu = {"nvidia.com/gpu": str(self.gpu_count)}
         resources = {"requests": {**self.requests, **gpu}, "limits": {**self.limits, **gpu}}
-        inits = [{"name": self.init, "resources": {"requests": self.requests, "limits": self.limits}}] if self.init else None
-        return pod_object(self.namespace, self.name, self.uid, node, [{"name": self.container, "resources": resources}],
-                          init_containers=inits, runtime_class=self.runtime_class, share_pid=self.share_pid)  # fmt: skip
+        own = {"requests": self.requests, "limits": self.limits}
+        inits = [{"name": self.init, "resources": own}] if self.init else []
+        if self.restartable_init:
+            inits.append({"name": self.restartable_init, "resources": own, "restartPolicy": "Always"})
+        containers = [{"name": self.container, "resources": resources}]
+        if self.sidecar:
+            small = {"cpu": "100m", "memory": "64Mi"}
+            containers.append({"name": self.sidecar, "resources": {"requests": small, "limits": small}})
+        return pod_object(self.namespace, self.name, self.uid, node, containers,
+                          init_containers=inits or None, runtime_class=self.runtime_class, share_pid=self.share_pid)  # fmt: skip
 
 
 def start(lab: Lab, node_name: str, pod: LabPod) -> None:
@@ -154,5 +163,5 @@ def cpu_manager_state(pods: list[LabPod], default: str = "") -> str:
     entries: dict[str, dict[str, str]] = {}
     for pod in pods:
         if pod.limits.get("cpu") == pod.requests.get("cpu") and pod.requests.get("cpu", "").isdigit():
-            entries[pod.uid] = {pod.container: pod.cpus, **({pod.init: pod.cpus} if pod.init else {})}
+            entries[pod.uid] = {pod.container: pod.cpus, **{n: pod.cpus for n in (pod.init, pod.restartable_init) if n}}
     return json.dumps({"policyName": "static", "defaultCpuSet": default, "entries": entries, "checksum": 1})
