@@ -31,3 +31,66 @@ def local_node(g: Gpu) -> int:
 def floor_for(generation: int | None, gpu_profile: dict[str, Any]) -> float | None:
     floors = {int(k): float(v) for k, v in (gpu_profile.get("h2d_floor_gbps") or {}).items()}
     return floors.get(generation) if generation is not None else None
+
+
+# Node labels of NVIDIA GPU Feature Discovery (NVIDIA/k8s-device-plugin, docs "GPU Feature Discovery",
+# generated labels): the device plugin's MIG strategy and its sharing replicas per GPU.
+MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"  # none | single | mixed
+REPLICAS_LABEL = "nvidia.com/gpu.replicas"  # time-slicing or MPS replicas per GPU (1: not shared)
+SHARING_LABEL = "nvidia.com/gpu.sharing-strategy"  # none | time-slicing | mps
+
+
+def reconcile_advertised(
+    gpus: list[Gpu], gpu_capacity: int, resources: dict[str, int], labels: dict[str, str]
+) -> tuple[str | None, list[str]]:
+    """Physical GPUs (NVML) against what the node advertises to Kubernetes, as the NVIDIA device plugin
+    configures it: with MIG under the single strategy `nvidia.com/gpu` counts MIG devices, under the
+    mixed strategy MIG devices are `nvidia.com/mig-<profile>` and `nvidia.com/gpu` counts the GPUs
+    without MIG; time-slicing and MPS advertise each GPU `replicas` times. Returns (problem or None,
+    evidence lines). Where the count cannot be reconciled, the evidence says why and nothing fails."""
+    physical = len(gpus)
+    mig_gpus = [g for g in gpus if g.mig]
+    slices = {k: v for k, v in sorted(resources.items()) if k.startswith("nvidia.com/mig-")}
+    strategy = labels.get(MIG_STRATEGY_LABEL)
+    replicas_text = labels.get(REPLICAS_LABEL, "1")
+    lines = [
+        f"advertised: nvidia.com/gpu {gpu_capacity}"
+        + (f", {', '.join(f'{k} {v}' for k, v in slices.items())}" if slices else "")
+        + f"; labels {MIG_STRATEGY_LABEL}={strategy or '(none)'}, {REPLICAS_LABEL}={labels.get(REPLICAS_LABEL, '(none)')}, "
+        f"{SHARING_LABEL}={labels.get(SHARING_LABEL, '(none)')}; NVML: {physical} GPU(s), {len(mig_gpus)} with MIG enabled"
+    ]
+    try:
+        replicas = max(1, int(replicas_text))
+    except ValueError:
+        return None, [*lines, f"not compared: {REPLICAS_LABEL}={replicas_text!r} is not a number"]
+    if mig_gpus:
+        if strategy == "single":
+            return None, [*lines, "not compared: under the single MIG strategy nvidia.com/gpu counts MIG devices, not GPUs"]
+        if strategy == "mixed":
+            whole = (physical - len(mig_gpus)) * replicas
+            lines.append(
+                f"mixed MIG strategy: nvidia.com/gpu counts the {physical - len(mig_gpus)} GPU(s) without MIG x {replicas}"
+            )
+            if gpu_capacity != whole:
+                return (
+                    f"nvidia.com/gpu is {gpu_capacity}, expected {whole} (GPUs without MIG x replicas) under the mixed strategy",
+                    lines,
+                )
+            if not slices:
+                return f"{len(mig_gpus)} GPU(s) have MIG enabled but the node advertises no nvidia.com/mig-* resource", lines
+            return None, lines
+        return None, [
+            *lines,
+            f"not compared: MIG is enabled and the node has no {MIG_STRATEGY_LABEL} label to say how it is advertised",
+        ]
+    expected = physical * replicas
+    if gpu_capacity == expected:
+        return None, [*lines, f"nvidia.com/gpu {gpu_capacity} = {physical} GPU(s) x {replicas} replica(s)"]
+    if replicas == 1 and physical and gpu_capacity % physical == 0 and gpu_capacity > physical:
+        return None, [
+            *lines,
+            f"not compared: nvidia.com/gpu {gpu_capacity} is {gpu_capacity // physical} x the {physical} GPU(s), as GPU "
+            f"sharing advertises, but the node has no {REPLICAS_LABEL} label to confirm it",
+        ]
+    problem = f"{physical} GPU(s) visible to NVML x {replicas} replica(s) = {expected}, "
+    return problem + f"the node advertises nvidia.com/gpu {gpu_capacity}", lines

@@ -50,6 +50,7 @@ class NodeSpec:
     dcgm_exporter: str | None = None  # the exporter's metrics URL, where the Kubernetes API is not used
     discovered: str | None = None  # why the Kubernetes API named this node (None: inventory only)
     gpu_capacity: int | None = None  # the node's nvidia.com/gpu capacity, from the API
+    gpu_resources: dict[str, int] = field(default_factory=dict)  # every nvidia.com/* capacity (MIG slices too)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -232,6 +233,7 @@ def merge_discovered(inv: Inventory, found: list[Any]) -> Inventory:
             node.labels = {**d.labels, **node.labels}
             node.discovered = f"{d.why}; also in the inventory"
             node.gpu_capacity = d.gpus
+            node.gpu_resources = dict(d.resources)
             if not node.address and node.transport != "local":
                 node.address = d.internal_ip
             continue
@@ -245,6 +247,7 @@ def merge_discovered(inv: Inventory, found: list[Any]) -> Inventory:
             labels={**(inv.defaults.get("labels") or {}), **d.labels},
             discovered=d.why,
             gpu_capacity=d.gpus,
+            gpu_resources=dict(d.resources),
         )
         inv.nodes.append(node)
         by_name[d.name] = node

@@ -56,6 +56,7 @@ class DiscoveredNode:
     labels: dict[str, str] = field(default_factory=dict)
     gpus: int = 0
     why: str = ""
+    resources: dict[str, int] = field(default_factory=dict)  # every nvidia.com/* capacity
 
 
 def api_client(spec: KubeSpec) -> Any:
@@ -114,12 +115,24 @@ def discover(api: Any, spec: KubeSpec) -> list[DiscoveredNode]:
     out = []
     for n in nodes:
         capacity = (n.status.capacity or {}) if n.status else {}
+        labels = dict(n.metadata.labels or {})
         gpus = _int(capacity.get(spec.gpu_resource))
-        if not spec.node_selector and gpus <= 0:
+        resources = {k: _int(v) for k, v in capacity.items() if k.startswith("nvidia.com/")}
+        # Under the mixed MIG strategy a GPU node may advertise nvidia.com/gpu 0 and only nvidia.com/mig-*
+        # slices; GPU Feature Discovery labels every GPU node nvidia.com/gpu.present=true.
+        slices = {k: v for k, v in resources.items() if k.startswith("nvidia.com/mig-") and v > 0}
+        if spec.node_selector:
+            why = f"label selector {spec.node_selector}"
+        elif gpus > 0:
+            why = f"{spec.gpu_resource} capacity {gpus}"
+        elif slices:
+            why = "MIG resources " + ", ".join(f"{k} {v}" for k, v in sorted(slices.items()))
+        elif labels.get("nvidia.com/gpu.present") == "true":
+            why = "label nvidia.com/gpu.present=true"
+        else:
             continue
         ip = next((a.address for a in (n.status.addresses or []) if a.type == "InternalIP"), None) if n.status else None
-        why = f"label selector {spec.node_selector}" if spec.node_selector else f"{spec.gpu_resource} capacity {gpus}"
-        out.append(DiscoveredNode(n.metadata.name, ip, dict(n.metadata.labels or {}), gpus, why))
+        out.append(DiscoveredNode(n.metadata.name, ip, labels, gpus, why, resources))
     return sorted(out, key=lambda d: d.name)
 
 

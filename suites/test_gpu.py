@@ -7,7 +7,7 @@ import pytest
 from conformance.checks import check
 from conformance.errors import FactUnavailable
 from conformance.facts.cpulist import format_cpulist
-from conformance.gpu_rules import expected_generation, floor_for, local_node
+from conformance.gpu_rules import expected_generation, floor_for, local_node, reconcile_advertised
 
 
 def _fail_or_error(failures: list[str], errors: list[str]) -> None:
@@ -41,14 +41,15 @@ def test_gpu_count(node, node_gpus, node_spec, profile, evidence):
     lost = [b for b in g.pci_functions if b not in seen]
     if lost:
         problems.append(f"on the PCI bus but not in {g.source}: {', '.join(lost)} (driver did not bring them up)")
-    capacity = node_spec.gpu_capacity
-    if capacity is None:
-        evidence.add("nvidia.com/gpu capacity not compared: the Kubernetes API did not report it for this node")
+    if node_spec.gpu_capacity is None:
+        evidence.add("advertised GPU resources not compared: the Kubernetes API did not report them for this node")
     else:
-        evidence.add(f"Kubernetes API: nvidia.com/gpu capacity {capacity}")
-        if capacity != len(g.gpus):
-            problems.append(f"{len(g.gpus)} GPU(s) visible to {g.source}, the node advertises {capacity} to Kubernetes")
+        verdict, lines = reconcile_advertised(g.gpus, node_spec.gpu_capacity, node_spec.gpu_resources, node_spec.labels)
+        evidence.add(*lines)
+        if verdict:
+            problems.append(verdict)
     assert not problems, "; ".join(problems)
+    evidence.add(f"verified: {len(g.gpus)} GPU(s) in {g.source}, every NVIDIA display function on the PCI bus among them")
 
 
 @check(
@@ -227,11 +228,19 @@ def test_gpu_mig_mode(node, visible_gpus, profile, evidence):
     want = profile.get("gpu.mig")
     evidence.source = visible_gpus.source
     wrong = []
+    words = {True: "enabled", False: "disabled", None: "not supported"}
     for g in visible_gpus.gpus:
-        state = {True: "enabled", False: "disabled", None: "not supported"}[g.mig]
-        evidence.add(f"{g.label}: MIG {state}")
+        state = words[g.mig]
+        # nvmlDeviceGetMigMode returns (current, pending): a change takes effect only after a GPU reset, so
+        # the current mode is what runs now and the pending one is reported as pending
+        pending = (
+            f" (change to {words[g.mig_pending]} pending: takes effect after a GPU reset)"
+            if (g.mig_pending is not None and g.mig is not None and g.mig_pending != g.mig)
+            else ""
+        )
+        evidence.add(f"{g.label}: MIG {state}{pending}")
         if (want == "off" and g.mig) or (want == "on" and not g.mig):
-            wrong.append(f"{g.label}: MIG {state}")
+            wrong.append(f"{g.label}: MIG {state} now{pending}")
     assert not wrong, "; ".join(wrong) + f"; the profile requires MIG {want}"
 
 
@@ -249,6 +258,11 @@ def test_gpu_dcgm_exporter(node, visible_gpus, dcgm_series, profile, evidence):
     where, series = dcgm_series
     assert series is not None, where  # no exporter runs on the node
     want = profile.get("gpu.dcgm_metrics")
+    if any(x.mig for x in visible_gpus.gpus):
+        # DCGM's device-level utilisation fields are not reported for MIG instances; dcgm-exporter's
+        # documentation points to the profiling field DCGM_FI_PROF_GR_ENGINE_ACTIVE for MIG devices
+        want = profile.get("gpu.dcgm_metrics_mig")
+        evidence.add("MIG enabled on this node: the profile's gpu.dcgm_metrics_mig apply")
     evidence.source = where
     evidence.add(*(f"{m}: {series.get(m, 0)} series" for m in want))
     missing = [m for m in want if not series.get(m)]

@@ -70,9 +70,16 @@ class Rbac:
         return s["kind"] == "Group" and s["name"] in who.groups
 
 
-def node_object(name: str, *, gpus: int = 0, internal_ip: str | None = None, labels: dict[str, str] | None = None) -> dict:
-    """A complete v1 Node as the API server returns it."""
-    capacity = {"cpu": "16", "memory": "131072Mi", "pods": "110", "ephemeral-storage": "1Ti"}
+def node_object(
+    name: str,
+    *,
+    gpus: int = 0,
+    internal_ip: str | None = None,
+    labels: dict[str, str] | None = None,
+    extra: dict[str, str] | None = None,
+) -> dict:
+    """A complete v1 Node as the API server returns it; `extra`: more capacity (e.g. nvidia.com/mig-1g.10gb)."""
+    capacity = {"cpu": "16", "memory": "131072Mi", "pods": "110", "ephemeral-storage": "1Ti", **(extra or {})}
     if gpus:
         capacity["nvidia.com/gpu"] = str(gpus)
     addresses = [{"type": "Hostname", "address": name}]

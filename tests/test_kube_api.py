@@ -148,3 +148,22 @@ def test_dcgm_exporter_metrics_through_the_pod_proxy(cluster):
         dcgm_metrics(api_client(s), s, "gpu-a2")
     with pytest.raises(FactUnavailable, match="lacks the RBAC permission list on pods in namespace gpu-operator"):
         dcgm_metrics(api_client(spec("limited-token")), spec("limited-token"), "gpu-a1")
+
+
+def test_discovery_finds_mig_and_labelled_gpu_nodes(tmp_path):
+    """Under the mixed MIG strategy a node may advertise nvidia.com/gpu 0 and only MIG slices; a node whose
+    device plugin is not up yet still carries GPU Feature Discovery's nvidia.com/gpu.present label."""
+    api = fake_api()
+    mixed = {"nvidia.com/gpu": "0", "nvidia.com/mig-1g.10gb": "14", "nvidia.com/mig-3g.40gb": "4"}
+    api.add_node(node_object("gpu-mig", internal_ip="10.0.0.31", labels={"nvidia.com/mig.strategy": "mixed"}, extra=mixed))
+    api.add_node(node_object("gpu-new", internal_ip="10.0.0.32", labels={"nvidia.com/gpu.present": "true"}))
+    api.add_node(node_object("cpu-c1", internal_ip="10.0.0.33"))
+    with serve(api) as url:
+        (tmp_path / "kc").write_text(kubeconfig(url, "full-token"))
+        s = KubeSpec(kubeconfig=str(tmp_path / "kc"))
+        found = discover(api_client(s), s)
+    assert [(d.name, d.gpus, d.why) for d in found] == [
+        ("gpu-mig", 0, "MIG resources nvidia.com/mig-1g.10gb 14, nvidia.com/mig-3g.40gb 4"),
+        ("gpu-new", 0, "label nvidia.com/gpu.present=true"),
+    ]
+    assert found[0].resources == {"nvidia.com/gpu": 0, "nvidia.com/mig-1g.10gb": 14, "nvidia.com/mig-3g.40gb": 4}

@@ -85,7 +85,8 @@ def test_messages_name_the_gpu_and_the_cause(gpu_audit):
     assert "Gen4 under load, expected Gen5 (the slot or BIOS caps it" in link and "trained at x8, expected x16" in link
     assert "100 PCIe replays during the bandwidth run (limit 80)" in bad["GPU-PCIE-REPLAY"]["message"]
     assert "MIG enabled" in bad["GPU-MIG-MODE"]["message"]
-    assert "does not serve DCGM_FI_PROF_PCIE_TX_BYTES" in bad["GPU-DCGM-EXPORTER"]["message"]
+    # MIG is on there: the profile's MIG metric set applies
+    assert "does not serve DCGM_FI_PROF_GR_ENGINE_ACTIVE, DCGM_FI_PROF_PCIE_TX_BYTES" in bad["GPU-DCGM-EXPORTER"]["message"]
     assert "< floor 1.0 GB/s" in bad["GPU-H2D-LOCAL-BW"]["message"]
     assert "beats its local node0" in bad["GPU-H2D-NUMA-MATRIX"]["message"]
     # the MIG GPU was not measured, and the evidence says why

@@ -58,7 +58,8 @@ class Gpu:
     pcie_max_width: int | None = None
     pcie_gpu_max_gen: int | None = None  # what the GPU itself supports
     replay: int | None = None
-    mig: bool | None = None
+    mig: bool | None = None  # the current MIG mode
+    mig_pending: bool | None = None  # the mode after the next GPU reset (nvmlDeviceGetMigMode's second value)
     processes: list[int] = field(default_factory=list)
     affinity_cpus: frozenset[int] | None = None  # NVML (node scope) or topo -m
     affinity_nodes: frozenset[int] | None = None
@@ -113,6 +114,7 @@ def parse_nvml_probe(text: str) -> GpuFacts:
                 pcie_gpu_max_gen=_int(g.get("pcie_gpu_max_gen")),
                 replay=_int(g.get("pcie_replay")),
                 mig=bool(mig[0]) if isinstance(mig, list) and mig and _int(mig[0]) is not None else None,
+                mig_pending=bool(mig[1]) if isinstance(mig, list) and len(mig) > 1 and _int(mig[1]) is not None else None,
                 processes=[int(p["pid"]) for p in procs if isinstance(p, dict) and _int(p.get("pid")) is not None],
                 affinity_cpus=_set(g.get("cpu_affinity")),
                 affinity_nodes=_set(g.get("mem_affinity")),
@@ -157,6 +159,7 @@ def parse_smi_xml(text: str) -> GpuFacts:
             raise ParseError(f"nvidia-smi -q -x: <gpu> {i} lacks <uuid> or a PCI bus id")
         link = "pci/pci_gpu_link_info/"
         mig = (g.findtext("mig_mode/current_mig") or "").strip().lower()
+        pending = (g.findtext("mig_mode/pending_mig") or "").strip().lower()
         procs = [
             int(p.findtext("pid") or "0")
             for p in g.findall("processes/process_info")
@@ -176,6 +179,7 @@ def parse_smi_xml(text: str) -> GpuFacts:
                 pcie_gpu_max_gen=_find_int(g, link + "pcie_gen/max_device_link_gen"),
                 replay=_find_int(g, "pci/replay_counter"),
                 mig={"enabled": True, "disabled": False}.get(mig),
+                mig_pending={"enabled": True, "disabled": False}.get(pending),
                 processes=procs,
             )
         )
