@@ -125,7 +125,7 @@ set +f
 for d in "$R"/proc/[0-9]*; do
   c=$(cat "$d/comm" 2>/dev/null) || continue
   case $c in
-    kubelet|containerd|crio|dockerd)
+    kubelet|containerd|crio|dockerd|k3s|k3s-server|k3s-agent)
       pid=${d##*/}
       rec P "$c" "$pid"; echo
       emit_file "/proc/$pid/cmdline"
@@ -153,6 +153,31 @@ if [ -n "$kpid" ]; then
     m=$(walk_conf "$cdir" 0)
     rec G "walk:$cdir" ok; printf '%s' "$m" | b64; echo
     for f in $m; do emit_file "$f"; done
+  fi
+fi
+# k3s runs the kubelet inside its own process: the kubelet's flags are k3s's kubelet-arg values, from its
+# command line and /etc/rancher/k3s/config.yaml (+ config.yaml.d). Read those, and the files that
+# `config=` / `config-dir=` among them name (a YAML-blind scan: the runner parses the YAML itself).
+if [ -z "$kpid" ]; then
+  set +f
+  for d in "$R"/proc/[0-9]*; do
+    case $(cat "$d/comm" 2>/dev/null) in k3s|k3s-server|k3s-agent) kpid_k3s=${d##*/}; break ;; esac
+  done
+  set -f
+  if [ -n "${kpid_k3s:-}" ]; then
+    emit_file /etc/rancher/k3s/config.yaml
+    emit_glob '/etc/rancher/k3s/config.yaml.d/*.yaml'
+    set +f
+    named=$( { tr '\0' '\n' < "$R/proc/$kpid_k3s/cmdline"; cat "$R"/etc/rancher/k3s/config.yaml "$R"/etc/rancher/k3s/config.yaml.d/*.yaml; } 2>/dev/null |
+      awk '{ while (match($0, /(^|[^A-Za-z0-9-])config(-dir)?=[^ "\047,\]]+/)) { t = substr($0, RSTART, RLENGTH); sub(/^[^c]*/, "", t); print t; $0 = substr($0, RSTART + RLENGTH) } }')
+    set -f
+    for t in $named; do
+      case $t in
+        config=/*) emit_file "${t#config=}" ;;
+        config-dir=/*) cdir=${t#config-dir=}; m=$(walk_conf "$cdir" 0); rec G "walk:$cdir" ok; printf '%s' "$m" | b64; echo
+                       for f in $m; do emit_file "$f"; done ;;
+      esac
+    done
   fi
 fi
 emit_file "$root_dir/cpu_manager_state"

@@ -26,6 +26,7 @@ from conformance.facts.kubelet import (
     configz_config,
     effective_config,
     flags_to_config,
+    k3s_kubelet_argv,
     load_config_document,
     parse_kubelet_args,
     split_cmdline,
@@ -100,7 +101,13 @@ class NodeFacts:
         self.require_reachable()
         pids = self.bundle.processes("kubelet")
         if not pids:
-            raise FactUnavailable(f"no process named kubelet runs on node {self.name}")
+            embedded = [(c, p) for c in ("k3s-server", "k3s-agent", "k3s") for p in self.bundle.processes(c)]
+            if embedded:
+                return embedded[0][1]  # k3s: the kubelet runs inside this process
+            raise FactUnavailable(
+                f"no process named kubelet runs on node {self.name}, nor k3s (whose process holds its kubelet); "
+                "looked at the command name of every process in /proc. RKE2 runs a kubelet process of its own"
+            )
         return pids[0]
 
     @fact
@@ -109,7 +116,23 @@ class NodeFacts:
         rec = self.bundle.file(f"/proc/{pid}/cmdline")
         if rec is None or rec.status != "ok":
             raise FactUnavailable(f"/proc/{pid}/cmdline of the kubelet could not be read on node {self.name}")
-        return parse_kubelet_args(split_cmdline(rec.data), cwd=self.bundle.link(f"/proc/{pid}/cwd"))
+        argv = split_cmdline(rec.data)
+        if not self.bundle.processes("kubelet"):
+            argv = k3s_kubelet_argv(argv, self._k3s_config_docs())
+        return parse_kubelet_args(argv, cwd=self.bundle.link(f"/proc/{pid}/cwd"))
+
+    def _k3s_config_docs(self) -> list[tuple[str, str]]:
+        """k3s's config file and its drop-ins, in the order k3s applies them."""
+        docs = []
+        main = self.bundle.optional_text("/etc/rancher/k3s/config.yaml")
+        if main is not None:
+            docs.append(("/etc/rancher/k3s/config.yaml", main))
+        try:
+            extra = self.bundle.glob("/etc/rancher/k3s/config.yaml.d/*.yaml")
+        except FactUnavailable:
+            extra = []
+        docs += [(p, self.bundle.text(p)) for p in extra]
+        return docs
 
     @fact
     def kubelet_config(self) -> KubeletConfig:

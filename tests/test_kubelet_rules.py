@@ -26,8 +26,8 @@ TOPOLOGY = {
 HEAD = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
 
 
-def verdicts(tmp_path: Path, argv: list[str], files: dict[str, str]) -> dict[str, tuple[str, str]]:
-    root = make_host_root(tmp_path / "root", argv, {**TOPOLOGY, **files})
+def verdicts(tmp_path: Path, argv: list[str], files: dict[str, str], **process: str) -> dict[str, tuple[str, str]]:
+    root = make_host_root(tmp_path / "root", argv, {**TOPOLOGY, **files}, **process)
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "conformance", "run", "--host-root", str(root), "--output", str(out), "--", "-k", "KUBELET"]
     p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
@@ -169,3 +169,29 @@ def test_a_short_cpu_reservation_names_the_layers_that_set_it(tmp_path):
     assert got == "failed"
     assert "kubeReserved: file /c.yaml (--config); systemReserved: flag --system-reserved" in message
     assert "rounds up to 2 whole CPU(s); at least 4 expected" in message and "key not set" not in message.split("|")[0]
+
+
+# -- k3s: the kubelet runs inside the k3s process, configured by --kubelet-arg ---------------------
+
+
+def test_k3s_kubelet_args_from_its_config_file_and_command_line(tmp_path):
+    """docs.k3s.io "Configuration File": flags as YAML keys in /etc/rancher/k3s/config.yaml, drop-ins in
+    config.yaml.d; kubelet-arg entries are name=value; the command line wins."""
+    files = {
+        "/etc/rancher/k3s/config.yaml": (
+            'kubelet-arg:\n  - "config=/etc/rancher/k3s/kubelet.config"\n  - "cpu-manager-policy=none"\n'
+        ),
+        "/etc/rancher/k3s/config.yaml.d/50-gpu.yaml": 'kubelet-arg+:\n  - "topology-manager-policy=single-numa-node"\n',
+        "/etc/rancher/k3s/kubelet.config": HEAD + "memoryManagerPolicy: Static\n",
+    }
+    argv = ["server", "--kubelet-arg=cpu-manager-policy=static"]
+    v = verdicts(tmp_path, argv, files, comm="k3s-server", exe="/usr/local/bin/k3s")
+    assert v["KUBELET-CPU-POLICY"][0] == "passed" and "flag --cpu-manager-policy" in v["KUBELET-CPU-POLICY"][1]
+    assert v["KUBELET-TOPOLOGY-POLICY"][0] == "passed"
+    assert v["KUBELET-MEMORY-POLICY"][0] == "passed" and "/etc/rancher/k3s/kubelet.config" in v["KUBELET-MEMORY-POLICY"][1]
+
+
+def test_no_kubelet_process_says_where_it_looked(tmp_path):
+    v = verdicts(tmp_path, [], {}, comm="sleep", exe="/bin/sleep")
+    outcome, message = v["KUBELET-CPU-POLICY"]
+    assert outcome == "error" and "nor k3s (whose process holds its kubelet)" in message

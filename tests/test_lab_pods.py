@@ -283,7 +283,7 @@ def test_exec_without_permission_is_named(pods_lab, cluster, tmp_path):
 def test_gpu_count_compares_with_the_capacity_the_node_advertises(pods_lab, cluster, tmp_path):
     api, url = cluster
     capacity = api.nodes[NODE]["status"]["capacity"]
-    capacity["nvidia.com/gpu"] = "4"
+    capacity["nvidia.com/gpu"] = "3"  # not a multiple of the 2 GPUs: no sharing configuration explains it
     try:
         (tmp_path / "kubeconfig").write_text(kubeconfig(url, "full-token"))
         inv = {"kubernetes": {"kubeconfig": str(tmp_path / "kubeconfig"), "configz": False},
@@ -297,7 +297,8 @@ def test_gpu_count_compares_with_the_capacity_the_node_advertises(pods_lab, clus
     finally:
         capacity["nvidia.com/gpu"] = "2"
     (r,) = json.loads((tmp_path / "out" / "results.json").read_text())["results"]
-    assert r["outcome"] == F and "2 GPU(s) visible to NVML, the node advertises 4 to Kubernetes" in r["message"]
+    assert r["outcome"] == F
+    assert "2 GPU(s) visible to NVML x 1 replica(s) = 2, the node advertises nvidia.com/gpu 3" in r["message"]
 
 
 def test_profile_selector_adds_labelled_pods_without_gpus(pods_lab, cluster, tmp_path):

@@ -257,6 +257,31 @@ class KubeletConfig:
         return " < ".join(self.layers)
 
 
+def k3s_kubelet_argv(k3s_argv: list[str], config_docs: list[tuple[str, str]]) -> list[str]:
+    """The command line of the kubelet that k3s runs in its own process: `--kubelet-arg` values of k3s's
+    config file (/etc/rancher/k3s/config.yaml, then config.yaml.d/*.yaml; later files win for plain keys
+    and append to lists ending in '+') and of its command line (which wins), each `name=value` becoming
+    `--name=value` (docs.k3s.io, "Configuration File" and the `--kubelet-arg` server/agent flag)."""
+    args: list[str] = []
+    for path, text in config_docs:
+        try:
+            doc = yaml.safe_load(text) or {}
+        except yaml.YAMLError as e:
+            raise ParseError(f"{path}: not valid YAML: {_one_line(e)}") from e
+        if not isinstance(doc, dict):
+            raise ParseError(f"{path}: expected a mapping of k3s flags")
+        for key, value in doc.items():
+            if key in ("kubelet-arg", "kubelet-arg+"):
+                values = value if isinstance(value, list) else [value]
+                args = (args if key.endswith("+") else []) + [str(v) for v in values]
+    for i, a in enumerate(k3s_argv):
+        if a.startswith("--kubelet-arg="):
+            args.append(a.split("=", 1)[1])
+        elif a == "--kubelet-arg" and i + 1 < len(k3s_argv):
+            args.append(k3s_argv[i + 1])
+    return ["kubelet (inside k3s)", *(f"--{a.lstrip('-')}" for a in args)]
+
+
 def walk_order(root: str, paths: list[str]) -> list[str]:
     """Drop-ins in the order the kubelet applies them: filepath.WalkDir over --config-dir (recursive,
     each folder's entries in lexical order, a folder's contents where its name sorts), every file
