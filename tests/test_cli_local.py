@@ -182,3 +182,12 @@ def test_a_node_without_a_tool_the_collector_needs_is_an_error_naming_it(tmp_pat
     monkeypatch.setenv("PATH", str(bindir))
     b = collect_node(NodeSpec(name="minimal", transport="local"), retries=0)
     assert b.error_kind == "error" and "missing: awk" in b.error and b.error.startswith("collector exited 3")
+
+
+def test_the_readme_check_table_is_the_checks_themselves():
+    """The README's "What is checked" table: every check, with the severity and title the code declares."""
+    import re
+
+    rows = re.findall(r"^\| `([A-Z0-9-]+)` \| (\w+) \| \w+ \| (.+) \|$", (ROOT / "README.md").read_text(), re.M)
+    declared = json.loads(conformance("checks", "--json").stdout)
+    assert sorted(rows) == sorted((c["id"], c["severity"], c["title"]) for c in declared)
