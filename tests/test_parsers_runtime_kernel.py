@@ -202,3 +202,11 @@ def test_systemd_cgroup_must_be_a_boolean():
     text = 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\nSystemdCgroup = "false"\n'
     with pytest.raises(ParseError, match="not true or false"):
         containerd_of({"/etc/containerd/config.toml": text})
+
+
+def test_memory_only_numa_nodes_are_not_cpu_nodes():
+    """A CXL memory expander or a Grace Hopper GPU's memory shows as a NUMA node with an empty cpulist."""
+    t = Topology(
+        online=frozenset(range(4)), nodes={0: frozenset(range(4)), 1: frozenset()}, siblings={c: frozenset({c}) for c in range(4)}
+    )
+    assert t.cpu_nodes == [0] and t.cpuless_nodes == [1] and t.problems() == []
