@@ -14,6 +14,8 @@ from conformance.facts.topology import Topology
 from conformance.inventory import NodeSpec
 from conformance.probes import payload
 
+PLACEMENT_MIN_SHARE = 0.95  # of the sampled pages on the intended NUMA node, for a figure to count as local
+
 
 @dataclass
 class H2DRow:
@@ -37,14 +39,29 @@ class H2DRow:
         return int(key) if key.isdigit() else None
 
     def placement_problem(self) -> str | None:
-        """Why this figure is not a measurement from `node` (CPU or memory not where asked), or None."""
+        """Why this figure is not a verified measurement from `node` (CPU or memory not where asked, or
+        where the pages are could not be checked), or None. At least PLACEMENT_MIN_SHARE of the sampled
+        pages of the pinned buffer must be on the intended node (move_pages with no target nodes reports
+        each page's node, man 2 move_pages)."""
         cpus = self.binding.get("cpu_error")
         if cpus:
             return f"CPU binding to node {self.node} failed: {cpus}"
-        landed = self.pages_node
-        if landed is not None and landed != self.node:
-            policy = self.binding.get("mem_policy", "")
-            return f"pinned buffer landed on NUMA node {landed}, not {self.node} (memory policy: {policy})"
+        policy = self.binding.get("mem_policy", "")
+        if not self.pages_on:
+            return (
+                "placement unverified: where the pinned buffer's pages are could not be read "
+                f"(move_pages unavailable; memory policy: {policy})"
+            )
+        if "error" in self.pages_on:
+            return f"placement unverified: {self.pages_on['error']} (memory policy: {policy})"
+        total = sum(v for v in self.pages_on.values() if isinstance(v, int))
+        here = self.pages_on.get(str(self.node), 0)
+        if not total or here < PLACEMENT_MIN_SHARE * total:
+            where = ", ".join(f"node {k}: {v}" for k, v in sorted(self.pages_on.items()))
+            return (
+                f"pinned buffer not on NUMA node {self.node}: {here} of {total} sampled pages there ({where}); "
+                f"at least {PLACEMENT_MIN_SHARE:.0%} needed (memory policy: {policy})"
+            )
         return None
 
 
@@ -73,6 +90,7 @@ class H2DMeasurement:
     duration_s: float | None = None
     library: str | None = None
     executions: int = 0  # remote executions spent (0 when no GPU was eligible)
+    missing: dict[str, str] = field(default_factory=dict)  # planned GPUs the probe did not report: errors
 
 
 def plan(gpus: GpuFacts) -> tuple[list[str], dict[str, str]]:
@@ -90,11 +108,15 @@ def plan(gpus: GpuFacts) -> tuple[list[str], dict[str, str]]:
     return measure, skipped
 
 
-def probe_spec(uuids: list[str], topology: Topology, gpu_profile: dict[str, Any], root: str) -> dict[str, Any]:
+def probe_spec(
+    uuids: list[str], topology: Topology, gpu_profile: dict[str, Any], root: str, exclusive: frozenset[int] = frozenset()
+) -> dict[str, Any]:
+    """What the probe is asked to do. It binds itself to each NUMA node's CPUs except those the CPU manager
+    gave to containers exclusively (cpu_manager_state): the probe must not run on a pinned pod's cores."""
     return {
         "root": root,
         "gpus": uuids,
-        "numa": {str(n): sorted(c) for n, c in sorted(topology.nodes.items()) if c},
+        "numa": {str(n): sorted(c - exclusive) for n, c in sorted(topology.nodes.items()) if c - exclusive},
         "bytes": int(gpu_profile["h2d_buffer_mib"]) << 20,
         "copies": gpu_profile["h2d_copies"],
         "samples": gpu_profile["h2d_samples"],
@@ -142,14 +164,17 @@ def parse_probe_output(node: str, text: str) -> H2DMeasurement:
     return m
 
 
-def measure_node(spec: NodeSpec, gpus: GpuFacts, topology: Topology, gpu_profile: dict[str, Any]) -> H2DMeasurement:
-    """Run the probe on the node (one execution). Never raises: failures are in `error`."""
+def measure_node(
+    spec: NodeSpec, gpus: GpuFacts, topology: Topology, gpu_profile: dict[str, Any], exclusive: frozenset[int] = frozenset()
+) -> H2DMeasurement:
+    """Run the probe on the node (one execution). Never raises: failures are in `error`. `exclusive`:
+    CPUs assigned to containers exclusively, which the probe does not run on."""
     from conformance.collect import transport_for
 
     uuids, skipped = plan(gpus)
     if not uuids:
         return H2DMeasurement(node=spec.name, skipped=skipped)
-    spec_doc = probe_spec(uuids, topology, gpu_profile, spec.host_root)
+    spec_doc = probe_spec(uuids, topology, gpu_profile, spec.host_root, exclusive)
     timeout = float(gpu_profile["h2d_budget_s"]) * len(uuids) + 60
     started = time.monotonic()
     try:
@@ -172,5 +197,9 @@ def measure_node(spec: NodeSpec, gpus: GpuFacts, topology: Topology, gpu_profile
         return H2DMeasurement(node=spec.name, skipped=skipped, error=f"{e} (exit {result.exit_status}; {err})", executions=1)
     m.skipped.update(skipped)
     m.executions = 1
+    for uuid in uuids:  # every planned GPU is accounted for: measured, or an error saying it was not
+        if uuid not in m.gpus and uuid not in m.skipped:
+            reported = ", ".join(sorted(m.gpus)) or "none"
+            m.missing[uuid] = f"planned but not reported by the probe (it reported: {reported})"
     m.duration_s = round(time.monotonic() - started, 3)
     return m

@@ -403,12 +403,19 @@ class Run:
                 todo[name] = (self.spec(name), f.gpus, f.topology)
             except FactUnavailable as e:
                 out[name] = e
+                continue
+            try:  # keep the probe off CPUs the CPU manager gave to pods exclusively
+                state = f.cpu_manager_state
+                exclusive = frozenset(c for entries in state.entries.values() for cpus in entries.values() for c in cpus)
+            except FactUnavailable:
+                exclusive = frozenset()
+            todo[name] = (*todo[name], exclusive)
         show = self.verbose or sys.stderr.isatty()
         done = 0
 
         def one(name: str) -> tuple[str, H2DMeasurement]:
-            spec, gpus, topology = todo[name]
-            return name, measure_node(spec, gpus, topology, self.profile_for(name).get("gpu"))
+            spec, gpus, topology, exclusive = todo[name]
+            return name, measure_node(spec, gpus, topology, self.profile_for(name).get("gpu"), exclusive)
 
         with ThreadPoolExecutor(max_workers=max(1, min(self.parallel, len(todo) or 1))) as pool:
             for name, m in pool.map(one, list(todo)):

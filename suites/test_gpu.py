@@ -287,7 +287,10 @@ def test_gpu_h2d_local_bandwidth(node, visible_gpus, h2d, profile, evidence):
     for g in visible_gpus.gpus:
         m = h2d.gpus.get(g.uuid)
         if m is None:
-            evidence.add(f"{g.label}: not measured: {h2d.skipped.get(g.uuid, 'not reported by the probe')}")
+            if g.uuid in h2d.skipped:  # not touched on purpose (busy, MIG): a skip with its reason
+                evidence.add(f"{g.label}: not measured: {h2d.skipped[g.uuid]}")
+            else:  # planned and not reported (a device mask, a failed UUID read): never a silent pass
+                errors.append(f"{g.label}: not measured: {h2d.missing.get(g.uuid, 'not reported by the probe')}")
             continue
         gen, why = expected_generation(g, gp)
         floor = floor_for(gen, gp)

@@ -30,11 +30,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     lab = Lab(Path(tmp_path_factory.mktemp("lab")))
     for spec in specs():
         lab.add(spec)
-    try:
-        lab.start()
+    with lab.running():
         yield lab
-    finally:
-        lab.stop()
 
 
 @pytest.fixture(scope="session")

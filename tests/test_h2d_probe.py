@@ -113,6 +113,7 @@ def test_no_driver_library(tmp_path):
 SETUP = ["cuInit", "cuDeviceGetCount"]
 PER_GPU = ["cuDeviceGet", "cuDeviceGetUuid", "cuDeviceGetPCIBusId"]
 MEASURE = [
+    "cuDevicePrimaryCtxSetFlags_v2",
     "cuDevicePrimaryCtxRetain",
     "cuCtxSetCurrent",
     "cuMemAlloc_v2",
@@ -157,3 +158,62 @@ def test_failure_at_each_driver_call_is_reported_and_cleaned_up(tmp_path, built,
     leaked = {k: v for k, v in alive.items() if v}
     # Everything is released, except what the failing release call itself could not free.
     assert leaked == ({CLEANUP[symbol]: 1} if symbol in CLEANUP else {}), leaked
+
+
+def test_an_inherited_device_mask_is_ignored(tmp_path, built, monkeypatch):
+    """CUDA_VISIBLE_DEVICES in the probe's environment would hide GPU0 from it: the probe drops the mask
+    (and says so), so every planned GPU is measured."""
+    root, _ = make_root(tmp_path, built)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    rc, doc = run_probe(root)
+    assert rc == 0 and doc["ignored_device_mask"] == "1"
+    assert [g["uuid"] for g in doc["gpus"]] == [UUID0, UUID1]
+
+
+def test_a_planned_gpu_the_probe_did_not_report_is_an_error_not_a_pass(tmp_path, built, monkeypatch):
+    """A failed UUID read leaves the planned GPUs unnamed in the probe's output: the runner records them
+    as missing (GPU-H2D-LOCAL-BW then reports an error), never as silently not measured."""
+    from conformance.facts.gpu import Gpu, GpuFacts
+    from conformance.facts.topology import Topology
+    from conformance.gpu_measure import measure_node
+    from conformance.inventory import NodeSpec
+    from conformance.profile import load_profile
+
+    root, _ = make_root(tmp_path, built, "fail\tcuDeviceGetUuid\t999")
+    monkeypatch.setenv("GNC_FAKE_GPU_CONFIG", str(root / CONFIG.lstrip("/")))
+    gpus = GpuFacts(gpus=[Gpu(0, UUID0, "0000:18:00.0"), Gpu(1, UUID1, "0000:9a:00.0")], source="NVML")
+    topo = Topology(online=frozenset({0}), nodes={0: frozenset({0})}, siblings={0: frozenset({0})})
+    gp = {**load_profile("default").get("gpu"), "h2d_buffer_mib": 2, "h2d_samples": 1, "h2d_copies": 1}
+    m = measure_node(NodeSpec(name="n", transport="local", host_root=str(root)), gpus, topo, gp)
+    # the stand-in fails the first UUID read: GPU0 comes back as "ordinal 0", GPU1 is measured
+    assert m.error is None and set(m.missing) == {UUID0} and UUID1 in m.gpus
+    assert "planned but not reported by the probe (it reported: " in m.missing[UUID0]
+
+
+def test_placement_is_verified_or_said_to_be_unverified():
+    from conformance.gpu_measure import H2DRow
+
+    ok = H2DRow(node=0, gbps=20.0, binding={"mem_policy": "bind"}, pages_on={"0": 62, "1": 2})
+    assert ok.placement_problem() is None  # 62 of 64 = 97% >= 95%
+    spread = H2DRow(node=0, gbps=20.0, binding={"mem_policy": "bind"}, pages_on={"0": 40, "1": 24})
+    assert "40 of 64 sampled pages there" in spread.placement_problem()
+    failed = H2DRow(
+        node=0, gbps=20.0, binding={"mem_policy": "bind"}, pages_on={"error": "move_pages failed: Operation not permitted"}
+    )
+    assert failed.placement_problem().startswith("placement unverified: move_pages failed")
+    assert H2DRow(node=0, gbps=20.0, pages_on=None).placement_problem().startswith("placement unverified")
+
+
+def test_the_probe_stays_off_cpus_pods_hold_exclusively():
+    from conformance.facts.topology import Topology
+    from conformance.gpu_measure import probe_spec
+    from conformance.profile import load_profile
+
+    topo = Topology(
+        online=frozenset(range(4)),
+        nodes={0: frozenset({0, 1}), 1: frozenset({2, 3})},
+        siblings={c: frozenset({c}) for c in range(4)},
+    )
+    gp = load_profile("default").get("gpu")
+    # cpu1 and both CPUs of node 1 are pinned to pods: node 0 keeps cpu0, node 1 has nothing left to run on
+    assert probe_spec([UUID0], topo, gp, "", frozenset({1, 2, 3}))["numa"] == {"0": [0]}

@@ -25,11 +25,8 @@ def hung_lab(tmp_path_factory):
     spec = next(s for s in specs() if s.name == "containerd2")
     spec.name, spec.containerd = "hung-containerd", "hang"
     lab.add(spec)
-    try:
-        lab.start()
+    with lab.running():
         yield lab
-    finally:
-        lab.stop()
 
 
 def test_a_containerd_that_never_answers_does_not_hang_the_collection(hung_lab):

@@ -27,11 +27,8 @@ def gpu_lab(tmp_path_factory):
     lab = Lab(root / "lab", first_subnet=240)  # beside the main lab (198.18.1-6)
     for spec in gpu_specs(build_standins(root / "standins")):
         lab.add(spec)
-    try:
-        lab.start()
+    with lab.running():
         yield lab
-    finally:
-        lab.stop()
 
 
 @pytest.fixture(scope="module")

@@ -59,11 +59,8 @@ def ca_lab(tmp_path_factory):
     require_or_skip(lab_available())
     lab = Lab(Path(tmp_path_factory.mktemp("calab")), first_subnet=230, host_ca=True)
     lab.add(next(s for s in specs() if s.name == "good"))
-    try:
-        lab.start()
+    with lab.running():
         yield lab
-    finally:
-        lab.stop()
 
 
 def _spec(lab: Lab, transport: str) -> NodeSpec:

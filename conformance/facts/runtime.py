@@ -100,7 +100,7 @@ def merge_containerd(
     keeps version 3's CRI runtime path."""
     docs = _load_all(main_path, read, expand)
     files = [p for p, _ in docs]
-    first_version = _version(docs[0][1], docs[0][0])
+    first_version = _version_number(docs[0][1], docs[0][0])
     if release is None:
         rules = "1.x" if first_version <= 2 else ("2.0-2.2" if first_version == 3 else "2.3")
         how = f"containerd's version unknown: modelled as {rules} from the main file's config version {first_version}"
@@ -146,11 +146,26 @@ def _load_all(main_path: str, read: Callable[[str], str | None], expand: Callabl
     return out
 
 
-def _version(doc: dict[str, Any], path: str) -> int:
+def _version_number(doc: dict[str, Any], path: str) -> int:
     v = doc.get("version", 0)
     if not isinstance(v, int) or isinstance(v, bool) or v < 0:
         raise ParseError(f"{path}: containerd config version {v!r} is not a version number")
     return v
+
+
+def _version(doc: dict[str, Any], path: str, rules: str, highest: int) -> int:
+    """The file's config version; one above what these release rules read stops containerd (ValidateVersion)."""
+    v = _version_number(doc, path)
+    if v > highest:
+        raise ParseError(f"{path}: config version {v}: containerd {rules} supports versions up to {highest} and refuses to start")
+    return v
+
+
+def _copy_top_level(merged: dict[str, Any], doc: dict[str, Any]) -> None:
+    """Keys other than plugins: a later file's value replaces the earlier one (imports are per file)."""
+    for k, val in doc.items():
+        if k not in ("plugins", "imports", "version"):
+            merged[k] = copy.deepcopy(val)
 
 
 def _plugins(doc: dict[str, Any], path: str) -> dict[str, Any]:
@@ -178,15 +193,10 @@ def _merge_1x(docs: list[tuple[str, dict]]) -> tuple[dict[str, Any], str]:
     merged: dict[str, Any] = {"plugins": {}}
     version = 0
     for path, doc in docs:
-        v = _version(doc, path)
-        if v > 2:
-            raise ParseError(f"{path}: config version {v}: containerd 1.x supports versions 1 and 2 and refuses to start")
+        v = _version(doc, path, "1.x", 2)
         version = v or version
-        for k, val in doc.items():
-            if k == "plugins":
-                merged["plugins"].update(copy.deepcopy(_plugins(doc, path)))  # whole sections replaced
-            elif k != "imports":
-                merged[k] = copy.deepcopy(val)
+        merged["plugins"].update(copy.deepcopy(_plugins(doc, path)))  # whole sections replaced
+        _copy_top_level(merged, doc)
     merged["version"] = version or 1
     return merged, _CRI_PLUGIN[merged["version"]]
 
@@ -195,9 +205,7 @@ def _merge_20(docs: list[tuple[str, dict]]) -> tuple[dict[str, Any], str]:
     merged: dict[str, Any] = {"plugins": {}}
     version = 3  # the default config's version, overridden by every file that sets one
     for path, doc in docs:
-        v = _version(doc, path)
-        if v > 3:
-            raise ParseError(f"{path}: config version {v}: containerd 2.0-2.2 supports versions up to 3 and refuses to start")
+        v = _version(doc, path, "2.0-2.2", 3)
         plugins = _plugins(doc, path)
         if v in (0, 1):
             # MigrateConfigTo(out.Version) renames plugin ids and lifts the file to the current version, so
@@ -206,9 +214,7 @@ def _merge_20(docs: list[tuple[str, dict]]) -> tuple[dict[str, Any], str]:
         else:
             version = v  # mergo WithOverride: the file's non-zero version replaces the merged one
         _deep_merge(merged["plugins"], plugins)
-        for k, val in doc.items():
-            if k not in ("plugins", "imports", "version"):
-                merged[k] = copy.deepcopy(val)
+        _copy_top_level(merged, doc)
     if version < 3 and CRI_V2 in merged["plugins"]:
         merged["plugins"][CRI_V3] = merged["plugins"][CRI_V2]  # server.New's migration replaces the section
     merged["version"] = version
@@ -219,9 +225,7 @@ def _merge_23(docs: list[tuple[str, dict]]) -> tuple[dict[str, Any], str]:
     merged: dict[str, Any] = {"plugins": {}}
     root = 0
     for path, doc in docs:
-        v = _version(doc, path)
-        if v > 4:
-            raise ParseError(f"{path}: config version {v}: containerd 2.3 supports versions up to 4 and refuses to start")
+        v = _version(doc, path, "2.3", 4)
         root = root or v
         if v > root:
             raise ParseError(
@@ -233,9 +237,7 @@ def _merge_23(docs: list[tuple[str, dict]]) -> tuple[dict[str, Any], str]:
         if v < 3 and CRI_V2 in plugins:
             plugins[CRI_V3] = plugins[CRI_V2]  # this file alone migrated before merging
         _deep_merge(merged["plugins"], plugins)
-        for k, val in doc.items():
-            if k not in ("plugins", "imports", "version"):
-                merged[k] = copy.deepcopy(val)
+        _copy_top_level(merged, doc)
     merged["version"] = 4
     return merged, CRI_V3
 

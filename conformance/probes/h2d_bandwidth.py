@@ -107,7 +107,7 @@ class Numa:
         status = (ctypes.c_int * count)()
         rc = self.libc.syscall(self.nr["move_pages"], 0, ctypes.c_ulong(count), pages, None, status, 0)
         if rc != 0:
-            return None
+            return {"error": "move_pages failed: %s" % os.strerror(ctypes.get_errno() or 0)}
         out = {}
         for s in status:
             key = str(s) if s >= 0 else "absent"
@@ -152,6 +152,9 @@ def median(xs):
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2.0
 
 
+CU_CTX_SCHED_BLOCKING_SYNC = 0x04
+
+
 def measure(cu, dev, numa, node, cpus, deadline, busy_reader=None):
     """One (GPU, NUMA node) figure. Frees what it allocated, whatever happens. `busy_reader`, when
     given, reads the link while the last sample's copies are still in flight: idle links downshift."""
@@ -166,6 +169,9 @@ def measure(cu, dev, numa, node, cpus, deadline, busy_reader=None):
     retained = False
     cleanup = []
     try:
+        # Block instead of spin while waiting for copies (CU_CTX_SCHED_BLOCKING_SYNC, cuda.h; CUDA driver API
+        # "Primary Context Management"): a spinning host thread would burn a CPU next to other work.
+        cu("cuDevicePrimaryCtxSetFlags_v2", dev, CU_CTX_SCHED_BLOCKING_SYNC)
         cu("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), dev)
         retained = True
         cu("cuCtxSetCurrent", ctx)
@@ -226,6 +232,13 @@ def measure(cu, dev, numa, node, cpus, deadline, busy_reader=None):
 def main():
     doc = {"probe": 1}
     started = time.monotonic()
+    # The CUDA driver reads these when it initialises (CUDA Programming Guide, "CUDA Environment
+    # Variables"): an inherited CUDA_VISIBLE_DEVICES would hide GPUs from the probe, and
+    # CUDA_DEVICE_ORDER=PCI_BUS_ID numbers devices as NVML and nvidia-smi do (the default is fastest first).
+    masked = os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+    if masked is not None:
+        doc["ignored_device_mask"] = masked
+    os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     try:
         doc["library"], lib = find_library("libcuda.so.1", ROOT)  # noqa: F821 - from driver_library.py
         cu = Cuda(lib)

@@ -19,6 +19,7 @@ are removed when the lab stops.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -26,6 +27,7 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -327,6 +329,15 @@ class Lab:
             except OSError:
                 time.sleep(0.05)
         raise RuntimeError(f"lab node {node.spec.name}: sshd did not answer on {node.address}:22 in {timeout} s")
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[Lab]:
+        """Start the lab's nodes, and stop them (and remove what was made) however the block ends."""
+        try:
+            self.start()
+            yield self
+        finally:
+            self.stop()
 
     # -- using ---------------------------------------------------------------------------------
     def inventory(self, extra_nodes: str = "") -> str:

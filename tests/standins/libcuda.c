@@ -8,6 +8,7 @@
 #include "config.h"
 #include <sched.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <time.h>
 
 enum { CUDA_SUCCESS = 0, CUDA_ERROR_INVALID_VALUE = 1, CUDA_ERROR_OUT_OF_MEMORY = 2, CUDA_ERROR_NOT_INITIALIZED = 3,
@@ -39,22 +40,42 @@ static long long now_ns(void) {
     return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 
+/* CUDA_VISIBLE_DEVICES, as the driver reads it at cuInit: a comma list of ordinals (the subset the
+ * stand-in needs); the visible devices are renumbered from 0. */
+static int VISIBLE[MAXGPU], NVISIBLE;
+static void read_device_mask(void) {
+    const char *mask = getenv("CUDA_VISIBLE_DEVICES");
+    NVISIBLE = 0;
+    if (!mask) {
+        for (int i = 0; i < CFG.ngpu; i++) VISIBLE[NVISIBLE++] = i;
+        return;
+    }
+    for (const char *p = mask; *p && NVISIBLE < MAXGPU;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) break;
+        if (v >= 0 && v < CFG.ngpu) VISIBLE[NVISIBLE++] = (int)v;
+        p = *end == ',' ? end + 1 : end;
+        if (*end != ',') break;
+    }
+}
 int cuInit(unsigned flags) {
     cfg_load();
     INJECT("cuInit");
     if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
-    if (CFG.ngpu == 0) return CUDA_ERROR_NO_DEVICE;
+    read_device_mask();
+    if (NVISIBLE == 0) return CUDA_ERROR_NO_DEVICE;
     inited = 1;
     return CUDA_SUCCESS;
 }
 int cuDriverGetVersion(int *v) { if (!v) return CUDA_ERROR_INVALID_VALUE; *v = 12040; return CUDA_SUCCESS; }
-int cuDeviceGetCount(int *n) { NEED_INIT(); INJECT("cuDeviceGetCount"); if (!n) return CUDA_ERROR_INVALID_VALUE; *n = CFG.ngpu; return CUDA_SUCCESS; }
+int cuDeviceGetCount(int *n) { NEED_INIT(); INJECT("cuDeviceGetCount"); if (!n) return CUDA_ERROR_INVALID_VALUE; *n = NVISIBLE; return CUDA_SUCCESS; }
 int cuDeviceGet(int *dev, int ordinal) {
     NEED_INIT();
     INJECT("cuDeviceGet");
     if (!dev) return CUDA_ERROR_INVALID_VALUE;
-    if (ordinal < 0 || ordinal >= CFG.ngpu) return CUDA_ERROR_INVALID_DEVICE;
-    *dev = ordinal;
+    if (ordinal < 0 || ordinal >= NVISIBLE) return CUDA_ERROR_INVALID_DEVICE;
+    *dev = VISIBLE[ordinal];
     return CUDA_SUCCESS;
 }
 #define VALID_DEV(d) if ((d) < 0 || (d) >= CFG.ngpu) return CUDA_ERROR_INVALID_DEVICE
@@ -89,6 +110,15 @@ int cuDeviceGetPCIBusId(char *out, int len, int dev) {
     unsigned dom = 0, bus = 0, d = 0, fn = 0;
     sscanf(CFG.gpu[dev].bus, "%x:%x:%x.%x", &dom, &bus, &d, &fn);
     snprintf(out, len, "%04X:%02X:%02X.%X", dom, bus, d, fn);
+    return CUDA_SUCCESS;
+}
+/* CU_CTX_SCHED_* and CU_CTX_LMEM_RESIZE_TO_MAX bits are what the driver accepts here (cuda.h) */
+static unsigned PRIMARY_FLAGS[MAXGPU];
+int cuDevicePrimaryCtxSetFlags_v2(int dev, unsigned flags) {
+    NEED_INIT(); VALID_DEV(dev);
+    INJECT("cuDevicePrimaryCtxSetFlags_v2");
+    if (flags & ~0x1fu) return CUDA_ERROR_INVALID_VALUE;
+    PRIMARY_FLAGS[dev] = flags;
     return CUDA_SUCCESS;
 }
 int cuDevicePrimaryCtxRetain(struct ctx **out, int dev) {
