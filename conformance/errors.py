@@ -26,3 +26,4 @@ class TransportError(ConformanceError):
         super().__init__(message)
         self.kind = kind
         self.executed = executed  # False: the remote program never started (no session was opened)
+        self.partial = b""  # what the remote program had printed before the failure (a timeout, a cut)

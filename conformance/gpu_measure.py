@@ -91,6 +91,7 @@ class H2DMeasurement:
     library: str | None = None
     executions: int = 0  # remote executions spent (0 when no GPU was eligible)
     missing: dict[str, str] = field(default_factory=dict)  # planned GPUs the probe did not report: errors
+    complete: bool = True  # False: the probe's output ended before its end line (timeout, cut connection)
 
 
 def plan(gpus: GpuFacts) -> tuple[list[str], dict[str, str]]:
@@ -121,18 +122,58 @@ def probe_spec(
         "copies": gpu_profile["h2d_copies"],
         "samples": gpu_profile["h2d_samples"],
         "warmup": gpu_profile["h2d_warmup"],
+        "warmup_s": gpu_profile["h2d_warmup_s"],
         "budget_s": gpu_profile["h2d_budget_s"],
     }
 
 
+def assemble_probe_lines(text: str) -> dict[str, Any]:
+    """The probe's JSON lines (a header, one line per GPU as it was measured, an end line) as one
+    document; lines after a cut connection or a timeout are simply absent. `complete`: the end line
+    says the probe finished its work."""
+    doc: dict[str, Any] = {"gpus": [], "complete": False}
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError as e:
+            if n == len(text.splitlines()):
+                doc["truncated"] = True  # the last line was cut mid-way
+                break
+            raise ParseError(f"line {n} is not JSON: {e}") from None
+        if not isinstance(item, dict):
+            raise ParseError(f"line {n} is not a JSON object")
+        if "probe" in item:
+            doc.update(item)
+        elif "gpu" in item and isinstance(item["gpu"], dict):
+            doc["gpus"].append(item["gpu"])
+        elif "end" in item:
+            doc["complete"] = item["end"] == "done"
+            doc["end"] = item
+            if "duration_s" in item:
+                doc["duration_s"] = item["duration_s"]
+    return doc
+
+
 def parse_probe_output(node: str, text: str) -> H2DMeasurement:
     try:
-        doc = json.loads(text)
-    except ValueError as e:
-        raise ParseError(f"H2D probe output on node {node} is not JSON: {e}") from None
-    if not isinstance(doc, dict) or doc.get("probe") != 1:
-        raise ParseError(f"H2D probe output on node {node}: not a version-1 probe document")
-    m = H2DMeasurement(node=node, error=doc.get("error"), duration_s=doc.get("duration_s"), library=doc.get("library"))
+        doc = assemble_probe_lines(text)
+    except ParseError as e:
+        raise ParseError(f"H2D probe output on node {node}: {e}") from None
+    if doc.get("probe") != 2:
+        raise ParseError(f"H2D probe output on node {node}: not a version-2 probe stream")
+    error = doc.get("error")
+    end = doc.get("end") or {}
+    if not doc["complete"] and error is None:
+        reason = (
+            f"the probe stopped itself at its bound of {end.get('bound_s')} s (a GPU call never returned)"
+            if end.get("end") == "timeout"
+            else "the probe's output ended early"
+        )
+        error = f"{reason}; {len(doc['gpus'])} GPU(s) reported before that"
+    m = H2DMeasurement(node=node, error=error, duration_s=doc.get("duration_s"), library=doc.get("library"))
+    m.complete = bool(doc["complete"])
     for g in doc.get("gpus") or []:
         if not isinstance(g, dict):
             continue
@@ -186,7 +227,14 @@ def measure_node(
             ["python3", "-", json.dumps(spec_doc, separators=(",", ":"))], payload.program("h2d_bandwidth"), timeout
         )
     except TransportError as e:
-        return H2DMeasurement(node=spec.name, skipped=skipped, error=f"H2D probe: {e}")
+        if not e.partial:
+            return H2DMeasurement(node=spec.name, skipped=skipped, error=f"H2D probe: {e}")
+        try:  # keep every GPU that was reported before the transport gave up
+            m = parse_probe_output(spec.name, e.partial.decode("utf-8", "replace"))
+        except ParseError:
+            return H2DMeasurement(node=spec.name, skipped=skipped, error=f"H2D probe: {e}")
+        m.error = f"H2D probe: {e}; {len(m.gpus)} GPU(s) reported before that"
+        return _account(m, uuids, skipped, started)
     finally:
         transport.close()
     text = result.stdout.decode("utf-8", "replace")
@@ -195,9 +243,14 @@ def measure_node(
     except ParseError as e:
         err = result.stderr.decode("utf-8", "replace").strip()[-300:]
         return H2DMeasurement(node=spec.name, skipped=skipped, error=f"{e} (exit {result.exit_status}; {err})", executions=1)
+    return _account(m, uuids, skipped, started)
+
+
+def _account(m: H2DMeasurement, uuids: list[str], skipped: dict[str, str], started: float) -> H2DMeasurement:
+    """Skips, the execution, and every planned GPU accounted for: measured, or an error saying it was not."""
     m.skipped.update(skipped)
     m.executions = 1
-    for uuid in uuids:  # every planned GPU is accounted for: measured, or an error saying it was not
+    for uuid in uuids:
         if uuid not in m.gpus and uuid not in m.skipped:
             reported = ", ".join(sorted(m.gpus)) or "none"
             m.missing[uuid] = f"planned but not reported by the probe (it reported: {reported})"

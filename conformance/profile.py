@@ -132,6 +132,7 @@ def _validate(values: dict[str, Any], source: str) -> None:
     need("gpu.pcie_replay_limit", isinstance(g["pcie_replay_limit"], int), "an integer")
     for key in ("h2d_buffer_mib", "h2d_copies", "h2d_samples", "h2d_warmup"):
         need(f"gpu.{key}", isinstance(g[key], int) and g[key] >= (0 if key == "h2d_warmup" else 1), "a positive integer")
+    need("gpu.h2d_warmup_s", _is_number(g["h2d_warmup_s"]) and g["h2d_warmup_s"] >= 0, "a number of seconds")
     need("gpu.h2d_budget_s", _is_number(g["h2d_budget_s"]) and g["h2d_budget_s"] > 0, "a number of seconds")
     need("gpu.h2d_matrix_tolerance", _is_number(g["h2d_matrix_tolerance"]) and g["h2d_matrix_tolerance"] >= 0, "a fraction")
     p = values["pods"]

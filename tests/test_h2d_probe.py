@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conformance.gpu_measure import parse_probe_output
+from conformance.gpu_measure import assemble_probe_lines, parse_probe_output
 from conformance.probes import payload
 from tests.gpu_standins import CONFIG, build_standins, driver_files, gpu_line, standins_available, write_root
 
@@ -52,12 +52,19 @@ def make_root(tmp_path, built, extra: str = "") -> tuple:
 
 def run_probe(root, numa=None, **spec):
     doc = {"root": str(root), "numa": numa or ({"0": [0], "1": [1]} if TWO_CPUS else {"0": [0]}), "bytes": 2 << 20}
-    doc.update({"copies": 4, "samples": 3, "warmup": 1, "budget_s": 10}, **spec)
+    doc.update({"copies": 4, "samples": 3, "warmup": 1, "warmup_s": 0.05, "budget_s": 10}, **spec)
     env = {**os.environ, "GNC_FAKE_GPU_CONFIG": str(root / CONFIG.lstrip("/"))}
     p = subprocess.run(
         [sys.executable, "-", json.dumps(doc)], input=payload.program("h2d_bandwidth"), capture_output=True, env=env, timeout=120
     )
-    return p.returncode, json.loads(p.stdout)
+    return p.returncode, assemble_probe_lines(p.stdout.decode())
+
+
+def as_lines(doc: dict) -> str:
+    """An assembled probe document back into the probe's JSON lines."""
+    head = {k: v for k, v in doc.items() if k not in ("gpus", "complete", "end", "truncated")}
+    lines = [head, *({"gpu": g} for g in doc["gpus"]), doc.get("end", {"end": "done"})]
+    return "".join(json.dumps(x) + "\n" for x in lines)
 
 
 def leaks(path) -> dict[str, int]:
@@ -68,7 +75,7 @@ def test_measures_each_gpu_from_each_numa_node(tmp_path, built):
     root, leak_file = make_root(tmp_path, built)
     rc, doc = run_probe(root)
     assert rc == 0, doc
-    m = parse_probe_output("n", json.dumps(doc))
+    m = parse_probe_output("n", as_lines(doc))
     assert list(m.gpus) == [UUID0, UUID1]
     g0 = m.gpus[UUID0]
     assert g0.bus_id == "0000:18:00.0"
@@ -217,3 +224,36 @@ def test_the_probe_stays_off_cpus_pods_hold_exclusively():
     gp = load_profile("default").get("gpu")
     # cpu1 and both CPUs of node 1 are pinned to pods: node 0 keeps cpu0, node 1 has nothing left to run on
     assert probe_spec([UUID0], topo, gp, "", frozenset({1, 2, 3}))["numa"] == {"0": [0]}
+
+
+def test_a_copy_that_never_completes_ends_the_probe_at_its_bound_and_keeps_what_was_measured(tmp_path, built):
+    """GPU1's first timed copy never completes (the driver call does not return, as when a GPU falls off
+    the bus): the probe ends by itself at budget x GPUs + grace, GPU0's figures arrived before, and the
+    runner reports the cut instead of losing everything."""
+    root, _ = make_root(tmp_path, built, "fail\tcuEventSynchronize\t-1\t4")  # GPU0 makes 3 (3 samples)
+    rc, doc = run_probe(root, gpus=[UUID0, UUID1], numa={"0": [0]}, budget_s=0.5, grace_s=1)
+    assert rc == 124 and doc["end"]["end"] == "timeout" and doc["complete"] is False
+    assert [g["uuid"] for g in doc["gpus"]] == [UUID0] and doc["gpus"][0]["results"][0]["gbps"] > 0
+    m = parse_probe_output("n", as_lines(doc))
+    assert UUID0 in m.gpus and m.error.startswith("the probe stopped itself at its bound of 2.0 s")
+
+
+@pytest.mark.parametrize("name", ["h2d_bandwidth", "nvml_facts", "driver_library"])
+def test_node_programs_parse_as_the_oldest_python_nodes_may_have(name):
+    """The programs that run on nodes keep to the grammar of python3.6 (the README's floor for nodes):
+    no walrus, no positional-only parameters, no match, no `X | Y` in evaluated annotations. Python
+    releases that no longer check 3.6 grammar check their own oldest (3.7 since 3.13)."""
+    import ast
+    import warnings
+    from importlib import resources
+
+    source = resources.files("conformance.probes").joinpath(f"{name}.py").read_text()
+    for floor in ((3, 6), (3, 7)):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ast.parse(source, feature_version=floor)
+            break
+        except ValueError:  # this Python cannot check that old a grammar
+            continue
+    assert "from __future__ import annotations" not in source and ":=" not in source

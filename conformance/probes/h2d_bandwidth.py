@@ -8,8 +8,10 @@ landed (move_pages), warm up, then time batches of async copies with CUDA events
 of the samples, in decimal GB/s. Everything allocated is freed, also after a failure.
 
 argv[1] is a JSON document: {"gpus": [uuid...] or null, "numa": {"0": [cpus]}, "bytes": N, "copies": 10,
-"samples": 5, "warmup": 3, "budget_s": 10}. Prints one JSON document. Exit 0, or 3 when CUDA could not
-be used at all. Kept compatible with python3.6+.
+"samples": 5, "warmup": 3, "warmup_s": 0.5, "budget_s": 10, "grace_s": 20}. Prints JSON lines as it goes:
+a header ({"probe": 2, ...}), one {"gpu": {...}} per GPU as soon as it is measured, and {"end": "done"}.
+It ends by itself after budget_s per GPU plus grace_s ({"end": "timeout"}, exit 124). Exit 0, or 3 when
+CUDA could not be used at all. Kept compatible with python3.6+.
 """
 
 import ctypes
@@ -17,6 +19,7 @@ import json
 import os
 import platform
 import sys
+import threading
 import time
 
 SPEC = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
@@ -153,38 +156,72 @@ def median(xs):
 
 
 CU_CTX_SCHED_BLOCKING_SYNC = 0x04
+OUT_LOCK = threading.Lock()
 
 
-def measure(cu, dev, numa, node, cpus, deadline, busy_reader=None):
-    """One (GPU, NUMA node) figure. Frees what it allocated, whatever happens. `busy_reader`, when
-    given, reads the link while the last sample's copies are still in flight: idle links downshift."""
+def emit(obj):
+    """One JSON line, flushed at once: what was measured survives a later hang or a cut connection."""
+    with OUT_LOCK:
+        sys.stdout.write(json.dumps(obj) + "\n")
+        sys.stdout.flush()
+
+
+def start_watchdog(seconds, started):
+    """End this process by itself after `seconds`, whatever call it is stuck in (a GPU that fell off the
+    bus never returns from a synchronise): killing the SSH client would not stop it."""
+
+    def fire():
+        emit({"end": "timeout", "after_s": round(time.monotonic() - started, 3), "bound_s": seconds})
+        os._exit(124)
+
+    t = threading.Timer(seconds, fire)
+    t.daemon = True
+    t.start()
+
+
+def release_all(cu, handles):
+    """Free in reverse order of creation; each failure is recorded, the rest still freed."""
+    errors = []
+    for fn, handle in reversed(handles):
+        try:
+            cu(fn, handle)
+        except CudaError as e:
+            errors.append(str(e))
+    return errors
+
+
+def measure(cu, numa, node, cpus, deadline, dptr, busy_reader=None):
+    """One (GPU, NUMA node) figure in the GPU's current context, into its device buffer `dptr`. Frees
+    what it allocated, whatever happens. `busy_reader`, when given, reads the link while the first
+    sample's copies are still in flight: idle links downshift."""
     size = int(SPEC.get("bytes", 256 << 20))
     copies = int(SPEC.get("copies", 10))
     samples = int(SPEC.get("samples", 5))
-    warmup = int(SPEC.get("warmup", 3))
+    warmup = max(1, int(SPEC.get("warmup", 3)))
+    warmup_s = float(SPEC.get("warmup_s", 0.5))
     row = {"node": node, "bytes": size, "copies": copies}
     row["binding"] = numa.bind(node, cpus)
-    ctx, dptr, host = ctypes.c_void_p(), ctypes.c_uint64(), ctypes.c_void_p()
-    stream, ev0, ev1 = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
-    retained = False
-    cleanup = []
+    host, stream, ev0, ev1 = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+    handles = []
     try:
-        # Block instead of spin while waiting for copies (CU_CTX_SCHED_BLOCKING_SYNC, cuda.h; CUDA driver API
-        # "Primary Context Management"): a spinning host thread would burn a CPU next to other work.
-        cu("cuDevicePrimaryCtxSetFlags_v2", dev, CU_CTX_SCHED_BLOCKING_SYNC)
-        cu("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), dev)
-        retained = True
-        cu("cuCtxSetCurrent", ctx)
-        cu("cuMemAlloc_v2", ctypes.byref(dptr), ctypes.c_size_t(size))
         cu("cuMemHostAlloc", ctypes.byref(host), ctypes.c_size_t(size), 0)
+        handles.append(("cuMemFreeHost", host))
         ctypes.memset(host, 0x5A, size)
         row["pages_on"] = numa.pages_on(host.value, size)
         cu("cuStreamCreate", ctypes.byref(stream), 1)
+        handles.append(("cuStreamDestroy_v2", stream))
         cu("cuEventCreate", ctypes.byref(ev0), 0)
+        handles.append(("cuEventDestroy_v2", ev0))
         cu("cuEventCreate", ctypes.byref(ev1), 0)
-        for _ in range(warmup):
-            cu("cuMemcpyHtoDAsync_v2", dptr, host, ctypes.c_size_t(size), stream)
-        cu("cuStreamSynchronize", stream)
+        handles.append(("cuEventDestroy_v2", ev1))
+        # Warm up for a time, not a count: a GPU coming out of idle raises its clocks and link speed first.
+        t0, rounds = time.monotonic(), 0
+        while rounds == 0 or (time.monotonic() - t0 < warmup_s and time.monotonic() < deadline):
+            for _ in range(warmup):
+                cu("cuMemcpyHtoDAsync_v2", dptr, host, ctypes.c_size_t(size), stream)
+            cu("cuStreamSynchronize", stream)
+            rounds += 1
+        row["warmup_s"] = round(time.monotonic() - t0, 3)
         figures = []
         for _ in range(samples):
             cu("cuEventRecord", ev0, stream)
@@ -207,57 +244,81 @@ def measure(cu, dev, numa, node, cpus, deadline, busy_reader=None):
         row["error"] = str(e)
         row["failed_call"] = e.call
     finally:
-        for fn, handle, needed in (
-            ("cuEventDestroy_v2", ev1, ev1.value),
-            ("cuEventDestroy_v2", ev0, ev0.value),
-            ("cuStreamDestroy_v2", stream, stream.value),
-            ("cuMemFreeHost", host, host.value),
-            ("cuMemFree_v2", dptr, dptr.value),
-        ):
-            if needed:
-                try:
-                    cu(fn, handle)
-                except CudaError as e:
-                    cleanup.append(str(e))
-        if retained:
-            try:
-                cu("cuDevicePrimaryCtxRelease_v2", dev)
-            except CudaError as e:
-                cleanup.append(str(e))
+        cleanup = release_all(cu, handles)
     if cleanup:
         row["cleanup_errors"] = cleanup
     return row
 
 
+def measure_gpu(cu, dev, g, numa, nodes, all_cpus, reader, budget):
+    """Every NUMA node's figure for one GPU, in one primary context held for all of them."""
+    t0 = time.monotonic()
+    if reader:
+        g["nvml_before"] = reader(g["uuid"])
+    g["results"] = []
+    ctx, dptr = ctypes.c_void_p(), ctypes.c_uint64()
+    size = int(SPEC.get("bytes", 256 << 20))
+    handles = []
+    try:
+        # Block instead of spin while waiting for copies (CU_CTX_SCHED_BLOCKING_SYNC, cuda.h; CUDA driver API
+        # "Primary Context Management"): a spinning host thread would burn a CPU next to other work.
+        cu("cuDevicePrimaryCtxSetFlags_v2", dev, CU_CTX_SCHED_BLOCKING_SYNC)
+        cu("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), dev)
+        handles.append(("cuDevicePrimaryCtxRelease_v2", dev))
+        cu("cuCtxSetCurrent", ctx)
+        cu("cuMemAlloc_v2", ctypes.byref(dptr), ctypes.c_size_t(size))
+        handles.append(("cuMemFree_v2", dptr))
+        busy = (lambda u=g["uuid"]: reader(u, True)) if reader else None
+        for node, cpus in nodes:
+            g["results"].append(measure(cu, numa, node, cpus, t0 + budget, dptr, busy))
+            numa.unbind(all_cpus)
+            if g["results"][-1].get("nvml_busy"):
+                g["nvml_busy"] = g["results"][-1].pop("nvml_busy")
+            if time.monotonic() > t0 + budget:
+                g["note"] = "time budget of %g s reached" % budget
+                break
+    except CudaError as e:  # the GPU's context or device buffer: no node could be measured
+        g["results"] = [{"node": node, "error": str(e), "failed_call": e.call} for node, _ in nodes]
+    finally:
+        cleanup = release_all(cu, handles)
+    if cleanup and g["results"]:
+        g["results"][-1].setdefault("cleanup_errors", []).extend(cleanup)
+    if reader:
+        g["nvml_after"] = reader(g["uuid"])
+    g["duration_s"] = round(time.monotonic() - t0, 3)
+
+
 def main():
-    doc = {"probe": 1}
     started = time.monotonic()
+    head = {"probe": 2}
     # The CUDA driver reads these when it initialises (CUDA Programming Guide, "CUDA Environment
     # Variables"): an inherited CUDA_VISIBLE_DEVICES would hide GPUs from the probe, and
     # CUDA_DEVICE_ORDER=PCI_BUS_ID numbers devices as NVML and nvidia-smi do (the default is fastest first).
     masked = os.environ.pop("CUDA_VISIBLE_DEVICES", None)
     if masked is not None:
-        doc["ignored_device_mask"] = masked
+        head["ignored_device_mask"] = masked
     os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    wanted = SPEC.get("gpus")
+    budget = float(SPEC.get("budget_s", 10))
+    start_watchdog(budget * max(1, len(wanted or [1])) + float(SPEC.get("grace_s", 20)), started)
     try:
-        doc["library"], lib = find_library("libcuda.so.1", ROOT)  # noqa: F821 - from driver_library.py
+        head["library"], lib = find_library("libcuda.so.1", ROOT)  # noqa: F821 - from driver_library.py
         cu = Cuda(lib)
         cu("cuInit", 0)
         n = ctypes.c_int()
         cu("cuDeviceGetCount", ctypes.byref(n))
     except (RuntimeError, CudaError) as e:
-        doc["error"] = str(e)
-        print(json.dumps(doc))
+        head["error"] = str(e)
+        emit(head)
+        emit({"end": "done", "duration_s": round(time.monotonic() - started, 3)})
         return 3
-    wanted = SPEC.get("gpus")
+    emit(head)
     numa = Numa()
     all_cpus = os.sched_getaffinity(0)
     nodes = sorted((int(k), sorted(v)) for k, v in SPEC.get("numa", {}).items() if v)
     if not nodes:
         nodes = [(0, sorted(all_cpus))]
     reader = nvml_reader()
-    budget = float(SPEC.get("budget_s", 10))
-    doc["gpus"] = []
     for ordinal in range(n.value):
         g = {"ordinal": ordinal}
         try:
@@ -272,29 +333,13 @@ def main():
         except CudaError as e:
             g["error"] = str(e)
             g["failed_call"] = e.call
-            doc["gpus"].append(g)
+            emit({"gpu": g})
             continue
         if wanted is not None and g["uuid"] not in wanted:
             continue
-        t0 = time.monotonic()
-        if reader:
-            g["nvml_before"] = reader(g["uuid"])
-        g["results"] = []
-        for node, cpus in nodes:
-            busy = (lambda u=g["uuid"]: reader(u, True)) if reader else None
-            g["results"].append(measure(cu, dev.value, numa, node, cpus, t0 + budget, busy))
-            if g["results"][-1].get("nvml_busy"):
-                g["nvml_busy"] = g["results"][-1].pop("nvml_busy")
-            numa.unbind(all_cpus)
-            if time.monotonic() > t0 + budget:
-                g["note"] = "time budget of %g s reached" % budget
-                break
-        if reader:
-            g["nvml_after"] = reader(g["uuid"])
-        g["duration_s"] = round(time.monotonic() - t0, 3)
-        doc["gpus"].append(g)
-    doc["duration_s"] = round(time.monotonic() - started, 3)
-    print(json.dumps(doc))
+        measure_gpu(cu, dev.value, g, numa, nodes, all_cpus, reader, budget)
+        emit({"gpu": g})
+    emit({"end": "done", "duration_s": round(time.monotonic() - started, 3)})
     return 0
 
 

@@ -16,8 +16,10 @@ class LocalTransport:
     def run(self, argv: list[str], stdin: bytes, timeout: float) -> ExecResult:
         try:
             p = subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout, check=False)
-        except subprocess.TimeoutExpired:
-            raise TransportError(f"local collection did not finish within {timeout:g} s", kind="timeout") from None
+        except subprocess.TimeoutExpired as e:
+            err = TransportError(f"local collection did not finish within {timeout:g} s", kind="timeout")
+            err.partial = e.stdout or b""
+            raise err from None
         except OSError as e:
             raise TransportError(f"cannot run {argv[0]} locally: {e}", kind="error") from e
         return ExecResult(p.returncode, p.stdout, p.stderr)

@@ -39,12 +39,14 @@ class OpenSshTransport:
         command = " ".join(shlex.quote(a) for a in argv)
         try:
             p = subprocess.run([*self.argv, command], input=stdin, capture_output=True, timeout=timeout, check=False)
-        except subprocess.TimeoutExpired:
-            raise TransportError(
+        except subprocess.TimeoutExpired as e:
+            err = TransportError(
                 f"{self.description}: did not finish within {timeout:g} s (--timeout: connection, authentication and "
                 "the collector together); ssh was stopped",
                 kind="timeout",
-            ) from None
+            )
+            err.partial = e.stdout or b""
+            raise err from None
         if p.returncode == 255:  # ssh's own failure, not the remote command's
             err = _classify(p.stderr.decode("utf-8", "replace"), self.description)
             err.executed = bool(p.stdout)  # output came: the collector had started before the connection failed

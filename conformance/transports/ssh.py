@@ -277,9 +277,11 @@ class SshTransport:
             self.set_deadline(timeout)
         try:
             return self._run(argv, stdin)
-        except TransportError:
-            if self._expired.is_set():
-                raise self._timed_out() from None
+        except TransportError as e:
+            if self._expired.is_set() and e.kind != "timeout":
+                err = self._timed_out()
+                err.partial = e.partial
+                raise err from None
             raise
         finally:
             if self._timer is not None:
@@ -302,7 +304,9 @@ class SshTransport:
             while True:
                 if time.monotonic() > deadline or self._expired.is_set():
                     chan.close()
-                    raise self._timed_out()
+                    err = self._timed_out()
+                    err.partial = bytes(out)
+                    raise err
                 if chan.recv_ready():
                     out += chan.recv(65536)
                 elif chan.recv_stderr_ready():

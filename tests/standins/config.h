@@ -5,7 +5,8 @@
  *        gpumaxgen=5 replay=0 replay_step=0 mig=0 cpumask=0x1 nodemask=0x1 procs=12,34
  *   bw   GPU NODE GBPS        host-to-device copy rate for a calling thread on NUMA node NODE
  *   cpu  CPU NODE             NUMA node of a CPU, as the stand-in's view of the machine
- *   fail SYMBOL CODE [NTH]    the symbol returns CODE on its NTH call (default 1st), once
+ *   fail SYMBOL CODE [NTH]    the symbol returns CODE on its NTH call (default 1st), once; CODE -1: that
+ *                             call never returns (a GPU that fell off the bus)
  *   leaks PATH                at exit, write the handles still alive to PATH
  *   driver VERSION
  */
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAXGPU 16
 #define MAXNODE 8
@@ -115,7 +117,10 @@ static int cfg_injected(const char *symbol) {
     cfg_load();
     for (int i = 0; i < CFG.nfail; i++) {
         struct fake_fail *x = &CFG.fail[i];
-        if (!strcmp(x->symbol, symbol) && ++x->calls == x->nth) return x->code;
+        if (!strcmp(x->symbol, symbol) && ++x->calls == x->nth) {
+            if (x->code == -1) for (;;) pause();
+            return x->code;
+        }
     }
     return 0;
 }
