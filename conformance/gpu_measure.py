@@ -56,10 +56,16 @@ class H2DRow:
             return f"placement unverified: {self.pages_on['error']} (memory policy: {policy})"
         total = sum(v for v in self.pages_on.values() if isinstance(v, int))
         here = self.pages_on.get(str(self.node), 0)
+        landed = self.pages_node
+        if landed is not None and landed != self.node:
+            return (
+                f"pinned buffer landed on NUMA node {landed}, not {self.node} ({here} of {total} sampled pages on node "
+                f"{self.node}; memory policy: {policy})"
+            )
         if not total or here < PLACEMENT_MIN_SHARE * total:
             where = ", ".join(f"node {k}: {v}" for k, v in sorted(self.pages_on.items()))
             return (
-                f"pinned buffer not on NUMA node {self.node}: {here} of {total} sampled pages there ({where}); "
+                f"pinned buffer only partly on NUMA node {self.node}: {here} of {total} sampled pages there ({where}); "
                 f"at least {PLACEMENT_MIN_SHARE:.0%} needed (memory policy: {policy})"
             )
         return None

@@ -203,7 +203,7 @@ def test_placement_is_verified_or_said_to_be_unverified():
     ok = H2DRow(node=0, gbps=20.0, binding={"mem_policy": "bind"}, pages_on={"0": 62, "1": 2})
     assert ok.placement_problem() is None  # 62 of 64 = 97% >= 95%
     spread = H2DRow(node=0, gbps=20.0, binding={"mem_policy": "bind"}, pages_on={"0": 40, "1": 24})
-    assert "40 of 64 sampled pages there" in spread.placement_problem()
+    assert "only partly on NUMA node 0: 40 of 64 sampled pages there" in spread.placement_problem()
     failed = H2DRow(
         node=0, gbps=20.0, binding={"mem_policy": "bind"}, pages_on={"error": "move_pages failed: Operation not permitted"}
     )
