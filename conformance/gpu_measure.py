@@ -100,11 +100,15 @@ class H2DMeasurement:
     complete: bool = True  # False: the probe's output ended before its end line (timeout, cut connection)
 
 
-def plan(gpus: GpuFacts) -> tuple[list[str], dict[str, str]]:
-    """(GPUs to measure, {GPU: why not}). Measuring needs an idle, whole GPU."""
+def plan(gpus: GpuFacts, assigned: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """(GPUs to measure, {GPU: why not}). Measuring needs an idle, whole GPU that the kubelet has not
+    given to a pod (`assigned`: device id -> holder, from its device checkpoint)."""
     measure, skipped = [], {}
     for g in gpus.gpus:
-        if g.processes:
+        holder = (assigned or {}).get(g.uuid)
+        if holder:
+            skipped[g.uuid] = f"assigned by the kubelet to {holder}: not touched"
+        elif g.processes:
             skipped[g.uuid] = (
                 f"{len(g.processes)} compute process(es) running on it (pids {', '.join(map(str, g.processes[:5]))})"
             )
@@ -184,6 +188,9 @@ def parse_probe_output(node: str, text: str) -> H2DMeasurement:
         if not isinstance(g, dict):
             continue
         uuid = str(g.get("uuid") or f"ordinal {g.get('ordinal')}")
+        if g.get("skipped"):  # the probe's own busy gate: a skip with its reason, not a failure
+            m.skipped[uuid] = str(g["skipped"])
+            continue
         gpu = H2DGpu(
             uuid=uuid,
             bus_id=g.get("bus_id"),
@@ -212,13 +219,18 @@ def parse_probe_output(node: str, text: str) -> H2DMeasurement:
 
 
 def measure_node(
-    spec: NodeSpec, gpus: GpuFacts, topology: Topology, gpu_profile: dict[str, Any], exclusive: frozenset[int] = frozenset()
+    spec: NodeSpec,
+    gpus: GpuFacts,
+    topology: Topology,
+    gpu_profile: dict[str, Any],
+    exclusive: frozenset[int] = frozenset(),
+    assigned: dict[str, str] | None = None,
 ) -> H2DMeasurement:
     """Run the probe on the node (one execution). Never raises: failures are in `error`. `exclusive`:
     CPUs assigned to containers exclusively, which the probe does not run on."""
     from conformance.collect import transport_for
 
-    uuids, skipped = plan(gpus)
+    uuids, skipped = plan(gpus, assigned)
     if not uuids:
         return H2DMeasurement(node=spec.name, skipped=skipped)
     spec_doc = probe_spec(uuids, topology, gpu_profile, spec.host_root, exclusive)

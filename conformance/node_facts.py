@@ -16,6 +16,7 @@ from conformance.facts.checkpoints import (
     CpuManagerState,
     MemoryManagerState,
     parse_cpu_manager_state,
+    parse_device_checkpoint,
     parse_memory_manager_state,
 )
 from conformance.facts.cpulist import parse_cpulist
@@ -178,6 +179,14 @@ class NodeFacts:
         self.require_reachable()
         path = self._state_path("memory_manager_state")
         return parse_memory_manager_state(self.bundle.text(path), path)
+
+    @fact
+    def device_assignments(self) -> dict[str, str]:
+        """Device id -> the pod container the kubelet gave it to (empty without a device checkpoint)."""
+        self.require_reachable()
+        path = self._state_path("device-plugins/kubelet_internal_checkpoint")
+        text = self.bundle.optional_text(path)
+        return parse_device_checkpoint(text, path) if text is not None else {}
 
     def _state_path(self, name: str) -> str:
         try:

@@ -409,13 +409,17 @@ class Run:
                 exclusive = frozenset(c for entries in state.entries.values() for cpus in entries.values() for c in cpus)
             except FactUnavailable:
                 exclusive = frozenset()
-            todo[name] = (*todo[name], exclusive)
+            try:  # and off GPUs the kubelet gave to pods
+                assigned = f.device_assignments
+            except FactUnavailable:
+                assigned = {}
+            todo[name] = (*todo[name], exclusive, assigned)
         show = self.verbose or sys.stderr.isatty()
         done = 0
 
         def one(name: str) -> tuple[str, H2DMeasurement]:
-            spec, gpus, topology, exclusive = todo[name]
-            return name, measure_node(spec, gpus, topology, self.profile_for(name).get("gpu"), exclusive)
+            spec, gpus, topology, exclusive, assigned = todo[name]
+            return name, measure_node(spec, gpus, topology, self.profile_for(name).get("gpu"), exclusive, assigned)
 
         with ThreadPoolExecutor(max_workers=max(1, min(self.parallel, len(todo) or 1))) as pool:
             for name, m in pool.map(one, list(todo)):

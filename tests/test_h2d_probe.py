@@ -27,13 +27,22 @@ def built(tmp_path_factory):
     return build_standins(tmp_path_factory.mktemp("standins"))
 
 
-def make_root(tmp_path, built, extra: str = "") -> tuple:
+def make_root(tmp_path, built, extra: str = "", nvml: str | None = "libnvidia-ml.so.1", **gpu0: object) -> tuple:
+    """A host root with two stand-in GPUs; `gpu0`: more stand-in fields for GPU0 (computemode, memfree, procs...)."""
     root = tmp_path / "host"
     leaks = tmp_path / "leaks"
     config = "\n".join(
         [
             gpu_line(
-                uuid=UUID0, name="Stand-in H100", bus="00000000:18:00.0", gen=5, gpumaxgen=5, maxgen=5, replay=7, replay_step=2
+                uuid=UUID0,
+                name="Stand-in H100",
+                bus="00000000:18:00.0",
+                gen=5,
+                gpumaxgen=5,
+                maxgen=5,
+                replay=7,
+                replay_step=2,
+                **gpu0,
             ),
             gpu_line(uuid=UUID1, name="Stand-in H100", bus="00000000:9A:00.0", gen=5, gpumaxgen=5, maxgen=5),
             "bw\t0\t0\t2.0",
@@ -46,7 +55,7 @@ def make_root(tmp_path, built, extra: str = "") -> tuple:
             extra,
         ]
     )
-    write_root(root, driver_files(built, config + "\n"))
+    write_root(root, driver_files(built, config + "\n", nvml=nvml))
     return root, leaks
 
 
@@ -257,3 +266,49 @@ def test_node_programs_parse_as_the_oldest_python_nodes_may_have(name):
         except ValueError:  # this Python cannot check that old a grammar
             continue
     assert "from __future__ import annotations" not in source and ":=" not in source
+
+
+# -- the busy gate, asked right before each GPU's context is made ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("gpu0", "why"),
+    [
+        ({"computemode": 3}, "not measured: compute mode Exclusive-Process (only Default is measured)"),
+        ({"computemode": 2}, "not measured: compute mode Prohibited (only Default is measured)"),
+        ({"memfree": 10}, "not measured: 10 MiB of device memory free, 66 MiB needed"),
+        ({"procs": "4242"}, "busy: 1 compute process(es) running now (pids 4242)"),
+    ],
+)
+def test_a_gpu_that_is_not_idle_now_is_skipped_with_the_reason(tmp_path, built, gpu0, why):
+    root, leak_file = make_root(tmp_path, built, **gpu0)
+    rc, doc = run_probe(root, numa={"0": [0]})
+    assert rc == 0 and doc["gpus"][0] == {"ordinal": 0, "uuid": UUID0, "bus_id": "0000:18:00.0", "skipped": why}
+    assert doc["gpus"][1]["results"][0]["gbps"] > 0  # the other GPU is measured
+    assert not {k: v for k, v in leaks(leak_file).items() if v}  # no context was made for the skipped one
+
+
+def test_without_nvml_no_gpu_counts_as_idle(tmp_path, built):
+    root, _ = make_root(tmp_path, built, nvml=None)
+    rc, doc = run_probe(root, numa={"0": [0]})
+    assert rc == 0 and all(g["skipped"].startswith("treated as busy: NVML cannot be used here") for g in doc["gpus"])
+
+
+def test_a_process_that_appears_after_collection_stops_the_measurement(tmp_path, built, monkeypatch):
+    """The facts say GPU0 is idle (collected earlier); a job starts on it before the probe runs."""
+    from conformance.facts.gpu import Gpu, GpuFacts
+    from conformance.facts.topology import Topology
+    from conformance.gpu_measure import measure_node
+    from conformance.inventory import NodeSpec
+    from conformance.profile import load_profile
+
+    started = tmp_path / "job-started"
+    root, _ = make_root(tmp_path, built, procs="777", procs_if=started)
+    monkeypatch.setenv("GNC_FAKE_GPU_CONFIG", str(root / CONFIG.lstrip("/")))
+    gpus = GpuFacts(gpus=[Gpu(0, UUID0, "0000:18:00.0"), Gpu(1, UUID1, "0000:9a:00.0")], source="NVML")  # no processes
+    topo = Topology(online=frozenset({0}), nodes={0: frozenset({0})}, siblings={0: frozenset({0})})
+    gp = {**load_profile("default").get("gpu"), "h2d_buffer_mib": 2, "h2d_samples": 1, "h2d_copies": 1, "h2d_warmup_s": 0}
+    started.write_text("")  # the job starts between collection and measurement
+    m = measure_node(NodeSpec(name="n", transport="local", host_root=str(root)), gpus, topo, gp)
+    assert m.skipped == {UUID0: "busy: 1 compute process(es) running now (pids 777)"} and UUID1 in m.gpus
+    assert not m.missing and m.error is None

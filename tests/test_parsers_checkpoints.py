@@ -1,3 +1,4 @@
+import json
 from pathlib import Path
 
 import pytest
@@ -61,3 +62,40 @@ def test_memory_state_nodes_and_cells():
     st = parse_memory_manager_state('{"policyName":"Static","machineState":{"0":{"cells":[0]}}}')
     assert st.numa_cells == {0: [0]}
     assert parse_memory_manager_state(load("memory_manager_state.none.gengwg.json")).policy == "None"
+
+
+def test_device_checkpoint_in_both_layouts():
+    """pkg/kubelet/cm/devicemanager/checkpoint/checkpoint.go: DeviceIDs per NUMA node since 1.20, a list
+    before; the NVIDIA device plugin's ids are GPU UUIDs, with '::<replica>' under time-slicing."""
+    from conformance.facts.checkpoints import parse_device_checkpoint
+
+    numa = {
+        "Data": {
+            "PodDeviceEntries": [
+                {"PodUID": "u1", "ContainerName": "llm", "ResourceName": "nvidia.com/gpu", "DeviceIDs": {"0": ["GPU-aaa"]},
+                 "AllocResp": "CgA="},
+                {"PodUID": "u2", "ContainerName": "tok", "ResourceName": "nvidia.com/gpu", "DeviceIDs": {"1": ["GPU-bbb::3"]}},
+            ],
+            "RegisteredDevices": {"nvidia.com/gpu": ["GPU-aaa", "GPU-bbb::3"]},
+        },
+        "Checksum": 1234,
+    }  # fmt: skip
+    got = parse_device_checkpoint(json.dumps(numa), "cp")
+    assert got == {"GPU-aaa": "pod u1 container llm (nvidia.com/gpu)", "GPU-bbb": "pod u2 container tok (nvidia.com/gpu)"}
+    old = {"Data": {"PodDeviceEntries": [{"PodUID": "u3", "ContainerName": "c", "ResourceName": "nvidia.com/gpu",
+                                          "DeviceIDs": ["GPU-ccc"]}], "RegisteredDevices": {}}, "Checksum": 1}  # fmt: skip
+    assert parse_device_checkpoint(json.dumps(old), "cp") == {"GPU-ccc": "pod u3 container c (nvidia.com/gpu)"}
+    assert parse_device_checkpoint('{"Data": {}, "Checksum": 0}', "cp") == {}
+    with pytest.raises(ParseError, match="cp: not JSON"):
+        parse_device_checkpoint("{", "cp")
+
+
+def test_a_gpu_the_kubelet_gave_to_a_pod_is_not_measured():
+    from conformance.facts.gpu import Gpu, GpuFacts
+    from conformance.gpu_measure import plan
+
+    gpus = GpuFacts(gpus=[Gpu(0, "GPU-aaa", "0000:18:00.0"), Gpu(1, "GPU-bbb", "0000:9a:00.0")], source="NVML")
+    measure, skipped = plan(gpus, {"GPU-aaa": "pod u1 container llm (nvidia.com/gpu)"})
+    assert measure == ["GPU-bbb"] and skipped == {
+        "GPU-aaa": "assigned by the kubelet to pod u1 container llm (nvidia.com/gpu): not touched"
+    }

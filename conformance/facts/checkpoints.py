@@ -95,3 +95,31 @@ def parse_memory_manager_state(text: str, path: str = "memory_manager_state") ->
     if not isinstance(entries, dict):
         raise ParseError(f"{path}: field entries is not an object")
     return MemoryManagerState(policy=policy, numa_cells=cells, entries=entries)
+
+
+def parse_device_checkpoint(text: str, path: str) -> dict[str, str]:
+    """The kubelet's device manager checkpoint (`device-plugins/kubelet_internal_checkpoint`): device id ->
+    "pod <uid> container <name> (<resource>)". Layout: pkg/kubelet/cm/devicemanager/checkpoint/checkpoint.go,
+    {"Data": {"PodDeviceEntries": [{"PodUID", "ContainerName", "ResourceName", "DeviceIDs"}], ...},
+    "Checksum"}; DeviceIDs is {"<numa>": [ids]} since Kubernetes 1.20, a plain list before. The NVIDIA
+    device plugin's ids are GPU UUIDs (time-slicing adds a "::<replica>" suffix) or MIG device UUIDs."""
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise ParseError(f"{path}: not JSON: {e}") from None
+    entries = (doc.get("Data") or {}).get("PodDeviceEntries") if isinstance(doc, dict) else None
+    if entries is None:
+        return {}
+    if not isinstance(entries, list):
+        raise ParseError(f"{path}: Data.PodDeviceEntries is not a list")
+    out: dict[str, str] = {}
+    for e in entries:
+        if not isinstance(e, dict):
+            continue
+        ids = e.get("DeviceIDs") or []
+        flat = [i for v in ids.values() for i in (v or [])] if isinstance(ids, dict) else list(ids)
+        who = f"pod {e.get('PodUID')} container {e.get('ContainerName')} ({e.get('ResourceName')})"
+        for device in flat:
+            if isinstance(device, str):
+                out[device.split("::")[0]] = who
+    return out

@@ -146,6 +146,30 @@ def nvml_reader():
                 out[key + "_error"] = str(e)
         return out
 
+    def idle(uuid, need_bytes):
+        """None when the GPU may be measured now, else why not: asked right before its context is made,
+        since the facts collected earlier may be minutes old. Any NVML error counts as busy."""
+        try:
+            h = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+            procs = pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+            if procs:
+                pids = ", ".join(str(p.pid) for p in procs[:5])
+                return "busy: %d compute process(es) running now (pids %s)" % (len(procs), pids)
+            mode = pynvml.nvmlDeviceGetComputeMode(h)
+            if mode != pynvml.NVML_COMPUTEMODE_DEFAULT:
+                names = {
+                    pynvml.NVML_COMPUTEMODE_PROHIBITED: "Prohibited",
+                    pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS: "Exclusive-Process",
+                }
+                return "not measured: compute mode %s (only Default is measured)" % names.get(mode, mode)
+            free = pynvml.nvmlDeviceGetMemoryInfo(h).free
+            if free < need_bytes:
+                return "not measured: %d MiB of device memory free, %d MiB needed" % (free >> 20, need_bytes >> 20)
+        except pynvml.NVMLError as e:
+            return "treated as busy: NVML could not tell whether it is idle (%s)" % e
+        return None
+
+    read.idle = idle
     return read
 
 
@@ -337,7 +361,13 @@ def main():
             continue
         if wanted is not None and g["uuid"] not in wanted:
             continue
-        measure_gpu(cu, dev.value, g, numa, nodes, all_cpus, reader, budget)
+        # the busy gate, right before a context is made: without NVML nothing says the GPU is idle
+        need = int(SPEC.get("bytes", 256 << 20)) + (64 << 20)
+        why = reader.idle(g["uuid"], need) if reader else "treated as busy: NVML cannot be used here to check it is idle"
+        if why:
+            g["skipped"] = why
+        else:
+            measure_gpu(cu, dev.value, g, numa, nodes, all_cpus, reader, budget)
         emit({"gpu": g})
     emit({"end": "done", "duration_s": round(time.monotonic() - started, 3)})
     return 0

@@ -3,6 +3,7 @@
  * $GNC_FAKE_GPU_CONFIG or /run/nvidia/driver/fake-gpus.conf. Lines, fields separated by tabs:
  *   gpu  uuid=GPU-... name=... bus=00000000:18:00.0 minor=0 gen=5 width=16 maxgen=5 maxwidth=16
  *        gpumaxgen=5 replay=0 replay_step=0 mig=0 cpumask=0x1 nodemask=0x1 procs=12,34
+ *        computemode=0 memfree=81920 (MiB) procs_if=PATH (the processes exist only while PATH does)
  *   bw   GPU NODE GBPS        host-to-device copy rate for a calling thread on NUMA node NODE
  *   cpu  CPU NODE             NUMA node of a CPU, as the stand-in's view of the machine
  *   fail SYMBOL CODE [NTH]    the symbol returns CODE on its NTH call (default 1st), once; CODE -1: that
@@ -27,6 +28,9 @@ struct fake_gpu {
     unsigned minor, gen, width, maxgen, maxwidth, gpumaxgen, replay, replay_step, mig, nprocs;
     unsigned long long cpumask, nodemask;
     unsigned procs[8];
+    unsigned computemode;
+    unsigned long long memfree_mib;
+    char procs_if[256];
     double bw[MAXNODE];
 };
 struct fake_fail { char symbol[64]; int code; int nth; int calls; };
@@ -44,6 +48,7 @@ static void cfg_gpu(char *rest) {
     struct fake_gpu *g = &CFG.gpu[CFG.ngpu++];
     memset(g, 0, sizeof *g);
     g->width = g->maxwidth = 16;
+    g->memfree_mib = 81920;
     char *save = NULL;
     for (char *kv = strtok_r(rest, "\t\n", &save); kv; kv = strtok_r(NULL, "\t\n", &save)) {
         char *eq = strchr(kv, '=');
@@ -64,6 +69,9 @@ static void cfg_gpu(char *rest) {
         else if (!strcmp(k, "mig")) g->mig = strtoul(v, NULL, 0);
         else if (!strcmp(k, "cpumask")) g->cpumask = strtoull(v, NULL, 0);
         else if (!strcmp(k, "nodemask")) g->nodemask = strtoull(v, NULL, 0);
+        else if (!strcmp(k, "computemode")) g->computemode = strtoul(v, NULL, 0);
+        else if (!strcmp(k, "memfree")) g->memfree_mib = strtoull(v, NULL, 0);
+        else if (!strcmp(k, "procs_if")) snprintf(g->procs_if, sizeof g->procs_if, "%s", v);
         else if (!strcmp(k, "procs")) {
             char *s2 = NULL;
             char buf[128];

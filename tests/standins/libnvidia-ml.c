@@ -2,6 +2,7 @@
  * with NVML's return codes and struct layouts (nvml.h), answering from config.h's GPU description.
  * Built with -DOLD_DRIVER it lacks nvmlDeviceGetGpuMaxPcieLinkGeneration, as drivers before R510 do. */
 #include "config.h"
+#include <unistd.h>
 
 enum { NVML_SUCCESS = 0, NVML_ERROR_UNINITIALIZED = 1, NVML_ERROR_INVALID_ARGUMENT = 2, NVML_ERROR_NOT_SUPPORTED = 3,
        NVML_ERROR_INSUFFICIENT_SIZE = 7, NVML_ERROR_DRIVER_NOT_LOADED = 9, NVML_ERROR_UNKNOWN = 999 };
@@ -131,15 +132,26 @@ int nvmlDeviceGetMemoryAffinity(nvmlDevice_t h, unsigned words, unsigned long lo
 }
 int nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t h, unsigned *count, nvmlProcessInfo_t *infos) {
     DEVICE(h, count);
-    if (*count < g->nprocs || (!infos && g->nprocs)) {
-        *count = g->nprocs;
-        return g->nprocs ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+    /* procs_if: the processes appear once the test creates that file (between collection and measurement) */
+    unsigned n = (g->procs_if[0] && access(g->procs_if, F_OK) != 0) ? 0 : g->nprocs;
+    if (*count < n || (!infos && n)) {
+        *count = n;
+        return n ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
     }
-    for (unsigned i = 0; i < g->nprocs; i++) {
+    for (unsigned i = 0; i < n; i++) {
         infos[i].pid = g->procs[i];
         infos[i].usedGpuMemory = 1ULL << 30;
         infos[i].gpuInstanceId = infos[i].computeInstanceId = 0xFFFFFFFF;
     }
-    *count = g->nprocs;
+    *count = n;
+    return NVML_SUCCESS;
+}
+int nvmlDeviceGetComputeMode(nvmlDevice_t h, int *mode) { DEVICE(h, mode); *mode = (int)g->computemode; return NVML_SUCCESS; }
+typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
+int nvmlDeviceGetMemoryInfo(nvmlDevice_t h, nvmlMemory_t *m) {
+    DEVICE(h, m);
+    m->total = 81920ULL << 20;
+    m->free = g->memfree_mib << 20;
+    m->used = m->total > m->free ? m->total - m->free : 0;
     return NVML_SUCCESS;
 }
