@@ -134,7 +134,8 @@ def pods_lab(tmp_path_factory):
         lab.start()
         for pod in running:
             labpods.start(lab, NODE, pod)
-        time.sleep(0.5)  # the stray worker thread pins itself and runs
+        for pod in running:
+            labpods.wait_until_strayed(pod)  # the event, not a pause: the stray worker thread has pinned itself
         yield lab
     finally:
         try:

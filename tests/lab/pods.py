@@ -119,6 +119,30 @@ def start(lab: Lab, node_name: str, pod: LabPod) -> None:
         (pod.cgroup / "cgroup.procs").write_text(first)
 
 
+def wait_until_strayed(pod: LabPod, timeout: float = 30.0) -> None:
+    """Wait for the event a stray pod's test depends on: its worker thread has pinned itself to the
+    stray CPU (a thread of the pod's main process whose affinity is exactly that CPU)."""
+    if pod.stray_cpu is None:
+        return
+    main_pid = subprocess.run(["pgrep", "-P", str(pod.pid)], capture_output=True, text=True).stdout.split()
+    pids = (
+        main_pid + subprocess.run(["pgrep", "-P", main_pid[0]], capture_output=True, text=True).stdout.split() if main_pid else []
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid in pids:
+            for task in Path(f"/proc/{pid}/task").glob("*"):
+                try:
+                    status = (task / "status").read_text()
+                except OSError:
+                    continue
+                line = next((x for x in status.splitlines() if x.startswith("Cpus_allowed_list:")), "")
+                if line.split(":", 1)[-1].strip() == str(pod.stray_cpu):
+                    return
+        time.sleep(0.02)
+    raise RuntimeError(f"lab pod {pod.name}: no thread pinned itself to cpu{pod.stray_cpu} within {timeout} s")
+
+
 def stop_one(lab: Lab, pod: LabPod) -> None:
     """Kill one pod's processes and remove its cgroups (as the kubelet does on delete)."""
     if pod.pid:
