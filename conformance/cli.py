@@ -247,7 +247,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def cmd_waivers(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
-    from conformance.waivers import lint
+    from conformance.config.waivers import lint
 
     problems = lint(args.file, set(load_registry()), datetime.now(UTC).date())
     for p in problems:
@@ -260,7 +260,7 @@ def cmd_waivers(args: argparse.Namespace) -> int:
 def cmd_profiles(args: argparse.Namespace) -> int:
     import yaml
 
-    from conformance.profile import bundled_names, load_profile
+    from conformance.config.profile import bundled_names, load_profile
 
     if args.profiles_command == "list":
         for name in bundled_names():
@@ -285,13 +285,13 @@ def cmd_checks(args: argparse.Namespace) -> int:
 
 
 def _inventory(args: argparse.Namespace):
-    from conformance.inventory import load_inventory, local_inventory
+    from conformance.config.inventory import load_inventory, local_inventory
 
     return load_inventory(args.inventory) if args.inventory else local_inventory(args.host_root)
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
-    from conformance.collect import collect_all, stderr_progress
+    from conformance.collection.collect import collect_all, stderr_progress
     from conformance.session import write_snapshots
 
     inv = _inventory(args)
@@ -355,7 +355,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     pargs += args.pytest_args
     rc = _finish(int(pytest.main(pargs)), out, args.pushgateway)
     if args.print_results and (out / "results.json").is_file():
-        from conformance.manifests import RESULTS_BEGIN, RESULTS_END
+        from conformance.cluster.manifests import RESULTS_BEGIN, RESULTS_END
 
         # one line of JSON between markers: `conformance merge` finds it in the pod's log
         doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
@@ -364,11 +364,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_manifests(args: argparse.Namespace) -> int:
-    from conformance.manifests import DEFAULT_IMAGE, build, to_yaml
+    from conformance.cluster.manifests import DEFAULT_IMAGE, build, to_yaml
 
     nodes = list(args.node)
     if args.nodes_from_inventory:
-        from conformance.inventory import load_inventory
+        from conformance.config.inventory import load_inventory
 
         nodes += [n.name for n in load_inventory(args.nodes_from_inventory).nodes]
     if not nodes and not args.daemonset:
@@ -395,7 +395,7 @@ def cmd_manifests(args: argparse.Namespace) -> int:
 def cmd_merge(args: argparse.Namespace) -> int:
     import tempfile
 
-    from conformance.merge import expected_from, gather, missing_nodes
+    from conformance.outputs.merge import expected_from, gather, missing_nodes
 
     work = Path(tempfile.mkdtemp(prefix="gnc-merge-"))
     found = gather(args.sources, work)

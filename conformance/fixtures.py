@@ -8,17 +8,17 @@ from typing import Any
 
 import pytest
 
-from conformance import dcgm
 from conformance.checks import Evidence
+from conformance.cluster import dcgm
+from conformance.cluster.api import dcgm_metrics
+from conformance.cluster.pods import ContainerRef, InsideFacts, PodInfo
+from conformance.config.inventory import NodeSpec
+from conformance.config.profile import Profile
 from conformance.errors import FactUnavailable
 from conformance.facts.gpu import GpuFacts
-from conformance.gpu_measure import H2DMeasurement
-from conformance.inventory import NodeSpec
-from conformance.kube import dcgm_metrics
-from conformance.latency import Endpoint, LatencyResult
-from conformance.node_facts import NodeFacts
-from conformance.pods import ContainerRef, InsideFacts, PodInfo
-from conformance.profile import Profile
+from conformance.facts.node_facts import NodeFacts
+from conformance.measurements.gpu_measure import H2DMeasurement
+from conformance.measurements.latency import Endpoint, LatencyResult
 from conformance.session import RUN_KEY
 
 

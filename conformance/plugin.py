@@ -12,10 +12,10 @@ import pytest
 
 from conformance import fixtures
 from conformance.checks import Evidence, spec_of
+from conformance.cluster.pods import ContainerRef
 from conformance.errors import ConformanceError, UsageError
 from conformance.outputs import diff, junit_xml, load_results, prometheus_text
-from conformance.pods import ContainerRef
-from conformance.replay import ReplayItem, make_items
+from conformance.outputs.replay import ReplayItem, make_items
 from conformance.session import RUN_KEY, Run
 
 MESSAGE_LIMIT = 2000
@@ -152,7 +152,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except UsageError as e:
         raise pytest.UsageError(str(e)) from None
     if config.pluginmanager.hasplugin("html"):
-        from conformance import html_report
+        from conformance.outputs import html_report
 
         config.pluginmanager.register(html_report, "conformance-html")
 

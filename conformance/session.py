@@ -13,22 +13,23 @@ from typing import Any
 
 import pytest
 
-from conformance import __version__, acceptance
-from conformance.acceptance import AcceptancePod
-from conformance.bundle import Bundle
+from conformance import __version__
 from conformance.checks import BLOCKING, REGISTRY
-from conformance.collect import collect_all, stderr_progress
+from conformance.cluster import acceptance
+from conformance.cluster.acceptance import AcceptancePod
+from conformance.cluster.api import GPU_RESOURCE, api_client, configz, discover
+from conformance.cluster.manifests import DEFAULT_IMAGE
+from conformance.cluster.pods import ContainerRef, InsideFacts, PodInfo, exec_inside, gpu_pods
+from conformance.collection.bundle import Bundle
+from conformance.collection.collect import collect_all, stderr_progress
+from conformance.config.inventory import Inventory, NodeSpec, load_inventory, local_inventory, merge_discovered
+from conformance.config.profile import Profile, load_profile
+from conformance.config.waivers import Waiver, load_waivers
+from conformance.config.waivers import find as find_waivers
 from conformance.errors import FactUnavailable, ParseError, UsageError
-from conformance.gpu_measure import H2DMeasurement, measure_node
-from conformance.inventory import Inventory, NodeSpec, load_inventory, local_inventory, merge_discovered
-from conformance.kube import GPU_RESOURCE, api_client, configz, discover
-from conformance.latency import Endpoint, LatencyResult, measure
-from conformance.manifests import DEFAULT_IMAGE
-from conformance.node_facts import NodeFacts
-from conformance.pods import ContainerRef, InsideFacts, PodInfo, exec_inside, gpu_pods
-from conformance.profile import Profile, load_profile
-from conformance.waivers import Waiver, load_waivers
-from conformance.waivers import find as find_waivers
+from conformance.facts.node_facts import NodeFacts
+from conformance.measurements.gpu_measure import H2DMeasurement, measure_node
+from conformance.measurements.latency import Endpoint, LatencyResult, measure
 
 SCHEMA_VERSION = 1
 
@@ -150,7 +151,7 @@ class Run:
 
     @classmethod
     def from_results(cls, paths: list[str]) -> Run:
-        from conformance.replay import inventory_of, merge_documents, register_checks
+        from conformance.outputs.replay import inventory_of, merge_documents, register_checks
 
         doc = merge_documents(paths)
         register_checks(doc["checks"])

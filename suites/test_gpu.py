@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from conformance.checks import check
+from conformance.checks.gpu_rules import expected_generation, floor_for, local_node, reconcile_advertised
 from conformance.errors import FactUnavailable
 from conformance.facts.cpulist import format_cpulist
-from conformance.gpu_rules import expected_generation, floor_for, local_node, reconcile_advertised
 
 
 def _fail_or_error(failures: list[str], errors: list[str]) -> None:

@@ -15,7 +15,7 @@ from tests.fakeroot import make_host_root
 from tests.lab.nodes import ALL_CHECKS, GOOD_CPU_STATE, GPU_CHECKS, MEMORY_STATE, POD_CHECKS
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS_SCHEMA = json.loads((ROOT / "conformance" / "schemas" / "results.schema.json").read_text())
+RESULTS_SCHEMA = json.loads((ROOT / "conformance" / "outputs" / "results.schema.json").read_text())
 HOSTILE = "<img src=x onerror=alert(1)>"
 
 KUBELET = f"""\
@@ -172,8 +172,8 @@ def test_a_node_without_a_tool_the_collector_needs_is_an_error_naming_it(tmp_pat
     missing facts."""
     import shutil
 
-    from conformance.collect import collect_node
-    from conformance.inventory import NodeSpec
+    from conformance.collection.collect import collect_node
+    from conformance.config.inventory import NodeSpec
 
     bindir = tmp_path / "bin"
     bindir.mkdir()

@@ -5,8 +5,8 @@ labels as GPU Feature Discovery writes them)."""
 
 from __future__ import annotations
 
+from conformance.checks.gpu_rules import reconcile_advertised
 from conformance.facts.gpu import Gpu
-from conformance.gpu_rules import reconcile_advertised
 
 
 def gpus(n: int, mig: int = 0) -> list[Gpu]:

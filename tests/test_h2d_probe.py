@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from conformance.gpu_measure import assemble_probe_lines, parse_probe_output
-from conformance.probes import payload
+from conformance.collection.probes import payload
+from conformance.measurements.gpu_measure import assemble_probe_lines, parse_probe_output
 from tests.gpu_standins import CONFIG, build_standins, driver_files, gpu_line, standins_available, write_root
 
 UUID0 = "GPU-11111111-2222-3333-4444-555555555555"
@@ -189,11 +189,11 @@ def test_an_inherited_device_mask_is_ignored(tmp_path, built, monkeypatch):
 def test_a_planned_gpu_the_probe_did_not_report_is_an_error_not_a_pass(tmp_path, built, monkeypatch):
     """A failed UUID read leaves the planned GPUs unnamed in the probe's output: the runner records them
     as missing (GPU-H2D-LOCAL-BW then reports an error), never as silently not measured."""
+    from conformance.config.inventory import NodeSpec
+    from conformance.config.profile import load_profile
     from conformance.facts.gpu import Gpu, GpuFacts
     from conformance.facts.topology import Topology
-    from conformance.gpu_measure import measure_node
-    from conformance.inventory import NodeSpec
-    from conformance.profile import load_profile
+    from conformance.measurements.gpu_measure import measure_node
 
     root, _ = make_root(tmp_path, built, "fail\tcuDeviceGetUuid\t999")
     monkeypatch.setenv("GNC_FAKE_GPU_CONFIG", str(root / CONFIG.lstrip("/")))
@@ -207,7 +207,7 @@ def test_a_planned_gpu_the_probe_did_not_report_is_an_error_not_a_pass(tmp_path,
 
 
 def test_placement_is_verified_or_said_to_be_unverified():
-    from conformance.gpu_measure import H2DRow
+    from conformance.measurements.gpu_measure import H2DRow
 
     ok = H2DRow(node=0, gbps=20.0, binding={"mem_policy": "bind"}, pages_on={"0": 62, "1": 2})
     assert ok.placement_problem() is None  # 62 of 64 = 97% >= 95%
@@ -221,9 +221,9 @@ def test_placement_is_verified_or_said_to_be_unverified():
 
 
 def test_the_probe_stays_off_cpus_pods_hold_exclusively():
+    from conformance.config.profile import load_profile
     from conformance.facts.topology import Topology
-    from conformance.gpu_measure import probe_spec
-    from conformance.profile import load_profile
+    from conformance.measurements.gpu_measure import probe_spec
 
     topo = Topology(
         online=frozenset(range(4)),
@@ -256,7 +256,7 @@ def test_node_programs_parse_as_the_oldest_python_nodes_may_have(name):
     import warnings
     from importlib import resources
 
-    source = resources.files("conformance.probes").joinpath(f"{name}.py").read_text()
+    source = resources.files("conformance.collection.probes").joinpath(f"{name}.py").read_text()
     for floor in ((3, 6), (3, 7)):
         try:
             with warnings.catch_warnings():
@@ -296,11 +296,11 @@ def test_without_nvml_no_gpu_counts_as_idle(tmp_path, built):
 
 def test_a_process_that_appears_after_collection_stops_the_measurement(tmp_path, built, monkeypatch):
     """The facts say GPU0 is idle (collected earlier); a job starts on it before the probe runs."""
+    from conformance.config.inventory import NodeSpec
+    from conformance.config.profile import load_profile
     from conformance.facts.gpu import Gpu, GpuFacts
     from conformance.facts.topology import Topology
-    from conformance.gpu_measure import measure_node
-    from conformance.inventory import NodeSpec
-    from conformance.profile import load_profile
+    from conformance.measurements.gpu_measure import measure_node
 
     started = tmp_path / "job-started"
     root, _ = make_root(tmp_path, built, procs="777", procs_if=started)

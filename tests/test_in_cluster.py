@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conformance.manifests import RESULTS_BEGIN, build, results_in_log
+from conformance.cluster.manifests import RESULTS_BEGIN, build, results_in_log
 from tests.k8s_models import problems
 from tests.test_cli_local import sample_host_root
 

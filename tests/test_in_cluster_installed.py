@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conformance.manifests import RESULTS_END
+from conformance.cluster.manifests import RESULTS_END
 from tests.lab.nodes import EXPECTED
 from tests.podrun import run_container
 from tests.test_lab_audit import outcomes

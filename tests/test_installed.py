@@ -72,7 +72,7 @@ def test_version_checks_and_profiles(installed, tmp_path):
     p = installed.conformance("profiles", "list", cwd=tmp_path)
     assert p.returncode == 0
     assert {line.split()[0] for line in p.stdout.splitlines()} == {
-        f.stem for f in (ROOT / "conformance" / "profiles").glob("*.yaml")
+        f.stem for f in (ROOT / "conformance" / "config" / "profiles").glob("*.yaml")
     }
 
 

@@ -65,8 +65,8 @@ def test_sigint_writes_reports_and_exits_2(tmp_path):
 
 def test_silent_node_ends_within_its_timeouts_and_the_run_goes_on(tmp_path):
     """A node that accepts TCP but never speaks SSH: connect timeout 1 s, 2 retries with backoff."""
-    from conformance.collect import collect_node
-    from conformance.inventory import NodeSpec
+    from conformance.collection.collect import collect_node
+    from conformance.config.inventory import NodeSpec
 
     server = socket.socket()
     server.bind(("127.0.0.1", 0))

@@ -5,9 +5,9 @@ import jsonschema
 import pytest
 import yaml
 
+from conformance.config.inventory import load_inventory, parse_inventory
+from conformance.config.profile import load_profile
 from conformance.errors import UsageError
-from conformance.inventory import load_inventory, parse_inventory
-from conformance.profile import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads((ROOT / "inventory" / "inventory.schema.json").read_text())

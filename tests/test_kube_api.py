@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from conformance.dcgm import metric_series
+from conformance.cluster.api import KubeSpec, api_client, configz, dcgm_metrics, discover
+from conformance.cluster.dcgm import metric_series
+from conformance.config.inventory import load_inventory, merge_discovered
 from conformance.errors import FactUnavailable, UsageError
-from conformance.inventory import load_inventory, merge_discovered
-from conformance.kube import KubeSpec, api_client, configz, dcgm_metrics, discover
 from tests.fakeapi import kubeconfig, node_object, pod_object, serve
 from tests.httpservers import dcgm_metrics as dcgm_text
 from tests.kube_fixtures import fake_api

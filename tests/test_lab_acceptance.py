@@ -162,8 +162,8 @@ def test_every_acceptance_pod_is_deleted_and_the_report_says_so(acceptance):
 
 def test_the_pod_is_guaranteed_with_the_profiles_settings():
     # the manifest as the API received it: whole CPUs, equal requests and limits, one GPU, runtime class, /dev/shm
-    from conformance.acceptance import manifest
-    from conformance.profile import load_profile
+    from conformance.cluster.acceptance import manifest
+    from conformance.config.profile import load_profile
 
     body = manifest("fresh-ok", load_profile(None), "gpu-node-conformance", "img", "nvidia.com/gpu")
     res = body["spec"]["containers"][0]["resources"]

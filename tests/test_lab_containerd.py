@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance.collect import collect_node
-from conformance.inventory import NodeSpec
-from conformance.node_facts import NodeFacts
+from conformance.collection.collect import collect_node
+from conformance.config.inventory import NodeSpec
+from conformance.facts.node_facts import NodeFacts
 from tests.conftest import require_or_skip
 from tests.lab.builder import Lab, lab_available
 from tests.lab.nodes import specs

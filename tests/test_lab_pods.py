@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conformance.kube import KubeSpec, api_client
-from conformance.pods import ContainerRef, exec_inside
+from conformance.cluster.api import KubeSpec, api_client
+from conformance.cluster.pods import ContainerRef, exec_inside
 from tests.fakeapi import kubeconfig, node_object, pod_object, serve
 from tests.gpu_standins import build_standins, driver_files
 from tests.kube_fixtures import fake_api

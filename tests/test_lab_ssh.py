@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from conformance.collect import collect_node
-from conformance.inventory import NodeSpec
+from conformance.collection.collect import collect_node
+from conformance.config.inventory import NodeSpec
 
 pytestmark = pytest.mark.lab
 

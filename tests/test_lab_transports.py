@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conformance.collect import collect_node, collector_script, transport_for
+from conformance.collection.collect import collect_node, collector_script, transport_for
+from conformance.config.inventory import NodeSpec
 from conformance.errors import TransportError
-from conformance.inventory import NodeSpec
 from tests.conftest import require_or_skip
 from tests.lab.builder import Lab, lab_available
 from tests.lab.nodes import EXPECTED, specs

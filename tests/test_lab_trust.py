@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance.collect import collect_node
-from conformance.inventory import NodeSpec
-from conformance.node_facts import NodeFacts
+from conformance.collection.collect import collect_node
+from conformance.config.inventory import NodeSpec
+from conformance.facts.node_facts import NodeFacts
 from tests.lab.nodes import MARKERS, PLANTED_SECRETS
 from tests.relay import ResettingRelay
 

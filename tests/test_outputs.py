@@ -8,8 +8,8 @@ import xml.etree.ElementTree as ET
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from conformance.config.waivers import find, lint, parse_waivers
 from conformance.outputs import diff, diff_lines, junit_xml, prometheus_text
-from conformance.waivers import find, lint, parse_waivers
 
 TODAY = dt.date(2026, 12, 2)
 

@@ -92,7 +92,7 @@ def test_device_checkpoint_in_both_layouts():
 
 def test_a_gpu_the_kubelet_gave_to_a_pod_is_not_measured():
     from conformance.facts.gpu import Gpu, GpuFacts
-    from conformance.gpu_measure import plan
+    from conformance.measurements.gpu_measure import plan
 
     gpus = GpuFacts(gpus=[Gpu(0, "GPU-aaa", "0000:18:00.0"), Gpu(1, "GPU-bbb", "0000:9a:00.0")], source="NVML")
     measure, skipped = plan(gpus, {"GPU-aaa": "pod u1 container llm (nvidia.com/gpu)"})

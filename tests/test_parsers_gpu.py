@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from conformance.checks.gpu_rules import expected_generation, floor_for, local_node
+from conformance.config.profile import load_profile
 from conformance.errors import FactUnavailable, ParseError
 from conformance.facts.gpu import (
     Gpu,
@@ -18,9 +20,7 @@ from conformance.facts.gpu import (
     parse_smi_xml,
     parse_topo_matrix,
 )
-from conformance.gpu_measure import H2DRow, plan
-from conformance.gpu_rules import expected_generation, floor_for, local_node
-from conformance.profile import load_profile
+from conformance.measurements.gpu_measure import H2DRow, plan
 from tests.lab.nodes import SAMPLES
 
 GPU_PROFILE = load_profile(None).get("gpu")

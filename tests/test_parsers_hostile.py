@@ -9,7 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conformance.bundle import Bundle, parse_wire
+from conformance.collection.bundle import Bundle, parse_wire
+from conformance.collection.redact import redact_text
+from conformance.config.inventory import parse_inventory
 from conformance.errors import ParseError, UsageError
 from conformance.facts import kernel
 from conformance.facts.checkpoints import parse_cpu_manager_state, parse_memory_manager_state
@@ -26,9 +28,7 @@ from conformance.facts.runtime import (
     merge_containerd,
 )
 from conformance.facts.units import parse_duration, parse_quantity
-from conformance.inventory import parse_inventory
-from conformance.latency import parse_endpoints
-from conformance.redact import redact_text
+from conformance.measurements.latency import parse_endpoints
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

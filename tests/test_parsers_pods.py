@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from conformance.cluster.pods import bytes_of, cpu_count, last_cpu, parse_inside, selector_matches
 from conformance.errors import FactUnavailable
-from conformance.pods import bytes_of, cpu_count, last_cpu, parse_inside, selector_matches
 from tests.lab.nodes import SAMPLES
 
 STATUS = (SAMPLES / "proc_pid_status.prometheus-procfs-fixture.txt").read_text()

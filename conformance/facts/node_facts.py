@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from conformance.bundle import Bundle, Record
+from conformance.collection.bundle import Bundle, Record
 from conformance.errors import FactUnavailable, ParseError
 from conformance.facts import kernel
 from conformance.facts.checkpoints import (

@@ -1,5 +1,5 @@
 """How the collector reaches a node: one execution that reads the script from stdin."""
 
-from conformance.transports.base import ExecResult, Transport
+from conformance.collection.transports.base import ExecResult, Transport
 
 __all__ = ["ExecResult", "Transport"]

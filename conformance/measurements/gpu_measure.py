@@ -8,11 +8,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from conformance.collection.probes import payload
+from conformance.config.inventory import NodeSpec
 from conformance.errors import ParseError, TransportError
 from conformance.facts.gpu import GpuFacts
 from conformance.facts.topology import Topology
-from conformance.inventory import NodeSpec
-from conformance.probes import payload
 
 PLACEMENT_MIN_SHARE = 0.95  # of the sampled pages on the intended NUMA node, for a figure to count as local
 
@@ -228,7 +228,7 @@ def measure_node(
 ) -> H2DMeasurement:
     """Run the probe on the node (one execution). Never raises: failures are in `error`. `exclusive`:
     CPUs assigned to containers exclusively, which the probe does not run on."""
-    from conformance.collect import transport_for
+    from conformance.collection.collect import transport_for
 
     uuids, skipped = plan(gpus, assigned)
     if not uuids:

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import urllib3
 
-from conformance.validation import unknown_fields
+from conformance.config.validation import unknown_fields
 
 ENDPOINT_KEYS = {
     "name",

@@ -11,8 +11,8 @@ import pytest
 
 from conformance import __version__
 from conformance.checks import REGISTRY
+from conformance.outputs.svg import heatmap, histogram
 from conformance.session import RUN_KEY, Run
-from conformance.svg import heatmap, histogram
 
 SYMBOLS = {"passed": "✓", "failed": "✗", "error": "!", "skipped": "–", "waived": "w", None: ""}
 VERDICT_COLOURS = {"accepted": "#2e7d32", "rejected": "#c62828", "unreachable": "#ef6c00", "incomplete": "#9e9e9e"}

@@ -12,11 +12,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from conformance.cluster.api import GPU_RESOURCE, explain
+from conformance.collection.redact import env_value
 from conformance.errors import FactUnavailable, ParseError
 from conformance.facts.cpulist import parse_cpulist
 from conformance.facts.units import parse_quantity
-from conformance.kube import GPU_RESOURCE, explain
-from conformance.redact import env_value
 
 EXEC_TIMEOUT_S = 30.0
 MAX_OUTPUT = 4 * 1024 * 1024

@@ -30,7 +30,7 @@ class Profile:
 
 
 def bundled_names() -> list[str]:
-    folder = resources.files("conformance").joinpath("profiles")
+    folder = resources.files("conformance.config").joinpath("profiles")
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
@@ -46,7 +46,7 @@ def _read(ref: str) -> tuple[str, dict[str, Any], str]:
     else:
         if ref not in bundled_names():
             raise UsageError(f"profile {ref!r}: no such bundled profile (bundled: {', '.join(bundled_names())})")
-        text = resources.files("conformance").joinpath("profiles", f"{ref}.yaml").read_text(encoding="utf-8")
+        text = resources.files("conformance.config").joinpath("profiles", f"{ref}.yaml").read_text(encoding="utf-8")
         source, name = f"bundled profile {ref}", ref
     try:
         doc = yaml.safe_load(text) or {}

@@ -27,9 +27,9 @@ def _bindings_blob() -> str:
 
 @functools.cache
 def program(name: str) -> bytes:
-    """The probe `name` (a module of conformance.probes) as one self-contained Python program: the
+    """The probe `name` (a module of conformance.collection.probes) as one self-contained Python program: the
     bindings, the shared driver-library lookup, then the probe."""
-    folder = resources.files("conformance.probes")
+    folder = resources.files("conformance.collection.probes")
     shared = folder.joinpath("driver_library.py").read_text(encoding="utf-8")
     source = folder.joinpath(f"{name}.py").read_text(encoding="utf-8")
     return (BOOT.format(blob=_bindings_blob()) + shared + "\n" + source).encode("utf-8")

@@ -8,9 +8,9 @@ import shlex
 import shutil
 import subprocess
 
+from conformance.collection.transports.base import ExecResult
+from conformance.collection.transports.ssh import SshTarget
 from conformance.errors import TransportError
-from conformance.transports.base import ExecResult
-from conformance.transports.ssh import SshTarget
 
 
 class OpenSshTransport:

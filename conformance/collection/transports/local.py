@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import subprocess
 
+from conformance.collection.transports.base import ExecResult
 from conformance.errors import TransportError
-from conformance.transports.base import ExecResult
 
 
 class LocalTransport:

@@ -11,14 +11,14 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from datetime import UTC, datetime
 from importlib import resources
 
-from conformance.bundle import Bundle, parse_wire
+from conformance.collection.bundle import Bundle, parse_wire
+from conformance.collection.probes import payload
+from conformance.collection.redact import redact_bundle
+from conformance.collection.transports.local import LocalTransport
+from conformance.collection.transports.openssh import OpenSshTransport
+from conformance.collection.transports.ssh import SshTarget, SshTransport
+from conformance.config.inventory import NodeSpec
 from conformance.errors import ParseError, TransportError
-from conformance.inventory import NodeSpec
-from conformance.probes import payload
-from conformance.redact import redact_bundle
-from conformance.transports.local import LocalTransport
-from conformance.transports.openssh import OpenSshTransport
-from conformance.transports.ssh import SshTarget, SshTransport
 
 MAX_BYTES = 4 * 1024 * 1024
 
@@ -26,7 +26,7 @@ MAX_BYTES = 4 * 1024 * 1024
 @functools.cache
 def collector_script() -> bytes:
     """The collector, carrying the NVML probe (with its bindings) packed in a shell variable."""
-    script = resources.files("conformance").joinpath("collector.sh").read_bytes()
+    script = resources.files("conformance.collection").joinpath("collector.sh").read_bytes()
     return script.replace(b"@NVML_PROBE@", payload.packed("nvml_facts").encode()).replace(b"@UNPACK@", payload.UNPACK.encode())
 
 

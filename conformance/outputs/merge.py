@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from conformance import __version__
+from conformance.cluster.manifests import results_in_log
 from conformance.errors import UsageError
-from conformance.manifests import results_in_log
 from conformance.outputs import load_results
 
 MISSING = "missing"

@@ -10,8 +10,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from conformance.config.validation import typed_fields
 from conformance.errors import FactUnavailable, UsageError
-from conformance.validation import typed_fields
 
 GPU_RESOURCE = "nvidia.com/gpu"
 TIMEOUT_S = 15.0

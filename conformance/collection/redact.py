@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from conformance.bundle import Bundle
+from conformance.collection.bundle import Bundle
 
 MARK = "<redacted>"
 _NAMES = (

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import paramiko
 
+from conformance.collection.transports.base import ExecResult
 from conformance.errors import TransportError
-from conformance.transports.base import ExecResult
 
 # paramiko logs failures of its transport thread itself; this module reports them as TransportError.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())

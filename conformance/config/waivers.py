@@ -24,8 +24,8 @@ from typing import Any
 
 import yaml
 
+from conformance.config.validation import unknown_fields
 from conformance.errors import UsageError
-from conformance.validation import unknown_fields
 
 KEYS = {"check", "nodes", "selector", "justification", "owner", "ticket", "expires"}
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from conformance.cluster.api import explain
+from conformance.config.profile import Profile
 from conformance.errors import FactUnavailable
-from conformance.kube import explain
-from conformance.profile import Profile
 
 LABEL = "gpu-node-conformance/acceptance"
 APP = "gpu-node-conformance"

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from conformance.checks import REGISTRY, CheckSpec
+from conformance.config.inventory import Inventory, NodeSpec
 from conformance.errors import FactUnavailable
-from conformance.inventory import Inventory, NodeSpec
 from conformance.outputs import load_results
 
 
