@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from conformance.checks import check
 from conformance.errors import FactUnavailable
-from conformance.measurements.latency import redact_url
+from conformance.facts.urls import redact_url
 
 MAX_SAMPLES_KEPT = 20000
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from conformance.checks import check
-from conformance.cluster.pods import bytes_of, cpu_count
 from conformance.errors import FactUnavailable
 from conformance.facts.cpulist import format_cpulist
+from conformance.facts.units import bytes_of, cpu_count
 
 
 def _nodes_of(cpus, topology) -> set[int | None]:

@@ -14,9 +14,8 @@ from typing import Any
 
 from conformance.cluster.api import GPU_RESOURCE, explain
 from conformance.collection.redact import env_value
-from conformance.errors import FactUnavailable, ParseError
+from conformance.errors import FactUnavailable
 from conformance.facts.cpulist import parse_cpulist
-from conformance.facts.units import parse_quantity
 
 EXEC_TIMEOUT_S = 30.0
 MAX_OUTPUT = 4 * 1024 * 1024
@@ -305,15 +304,3 @@ def last_cpu(stat: str) -> int | None:
     return int(rest[36]) if len(rest) > 36 and re.fullmatch(r"-?\d+", rest[36]) else None
 
 
-def cpu_count(quantity: Any) -> float | None:
-    """A CPU quantity ("4", "500m", 2) as a number of CPUs."""
-    if quantity is None:
-        return None
-    try:
-        return float(parse_quantity(quantity, what="cpu"))
-    except ParseError:
-        return None
-
-
-def bytes_of(quantity: Any) -> int | None:
-    return None if quantity is None else int(parse_quantity(str(quantity)))

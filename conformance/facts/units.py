@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
 from conformance.errors import ParseError
 
@@ -78,3 +79,17 @@ def parse_quantity(text: object, *, what: str = "quantity") -> Decimal:
         return Decimal(m.group(1)) * _SUFFIX[m.group(2)]
     except InvalidOperation as e:  # pragma: no cover - the regex admits only valid decimals
         raise ParseError(f"{what}: {text!r}: {e}") from e
+
+
+def cpu_count(quantity: Any) -> float | None:
+    """A CPU quantity ("4", "500m", 2) as a number of CPUs."""
+    if quantity is None:
+        return None
+    try:
+        return float(parse_quantity(quantity, what="cpu"))
+    except ParseError:
+        return None
+
+
+def bytes_of(quantity: Any) -> int | None:
+    return None if quantity is None else int(parse_quantity(str(quantity)))

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import statistics
 import threading
 import time
@@ -18,11 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import urllib3
 
 from conformance.config.validation import unknown_fields
+from conformance.facts.urls import redact_text, redact_url
 
 ENDPOINT_KEYS = {
     "name",
@@ -95,22 +95,6 @@ class Endpoint:
             f"{self.method} {redact_url(self.url)}; {self.requests} requests, concurrency {self.concurrency}, "
             f"{self.warmup} warm-up, budget {self.time_budget_s:g} s" + (f"; headers {heads}" if heads else "")
         )
-
-
-def redact_url(url: str) -> str:
-    """Drop credentials from a URL for display: user:password@ and query values."""
-    parts = urlsplit(url)
-    netloc = parts.netloc.rsplit("@", 1)[-1]
-    if "@" in parts.netloc:
-        netloc = "<redacted>@" + netloc
-    query = "&".join(f"{q.split('=', 1)[0]}=<redacted>" if "=" in q else q for q in parts.query.split("&")) if parts.query else ""
-    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
-
-
-def redact_text(text: str) -> str:
-    """Remove query strings and URL credentials from free text such as an exception message."""
-    text = re.sub(r"\?[^\s)'\"]*", "?<redacted>", text)
-    return re.sub(r"//[^/\s@]+@", "//<redacted>@", text)
 
 
 def _number(v: Any, key: str, where: str, errors: list[str], *, integer: bool, minimum: float) -> Any:

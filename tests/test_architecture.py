@@ -1,0 +1,76 @@
+"""The layout's rules (docs/architecture.md), checked on the import graph read from the source (ast):
+check bodies never reach a transport, the Kubernetes API or the run; parsers do no I/O; outputs do not
+judge; the programs that run on nodes import nothing from the package."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT / "conformance"
+IO_MODULES = ("subprocess", "socket", "paramiko", "kubernetes", "urllib3", "requests", "http", "shutil", "tempfile")
+IO_CALLS = {"open", "read_text", "read_bytes", "write_text", "write_bytes", "urlopen", "system", "popen"}
+
+
+def imports(path: Path) -> set[str]:
+    """Every module a file imports, at any depth (functions too)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+            out.update(f"{node.module}.{a.name}" for a in node.names)
+    return out
+
+
+def calls(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call):
+            f = node.func
+            names.add(f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else "")
+    return names
+
+
+def offending(files: list[Path], banned: tuple[str, ...]) -> dict[str, list[str]]:
+    found = {}
+    for f in files:
+        bad = sorted(m for m in imports(f) if any(m == b or m.startswith(b + ".") for b in banned))
+        if bad:
+            found[str(f.relative_to(ROOT))] = bad
+    return found
+
+
+def test_the_stages_exist_as_packages():
+    stages = {p.name for p in PKG.iterdir() if (p / "__init__.py").exists()}
+    assert {"config", "collection", "facts", "cluster", "measurements", "checks", "outputs"} <= stages
+
+
+def test_check_bodies_reach_no_transport_api_or_run():
+    banned = (
+        "conformance.collection", "conformance.cluster", "conformance.measurements", "conformance.session",
+        "conformance.outputs", "conformance.plugin", "conformance.cli", *IO_MODULES,
+    )  # fmt: skip
+    assert offending(sorted((ROOT / "suites").glob("*.py")), banned) == {}
+
+
+def test_parsers_do_no_io():
+    files = sorted((PKG / "facts").glob("*.py"))
+    banned = ("conformance.collection.transports", "conformance.cluster", "conformance.measurements", "conformance.session",
+              "conformance.outputs", *IO_MODULES)  # fmt: skip
+    assert offending(files, banned) == {}
+    assert {str(f.relative_to(ROOT)): sorted(calls(f) & IO_CALLS) for f in files if calls(f) & IO_CALLS} == {}
+
+
+def test_outputs_render_and_never_judge():
+    # merge reads pod logs with the in-cluster manifests' markers (conformance.cluster.manifests, no API call)
+    banned = ("suites", "conformance.facts", "conformance.checks.gpu_rules", "conformance.collection", "conformance.cluster.api",
+              "conformance.cluster.pods", "conformance.cluster.acceptance")  # fmt: skip
+    assert offending(sorted((PKG / "outputs").glob("*.py")), banned) == {}
+
+
+def test_node_programs_import_nothing_from_the_package():
+    probes = [PKG / "collection" / "probes" / f"{n}.py" for n in ("nvml_facts", "h2d_bandwidth", "driver_library")]
+    assert offending(probes, ("conformance",)) == {}
