@@ -313,7 +313,12 @@ class SshTransport:
                     chunk = chan.recv_stderr(65536)
                     if len(err) < 65536:
                         err += chunk
-                elif chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                elif (
+                    chan.exit_status_ready()
+                    and (chan.eof_received or chan.closed)  # the exit status may come before the last output
+                    and not chan.recv_ready()
+                    and not chan.recv_stderr_ready()
+                ):
                     break
                 elif chan.closed or not transport.is_active():
                     cause = _cause(transport)

@@ -1,0 +1,34 @@
+"""The nodes of one run and the profile each one is judged by."""
+
+from __future__ import annotations
+
+from conformance.config.inventory import Inventory, NodeSpec
+from conformance.config.profile import Profile, load_profile
+
+
+class Fleet:
+    def __init__(self, inventory: Inventory, profile_override: str | None = None) -> None:
+        self.inventory = inventory
+        self._specs = {n.name: n for n in inventory.nodes}  # after discovery: the inventory is final here
+        self._profiles: dict[str, Profile] = {}
+        self.profile_names: dict[str, str] = {}
+        self.profile_reasons: dict[str, str] = {}
+        cache: dict[str | None, Profile] = {}
+        for node in inventory.nodes:
+            ref, why = (profile_override, "--profile") if profile_override else inventory.select_profile(node)
+            if ref not in cache:
+                cache[ref] = load_profile(ref)
+            self._profiles[node.name] = cache[ref]
+            self.profile_names[node.name] = cache[ref].name
+            self.profile_reasons[node.name] = why
+
+    @property
+    def node_names(self) -> list[str]:
+        return [n.name for n in self.inventory.nodes]
+
+    def spec(self, node: str) -> NodeSpec:
+        """The node's inventory entry (discovered nodes included)."""
+        return self._specs[node]
+
+    def profile_for(self, node: str) -> Profile:
+        return self._profiles[node]
