@@ -74,3 +74,22 @@ def test_outputs_render_and_never_judge():
 def test_node_programs_import_nothing_from_the_package():
     probes = [PKG / "collection" / "probes" / f"{n}.py" for n in ("nvml_facts", "h2d_bandwidth", "driver_library")]
     assert offending(probes, ("conformance",)) == {}
+
+
+def test_no_class_keeps_more_than_about_a_dozen_attributes():
+    """The run's state is split by concern (docs/architecture.md); no object grows into a catch-all."""
+    big = {}
+    for f in PKG.rglob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ClassDef):
+                attrs = {
+                    a.attr
+                    for a in ast.walk(node)
+                    if isinstance(a, ast.Attribute)
+                    and isinstance(a.value, ast.Name)
+                    and a.value.id == "self"
+                    and isinstance(a.ctx, ast.Store)
+                }
+                if len(attrs) > 13:
+                    big[f"{f.relative_to(ROOT)}:{node.name}"] = len(attrs)
+    assert big == {}

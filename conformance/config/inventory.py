@@ -136,6 +136,60 @@ def _check_labels(block: Any, where: str, errors: list[str]) -> dict[str, str]:
     return dict(block)
 
 
+def _parse_node(i: int, entry: Any, base: dict[str, Any], seen: set[str], errors: list[str]) -> NodeSpec | None:
+    """One `nodes[i]` entry over the defaults (`base`: ssh, labels, transport); problems go to `errors`."""
+    where = f"nodes[{i}]"
+    if not isinstance(entry, dict):
+        errors.append(f"{where}: must be a mapping with at least 'name'")
+        return None
+    name = entry.get("name")
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        errors.append(f"{where}.name: {name!r} is not a valid node name (letters, digits, '.', '-', '_')")
+        name = f"#{i}"
+    else:
+        where = f"nodes[{i}] ({name})"
+        if name in seen:
+            errors.append(f"{where}.name: duplicate node name")
+        seen.add(name)
+    unknown_fields(entry, NODE_KEYS, where, errors)
+    transport = entry.get("transport", base["transport"])
+    if transport not in ("ssh", "openssh", "local"):
+        errors.append(f"{where}.transport: {transport!r} is not one of ssh, openssh, local")
+    address = entry.get("address")
+    if address is not None and (not isinstance(address, str) or not address or any(c.isspace() for c in address)):
+        errors.append(f"{where}.address: {address!r} is not a host name or IP address")
+    ssh = dict(base["ssh"])
+    ssh.update(_check_ssh(entry.get("ssh", {}), f"{where}.ssh", errors))
+    if transport in ("ssh", "openssh") and not address and not ssh.get("ssh_config"):
+        errors.append(f"{where}.address: required for transport ssh (or give ssh.ssh_config with a Host entry)")
+    host_root = entry.get("host_root", "")
+    if not isinstance(host_root, str) or (host_root and not host_root.startswith("/")):
+        errors.append(f"{where}.host_root: must be an absolute path such as /host")
+        host_root = ""
+    if host_root and transport != "local":
+        errors.append(f"{where}.host_root: only applies to transport local")
+    profile = entry.get("profile")
+    if profile is not None and not isinstance(profile, str):
+        errors.append(f"{where}.profile: must be a profile name or file path")
+    labels = dict(base["labels"])
+    labels.update(_check_labels(entry.get("labels", {}), f"{where}.labels", errors))
+    dcgm = entry.get("dcgm_exporter")
+    if dcgm is not None and (not isinstance(dcgm, str) or not dcgm.startswith(("http://", "https://"))):
+        errors.append(f"{where}.dcgm_exporter: {dcgm!r} is not an http(s) URL of the exporter's /metrics")
+        dcgm = None
+    return NodeSpec(
+        name=name,
+        transport=transport,
+        address=address,
+        ssh=ssh,
+        profile=profile,
+        labels=labels,
+        host_root=host_root.rstrip("/"),
+        endpoints=parse_endpoints(entry.get("endpoints", []), f"{where}.endpoints", errors),
+        dcgm_exporter=dcgm,
+    )
+
+
 def parse_inventory(doc: Any, path: str) -> Inventory:
     errors: list[str] = []
     if not isinstance(doc, dict):
@@ -161,60 +215,11 @@ def parse_inventory(doc: Any, path: str) -> Inventory:
         nodes_raw = []
     nodes: list[NodeSpec] = []
     seen: set[str] = set()
+    base = {"ssh": d_ssh, "labels": d_labels, "transport": d_transport}
     for i, entry in enumerate(nodes_raw):
-        where = f"nodes[{i}]"
-        if not isinstance(entry, dict):
-            errors.append(f"{where}: must be a mapping with at least 'name'")
-            continue
-        name = entry.get("name")
-        if not isinstance(name, str) or not NAME_RE.match(name):
-            errors.append(f"{where}.name: {name!r} is not a valid node name (letters, digits, '.', '-', '_')")
-            name = f"#{i}"
-        else:
-            where = f"nodes[{i}] ({name})"
-            if name in seen:
-                errors.append(f"{where}.name: duplicate node name")
-            seen.add(name)
-        unknown_fields(entry, NODE_KEYS, where, errors)
-        transport = entry.get("transport", d_transport)
-        if transport not in ("ssh", "openssh", "local"):
-            errors.append(f"{where}.transport: {transport!r} is not one of ssh, openssh, local")
-        address = entry.get("address")
-        if address is not None and (not isinstance(address, str) or not address or any(c.isspace() for c in address)):
-            errors.append(f"{where}.address: {address!r} is not a host name or IP address")
-        ssh = dict(d_ssh)
-        ssh.update(_check_ssh(entry.get("ssh", {}), f"{where}.ssh", errors))
-        if transport in ("ssh", "openssh") and not address and not ssh.get("ssh_config"):
-            errors.append(f"{where}.address: required for transport ssh (or give ssh.ssh_config with a Host entry)")
-        host_root = entry.get("host_root", "")
-        if not isinstance(host_root, str) or (host_root and not host_root.startswith("/")):
-            errors.append(f"{where}.host_root: must be an absolute path such as /host")
-            host_root = ""
-        if host_root and transport != "local":
-            errors.append(f"{where}.host_root: only applies to transport local")
-        profile = entry.get("profile")
-        if profile is not None and not isinstance(profile, str):
-            errors.append(f"{where}.profile: must be a profile name or file path")
-        labels = dict(d_labels)
-        labels.update(_check_labels(entry.get("labels", {}), f"{where}.labels", errors))
-        endpoints = parse_endpoints(entry.get("endpoints", []), f"{where}.endpoints", errors)
-        dcgm = entry.get("dcgm_exporter")
-        if dcgm is not None and (not isinstance(dcgm, str) or not dcgm.startswith(("http://", "https://"))):
-            errors.append(f"{where}.dcgm_exporter: {dcgm!r} is not an http(s) URL of the exporter's /metrics")
-            dcgm = None
-        nodes.append(
-            NodeSpec(
-                name=name,
-                transport=transport,
-                address=address,
-                ssh=ssh,
-                profile=profile,
-                labels=labels,
-                host_root=host_root.rstrip("/"),
-                endpoints=endpoints,
-                dcgm_exporter=dcgm,
-            )
-        )
+        node = _parse_node(i, entry, base, seen, errors)
+        if node is not None:
+            nodes.append(node)
     rules = _parse_rules(doc.get("profile_rules", []), errors)
     if errors:
         raise UsageError(f"{path}: invalid inventory:\n  " + "\n  ".join(errors))

@@ -114,6 +114,54 @@ def _is_indirect(value: Any) -> bool:
     )
 
 
+def _request_fields(ep: Endpoint, e: dict[str, Any], w: str, errors: list[str]) -> None:
+    """The request body, headers, sizes and TLS settings of one endpoint entry, set on `ep`."""
+    body = e.get("body")
+    if body is not None and not isinstance(body, str | dict | list):
+        errors.append(f"{w}.body: must be a string or a JSON-like mapping")
+    elif isinstance(body, dict | list):
+        ep.body = json.dumps(body)
+        ep.headers.setdefault("Content-Type", HeaderValue(literal="application/json"))
+    else:
+        ep.body = body
+    headers = e.get("headers", {})
+    if not isinstance(headers, dict):
+        errors.append(f"{w}.headers: must be a mapping of header names to values")
+        headers = {}
+    for hk, hv in headers.items():
+        if isinstance(hv, str):
+            ep.headers[str(hk)] = HeaderValue(literal=hv)
+        elif isinstance(hv, dict) and len(hv) == 1 and set(hv) <= {"env", "file"} and isinstance(next(iter(hv.values())), str):
+            ep.headers[str(hk)] = HeaderValue(env=hv.get("env"), file=hv.get("file"))
+        else:
+            errors.append(f"{w}.headers.{hk}: must be a string, {{env: VAR}} or {{file: PATH}}")
+    for key, integer, minimum in (
+        ("requests", True, 1),
+        ("concurrency", True, 1),
+        ("warmup", True, 0),
+        ("time_budget_s", False, 0.1),
+        ("request_timeout_s", False, 0.01),
+    ):
+        if key in e:
+            v = _number(e[key], key, w, errors, integer=integer, minimum=minimum)
+            if v is not None:
+                setattr(ep, key, v)
+    tls = e.get("tls", {})
+    if not isinstance(tls, dict):
+        errors.append(f"{w}.tls: must be a mapping")
+        tls = {}
+    unknown_fields(tls, TLS_KEYS, f"{w}.tls", errors)
+    for k, v in tls.items():
+        if k not in TLS_KEYS:
+            continue
+        if k == "verify" and not isinstance(v, bool):
+            errors.append(f"{w}.tls.verify: must be true or false")
+        elif k != "verify" and not isinstance(v, str):
+            errors.append(f"{w}.tls.{k}: must be a file path")
+        else:
+            setattr(ep, k, v)
+
+
 def parse_endpoints(raw: Any, where: str, errors: list[str]) -> list[Endpoint]:
     """Validate a node's `endpoints:` list; problems are appended to `errors` as `where[i].field: ...`."""
     if not isinstance(raw, list):
@@ -142,52 +190,7 @@ def parse_endpoints(raw: Any, where: str, errors: list[str]) -> list[Endpoint]:
         if method not in METHODS:
             errors.append(f"{w}.method: {e.get('method')!r} is not one of {', '.join(sorted(METHODS))}")
         ep.method = method
-        body = e.get("body")
-        if body is not None and not isinstance(body, str | dict | list):
-            errors.append(f"{w}.body: must be a string or a JSON-like mapping")
-        elif isinstance(body, dict | list):
-            ep.body = json.dumps(body)
-            ep.headers.setdefault("Content-Type", HeaderValue(literal="application/json"))
-        else:
-            ep.body = body
-        headers = e.get("headers", {})
-        if not isinstance(headers, dict):
-            errors.append(f"{w}.headers: must be a mapping of header names to values")
-            headers = {}
-        for hk, hv in headers.items():
-            if isinstance(hv, str):
-                ep.headers[str(hk)] = HeaderValue(literal=hv)
-            elif (
-                isinstance(hv, dict) and len(hv) == 1 and set(hv) <= {"env", "file"} and isinstance(next(iter(hv.values())), str)
-            ):
-                ep.headers[str(hk)] = HeaderValue(env=hv.get("env"), file=hv.get("file"))
-            else:
-                errors.append(f"{w}.headers.{hk}: must be a string, {{env: VAR}} or {{file: PATH}}")
-        for key, integer, minimum in (
-            ("requests", True, 1),
-            ("concurrency", True, 1),
-            ("warmup", True, 0),
-            ("time_budget_s", False, 0.1),
-            ("request_timeout_s", False, 0.01),
-        ):
-            if key in e:
-                v = _number(e[key], key, w, errors, integer=integer, minimum=minimum)
-                if v is not None:
-                    setattr(ep, key, v)
-        tls = e.get("tls", {})
-        if not isinstance(tls, dict):
-            errors.append(f"{w}.tls: must be a mapping")
-            tls = {}
-        unknown_fields(tls, TLS_KEYS, f"{w}.tls", errors)
-        for k, v in tls.items():
-            if k not in TLS_KEYS:
-                continue
-            if k == "verify" and not isinstance(v, bool):
-                errors.append(f"{w}.tls.verify: must be true or false")
-            elif k != "verify" and not isinstance(v, str):
-                errors.append(f"{w}.tls.{k}: must be a file path")
-            else:
-                setattr(ep, k, v)
+        _request_fields(ep, e, w, errors)
         out.append(ep)
     return out
 
@@ -272,78 +275,87 @@ def _pool(ep: Endpoint) -> urllib3.PoolManager:
     return urllib3.PoolManager(**kw)
 
 
-def measure(ep: Endpoint, progress: Callable[[int, int], None] | None = None) -> LatencyResult:
-    """Send warm-up then `ep.requests` requests with `ep.concurrency` workers, within the time budget.
+class _Sender:
+    """The requests of one measurement: shared counters, latencies and statuses, and the deadline."""
 
-    Raises LookupError/OSError when a header secret cannot be read."""
-    headers = {k: v.resolve() for k, v in ep.headers.items()}
-    body = ep.body.encode("utf-8") if ep.body is not None else None
-    start = time.monotonic()
-    deadline = start + ep.time_budget_s
-    if not ep.verify:
-        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-    pool = _pool(ep)
-    lock = threading.Lock()
-    counter = {"next": 0, "sent": 0}
-    latencies: list[float] = []
-    statuses: dict[str, int] = {}
-    errors_sample: list[str] = []
-    exhausted = threading.Event()
+    def __init__(self, ep: Endpoint, deadline: float) -> None:
+        self.ep = ep
+        self.headers = {k: v.resolve() for k, v in ep.headers.items()}
+        self.body = ep.body.encode("utf-8") if ep.body is not None else None
+        self.deadline = deadline
+        self.pool = _pool(ep)
+        self.lock = threading.Lock()
+        self.next = self.sent = 0
+        self.latencies: list[float] = []
+        self.statuses: dict[str, int] = {}
+        self.errors_sample: list[str] = []
+        self.exhausted = threading.Event()
 
-    def one(record: bool) -> None:
-        remaining = deadline - time.monotonic()
+    def one(self, record: bool) -> None:
+        ep = self.ep
+        remaining = self.deadline - time.monotonic()
         if remaining <= 0:
-            exhausted.set()
+            self.exhausted.set()
             return
         timeout = urllib3.Timeout(total=min(ep.request_timeout_s, remaining))
         t0 = time.perf_counter()
         try:
-            r = pool.request(ep.method, ep.url, body=body, headers=headers, timeout=timeout, preload_content=True, redirect=False)
+            r = self.pool.request(
+                ep.method, ep.url, body=self.body, headers=self.headers, timeout=timeout, preload_content=True, redirect=False
+            )
             elapsed = (time.perf_counter() - t0) * 1000.0
             key, ok = str(r.status), 200 <= r.status < 300
         except urllib3.exceptions.TimeoutError:
             elapsed, key, ok = 0.0, "timeout", False
-            if time.monotonic() >= deadline:
-                exhausted.set()
+            if time.monotonic() >= self.deadline:
+                self.exhausted.set()
         except urllib3.exceptions.HTTPError as e:
             elapsed, key, ok = 0.0, type(e).__name__, False
-            with lock:
-                if len(errors_sample) < 5:
-                    errors_sample.append(redact_text(str(e))[:300])
+            with self.lock:
+                if len(self.errors_sample) < 5:
+                    self.errors_sample.append(redact_text(str(e))[:300])
         if not record:
             return
-        with lock:
-            counter["sent"] += 1
-            statuses[key] = statuses.get(key, 0) + 1
+        with self.lock:
+            self.sent += 1
+            self.statuses[key] = self.statuses.get(key, 0) + 1
             if ok:
-                latencies.append(elapsed)
+                self.latencies.append(elapsed)
 
-    for _ in range(ep.warmup):
-        one(record=False)
-
-    def worker() -> None:
-        while not exhausted.is_set():
-            with lock:
-                if counter["next"] >= ep.requests:
+    def worker(self, progress: Callable[[int, int], None] | None) -> None:
+        while not self.exhausted.is_set():
+            with self.lock:
+                if self.next >= self.ep.requests:
                     return
-                counter["next"] += 1
-            one(record=True)
+                self.next += 1
+            self.one(record=True)
             if progress:
-                progress(counter["sent"], ep.requests)
+                progress(self.sent, self.ep.requests)
 
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(ep.concurrency, ep.requests))]
+
+def measure(ep: Endpoint, progress: Callable[[int, int], None] | None = None) -> LatencyResult:
+    """Send warm-up then `ep.requests` requests with `ep.concurrency` workers, within the time budget.
+
+    Raises LookupError/OSError when a header secret cannot be read."""
+    if not ep.verify:
+        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+    start = time.monotonic()
+    s = _Sender(ep, start + ep.time_budget_s)
+    for _ in range(ep.warmup):
+        s.one(record=False)
+    threads = [threading.Thread(target=s.worker, args=(progress,), daemon=True) for _ in range(min(ep.concurrency, ep.requests))]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(max(0.0, deadline - time.monotonic()) + ep.request_timeout_s + 1)
-    pool.clear()
+        t.join(max(0.0, s.deadline - time.monotonic()) + ep.request_timeout_s + 1)
+    s.pool.clear()
     return LatencyResult(
         endpoint=ep.name,
-        latencies_ms=list(latencies),
-        statuses=dict(statuses),
-        sent=counter["sent"],
+        latencies_ms=list(s.latencies),
+        statuses=dict(s.statuses),
+        sent=s.sent,
         planned=ep.requests,
-        budget_exhausted=exhausted.is_set() or counter["sent"] < ep.requests,
+        budget_exhausted=s.exhausted.is_set() or s.sent < ep.requests,
         wall_s=time.monotonic() - start,
-        errors_sample=errors_sample,
+        errors_sample=s.errors_sample,
     )
