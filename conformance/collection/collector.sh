@@ -90,6 +90,11 @@ walk_conf() {  # $1 folder on the node, $2 depth: every *.conf below it, as the 
   done
   set -f
 }
+emit_walk() {  # $1 folder on the node: a G record of its drop-ins (walk_conf), then each of them
+  m=$(walk_conf "$1" 0)
+  rec G "walk:$1" ok; printf '%s' "$m" | b64; echo
+  for f in $m; do emit_file "$f"; done
+}
 containerd_imports() {
   awk '
     /^[ \t]*\[/ { exit }
@@ -149,11 +154,7 @@ if [ -n "$kpid" ]; then
     case $x in ''|/*) ;; *) eval "$v=\${cwd:-}/\$x" ;; esac
   done
   [ -n "$cfg" ] && emit_file "$cfg"
-  if [ -n "$cdir" ]; then
-    m=$(walk_conf "$cdir" 0)
-    rec G "walk:$cdir" ok; printf '%s' "$m" | b64; echo
-    for f in $m; do emit_file "$f"; done
-  fi
+  [ -n "$cdir" ] && emit_walk "$cdir"
 fi
 # k3s runs the kubelet inside its own process: the kubelet's flags are k3s's kubelet-arg values, from its
 # command line and /etc/rancher/k3s/config.yaml (+ config.yaml.d). Read those, and the files that
@@ -168,14 +169,16 @@ if [ -z "$kpid" ]; then
     emit_file /etc/rancher/k3s/config.yaml
     emit_glob '/etc/rancher/k3s/config.yaml.d/*.yaml'
     set +f
-    named=$( { tr '\0' '\n' < "$R/proc/$kpid_k3s/cmdline"; cat "$R"/etc/rancher/k3s/config.yaml "$R"/etc/rancher/k3s/config.yaml.d/*.yaml; } 2>/dev/null |
+    named=$( { tr '\0' '\n' < "$R/proc/$kpid_k3s/cmdline"
+               for f in "$R"/etc/rancher/k3s/config.yaml "$R"/etc/rancher/k3s/config.yaml.d/*.yaml; do
+                 [ -f "$f" ] && head -c "$MAX" "$f"  # regular files only, bounded: as emit_file reads them
+               done; } 2>/dev/null |
       awk '{ while (match($0, /(^|[^A-Za-z0-9-])config(-dir)?=[^ "\047,\]]+/)) { t = substr($0, RSTART, RLENGTH); sub(/^[^c]*/, "", t); print t; $0 = substr($0, RSTART + RLENGTH) } }')
     set -f
     for t in $named; do
       case $t in
         config=/*) emit_file "${t#config=}" ;;
-        config-dir=/*) cdir=${t#config-dir=}; m=$(walk_conf "$cdir" 0); rec G "walk:$cdir" ok; printf '%s' "$m" | b64; echo
-                       for f in $m; do emit_file "$f"; done ;;
+        config-dir=/*) emit_walk "${t#config-dir=}" ;;
       esac
     done
   fi
