@@ -97,7 +97,6 @@ class H2DMeasurement:
     library: str | None = None
     executions: int = 0  # remote executions spent (0 when no GPU was eligible)
     missing: dict[str, str] = field(default_factory=dict)  # planned GPUs the probe did not report: errors
-    complete: bool = True  # False: the probe's output ended before its end line (timeout, cut connection)
 
 
 def plan(gpus: GpuFacts, assigned: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
@@ -183,7 +182,6 @@ def parse_probe_output(node: str, text: str) -> H2DMeasurement:
         )
         error = f"{reason}; {len(doc['gpus'])} GPU(s) reported before that"
     m = H2DMeasurement(node=node, error=error, duration_s=doc.get("duration_s"), library=doc.get("library"))
-    m.complete = bool(doc["complete"])
     for g in doc.get("gpus") or []:
         if not isinstance(g, dict):
             continue
