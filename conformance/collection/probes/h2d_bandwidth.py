@@ -118,59 +118,63 @@ class Numa:
         return out
 
 
-def nvml_reader():
-    """A function uuid -> {replay, gen, width}, or None when NVML cannot be used here."""
-    try:
-        import pynvml
+class Nvml:
+    """NVML for this probe: link state and replay counter, and whether a GPU is idle right now."""
 
-        _, pynvml.nvmlLib = find_library("libnvidia-ml.so.1", ROOT)  # noqa: F821 - from driver_library.py
-        pynvml.nvmlInit()
-    except Exception:
-        return None
+    def __init__(self, pynvml):
+        self.nv = pynvml
 
-    def read(uuid, link_only=False):
-        out = {}
+    @staticmethod
+    def load():
+        """An Nvml, or None when NVML cannot be used here."""
         try:
-            h = pynvml.nvmlDeviceGetHandleByUUID(uuid)
-        except pynvml.NVMLError as e:
+            import pynvml
+
+            _, pynvml.nvmlLib = find_library("libnvidia-ml.so.1", ROOT)  # noqa: F821 - from driver_library.py
+            pynvml.nvmlInit()
+        except Exception:
+            return None
+        return Nvml(pynvml)
+
+    def read(self, uuid, link_only=False):
+        """{replay, gen, width} of the GPU (link_only: gen and width), errors per field."""
+        nv, out = self.nv, {}
+        try:
+            h = nv.nvmlDeviceGetHandleByUUID(uuid)
+        except nv.NVMLError as e:
             return {"error": str(e)}
         fields = (
-            ("replay", pynvml.nvmlDeviceGetPcieReplayCounter),
-            ("gen", pynvml.nvmlDeviceGetCurrPcieLinkGeneration),
-            ("width", pynvml.nvmlDeviceGetCurrPcieLinkWidth),
+            ("replay", nv.nvmlDeviceGetPcieReplayCounter),
+            ("gen", nv.nvmlDeviceGetCurrPcieLinkGeneration),
+            ("width", nv.nvmlDeviceGetCurrPcieLinkWidth),
         )
         for key, fn in fields[1:] if link_only else fields:
             try:
                 out[key] = fn(h)
-            except pynvml.NVMLError as e:
+            except nv.NVMLError as e:
                 out[key + "_error"] = str(e)
         return out
 
-    def idle(uuid, need_bytes):
+    def idle(self, uuid, need_bytes):
         """None when the GPU may be measured now, else why not: asked right before its context is made,
         since the facts collected earlier may be minutes old. Any NVML error counts as busy."""
+        nv = self.nv
         try:
-            h = pynvml.nvmlDeviceGetHandleByUUID(uuid)
-            procs = pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+            h = nv.nvmlDeviceGetHandleByUUID(uuid)
+            procs = nv.nvmlDeviceGetComputeRunningProcesses(h)
             if procs:
                 pids = ", ".join(str(p.pid) for p in procs[:5])
                 return "busy: %d compute process(es) running now (pids %s)" % (len(procs), pids)
-            mode = pynvml.nvmlDeviceGetComputeMode(h)
-            if mode != pynvml.NVML_COMPUTEMODE_DEFAULT:
-                names = {
-                    pynvml.NVML_COMPUTEMODE_PROHIBITED: "Prohibited",
-                    pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS: "Exclusive-Process",
-                }
+            mode = nv.nvmlDeviceGetComputeMode(h)
+            if mode != nv.NVML_COMPUTEMODE_DEFAULT:
+                names = {nv.NVML_COMPUTEMODE_PROHIBITED: "Prohibited", nv.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS: "Exclusive-Process"}
                 return "not measured: compute mode %s (only Default is measured)" % names.get(mode, mode)
-            free = pynvml.nvmlDeviceGetMemoryInfo(h).free
+            free = nv.nvmlDeviceGetMemoryInfo(h).free
             if free < need_bytes:
                 return "not measured: %d MiB of device memory free, %d MiB needed" % (free >> 20, need_bytes >> 20)
-        except pynvml.NVMLError as e:
+        except nv.NVMLError as e:
             return "treated as busy: NVML could not tell whether it is idle (%s)" % e
         return None
-
-    read.idle = idle
-    return read
 
 
 def median(xs):
@@ -274,11 +278,11 @@ def measure(cu, numa, node, cpus, deadline, dptr, busy_reader=None):
     return row
 
 
-def measure_gpu(cu, dev, g, numa, nodes, all_cpus, reader, budget):
+def measure_gpu(cu, dev, g, numa, nodes, all_cpus, nvml, budget):
     """Every NUMA node's figure for one GPU, in one primary context held for all of them."""
     t0 = time.monotonic()
-    if reader:
-        g["nvml_before"] = reader(g["uuid"])
+    if nvml:
+        g["nvml_before"] = nvml.read(g["uuid"])
     g["results"] = []
     ctx, dptr = ctypes.c_void_p(), ctypes.c_uint64()
     size = int(SPEC.get("bytes", 256 << 20))
@@ -292,7 +296,7 @@ def measure_gpu(cu, dev, g, numa, nodes, all_cpus, reader, budget):
         cu("cuCtxSetCurrent", ctx)
         cu("cuMemAlloc_v2", ctypes.byref(dptr), ctypes.c_size_t(size))
         handles.append(("cuMemFree_v2", dptr))
-        busy = (lambda u=g["uuid"]: reader(u, True)) if reader else None
+        busy = (lambda u=g["uuid"]: nvml.read(u, True)) if nvml else None
         for node, cpus in nodes:
             g["results"].append(measure(cu, numa, node, cpus, t0 + budget, dptr, busy))
             numa.unbind(all_cpus)
@@ -307,8 +311,8 @@ def measure_gpu(cu, dev, g, numa, nodes, all_cpus, reader, budget):
         cleanup = release_all(cu, handles)
     if cleanup and g["results"]:
         g["results"][-1].setdefault("cleanup_errors", []).extend(cleanup)
-    if reader:
-        g["nvml_after"] = reader(g["uuid"])
+    if nvml:
+        g["nvml_after"] = nvml.read(g["uuid"])
     g["duration_s"] = round(time.monotonic() - t0, 3)
 
 
@@ -342,7 +346,7 @@ def main():
     nodes = sorted((int(k), sorted(v)) for k, v in SPEC.get("numa", {}).items() if v)
     if not nodes:
         nodes = [(0, sorted(all_cpus))]
-    reader = nvml_reader()
+    nvml = Nvml.load()
     for ordinal in range(n.value):
         g = {"ordinal": ordinal}
         try:
@@ -363,11 +367,11 @@ def main():
             continue
         # the busy gate, right before a context is made: without NVML nothing says the GPU is idle
         need = int(SPEC.get("bytes", 256 << 20)) + (64 << 20)
-        why = reader.idle(g["uuid"], need) if reader else "treated as busy: NVML cannot be used here to check it is idle"
+        why = nvml.idle(g["uuid"], need) if nvml else "treated as busy: NVML cannot be used here to check it is idle"
         if why:
             g["skipped"] = why
         else:
-            measure_gpu(cu, dev.value, g, numa, nodes, all_cpus, reader, budget)
+            measure_gpu(cu, dev.value, g, numa, nodes, all_cpus, nvml, budget)
         emit({"gpu": g})
     emit({"end": "done", "duration_s": round(time.monotonic() - started, 3)})
     return 0
