@@ -194,3 +194,13 @@ def test_one_line_text_records():
         b.text("/sys/devices/system/cpu/cpu3/topology/thread_siblings_list")
     with pytest.raises(ParseError):
         parse_wire("n", b"M =version ok MQ==\nT nameless\n", 100)
+
+
+def test_k3s_config_files_are_untrusted_input_too():
+    from conformance.facts.kubelet import k3s_kubelet_argv
+
+    depth = 10000
+    with pytest.raises(ParseError, match=r"nested too deeply|not valid YAML"):
+        k3s_kubelet_argv(["k3s", "server"], [("/etc/rancher/k3s/config.yaml", "a: " + "[" * depth + "]" * depth)])
+    with pytest.raises(ParseError, match="expected a mapping of k3s flags, got list"):
+        k3s_kubelet_argv(["k3s", "server"], [("/etc/rancher/k3s/config.yaml", "- kubelet-arg\n")])

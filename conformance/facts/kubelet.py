@@ -208,8 +208,9 @@ def flags_to_config(flags: dict[str, list[str | None]]) -> dict[str, tuple[Any, 
     return out
 
 
-def load_config_document(text: str, path: str) -> dict[str, Any]:
-    """A KubeletConfiguration file (YAML or JSON). Raises ParseError naming the file."""
+def load_yaml_mapping(text: str, path: str, what: str) -> dict[str, Any]:
+    """A YAML (or JSON) document that must be a mapping; an empty file is an empty mapping. Node files
+    are untrusted: malformed or absurdly nested input is a ParseError naming the file, never a crash."""
     try:
         doc = yaml.safe_load(text) if text.strip() else {}
     except yaml.YAMLError as e:
@@ -219,7 +220,13 @@ def load_config_document(text: str, path: str) -> dict[str, Any]:
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):
-        raise ParseError(f"{path}: expected a KubeletConfiguration mapping, got {type(doc).__name__}")
+        raise ParseError(f"{path}: expected {what}, got {type(doc).__name__}")
+    return doc
+
+
+def load_config_document(text: str, path: str) -> dict[str, Any]:
+    """A KubeletConfiguration file (YAML or JSON). Raises ParseError naming the file."""
+    doc = load_yaml_mapping(text, path, "a KubeletConfiguration mapping")
     kind = doc.get("kind")
     if kind is not None and kind != "KubeletConfiguration":
         raise ParseError(f"{path}: kind is {kind!r}, expected 'KubeletConfiguration'")
@@ -264,12 +271,7 @@ def k3s_kubelet_argv(k3s_argv: list[str], config_docs: list[tuple[str, str]]) ->
     `--name=value` (docs.k3s.io, "Configuration File" and the `--kubelet-arg` server/agent flag)."""
     args: list[str] = []
     for path, text in config_docs:
-        try:
-            doc = yaml.safe_load(text) or {}
-        except yaml.YAMLError as e:
-            raise ParseError(f"{path}: not valid YAML: {_one_line(e)}") from e
-        if not isinstance(doc, dict):
-            raise ParseError(f"{path}: expected a mapping of k3s flags")
+        doc = load_yaml_mapping(text, path, "a mapping of k3s flags")
         for key, value in doc.items():
             if key in ("kubelet-arg", "kubelet-arg+"):
                 values = value if isinstance(value, list) else [value]
