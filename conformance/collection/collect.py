@@ -14,6 +14,7 @@ from importlib import resources
 from conformance.collection.bundle import Bundle, parse_wire
 from conformance.collection.probes import payload
 from conformance.collection.redact import redact_bundle
+from conformance.collection.transports.base import ExecResult
 from conformance.collection.transports.local import LocalTransport
 from conformance.collection.transports.openssh import OpenSshTransport
 from conformance.collection.transports.ssh import SshTarget, SshTransport
@@ -94,19 +95,14 @@ def _attempt(node: NodeSpec, timeout: float, max_bytes: int) -> Bundle:
         result = transport.run(["sh", "-s", "--", node.host_root, str(max_bytes)], collector_script(), timeout)
         accepted = getattr(transport, "accepted_unknown_keys", [])
         notes = [f"accepted unknown host key (insecure opt-in): {k}" for k in accepted]
-        failed = TransportError(
-            f"collector exited {result.exit_status} on {transport.description}: "
-            + result.stderr.decode("utf-8", "replace").strip()[:500],
-            kind="error",
-        )
         try:
             bundle = parse_wire(node.name, result.stdout, max_bytes)
         except ParseError:
-            if result.exit_status != 0:
-                raise failed from None
+            if result.exit_status != 0:  # the collector stopped itself (missing tools): its own words decide
+                raise _collector_failed(result, transport.description) from None
             raise
         if result.exit_status != 0 and not bundle.complete:
-            raise failed
+            raise _collector_failed(result, transport.description)
     except TransportError as e:
         return Bundle(
             node=node.name,
@@ -135,6 +131,11 @@ def _attempt(node: NodeSpec, timeout: float, max_bytes: int) -> Bundle:
     bundle.executions = 1
     bundle.notes = notes
     return bundle
+
+
+def _collector_failed(result: ExecResult, where: str) -> TransportError:
+    err = result.stderr.decode("utf-8", "replace").strip()[:500]
+    return TransportError(f"collector exited {result.exit_status} on {where}: {err}", kind="error")
 
 
 def collect_all(
