@@ -25,7 +25,7 @@ from conformance.session import RUN_KEY
 @pytest.fixture
 def facts(request: pytest.FixtureRequest, node: str) -> NodeFacts:
     """The node's facts (every node is collected once, concurrently, on first use)."""
-    return request.config.stash[RUN_KEY].facts_for(node)
+    return request.config.stash[RUN_KEY].store.facts_for(node)
 
 
 @pytest.fixture
@@ -53,7 +53,7 @@ def latency(request: pytest.FixtureRequest, node: str, endpoint: Endpoint | None
     if run.snapshot_dir:
         pytest.skip("latency is measured live against the endpoint; a snapshot replay does not measure it")
     try:
-        return run.latency_for(node, endpoint)
+        return run.measurements.latency_for(node, endpoint)
     except (LookupError, OSError) as e:
         raise FactUnavailable(f"endpoint {endpoint.name} of node {node}: a header value could not be read: {e}") from None
 
@@ -82,9 +82,9 @@ def h2d(request: pytest.FixtureRequest, node: str, node_gpus: GpuFacts) -> H2DMe
     run = request.config.stash[RUN_KEY]
     if run.snapshot_dir:
         pytest.skip("bandwidth is measured live on the node; a snapshot replay does not measure it")
-    if not run.measuring(node):
+    if not run.measurements.measuring(node):
         pytest.skip("bandwidth not measured: opt in with `conformance run --measure` or a profile with gpu.measure_bandwidth")
-    m = run.h2d(node)
+    m = run.measurements.h2d(node)
     if m.error:
         raise FactUnavailable(f"node {node}: {m.error}")
     if not m.gpus:
@@ -110,10 +110,10 @@ def link_after(request: pytest.FixtureRequest, node: str) -> BusyLink:
     run = request.config.stash[RUN_KEY]
     if run.snapshot_dir:
         return BusyLink(False, {}, "a snapshot replay has no busy-link reading")
-    if not run.measuring(node):
+    if not run.measurements.measuring(node):
         return BusyLink(False, {}, "bandwidth not measured on this node")
     try:
-        m = run.h2d(node)
+        m = run.measurements.h2d(node)
     except FactUnavailable as e:
         return BusyLink(True, {}, str(e))
     return BusyLink(True, {u: g.nvml_busy for u, g in m.gpus.items() if g.nvml_busy.get("gen") is not None}, "")
@@ -150,7 +150,7 @@ def pod(request: pytest.FixtureRequest, node: str, container: ContainerRef | str
         pytest.skip("no GPU pods on this node")
     if isinstance(container, str):
         raise FactUnavailable(container)
-    return run.pod(container)
+    return run.pods.pod(container)
 
 
 @pytest.fixture
@@ -162,7 +162,7 @@ def spec_container(pod: PodInfo, container: ContainerRef) -> dict[str, Any]:
 @pytest.fixture
 def inside(request: pytest.FixtureRequest, pod: PodInfo, container: ContainerRef) -> InsideFacts:
     """What the container sees, from one exec into it."""
-    return request.config.stash[RUN_KEY].inside(container)
+    return request.config.stash[RUN_KEY].pods.inside(container)
 
 
 @pytest.fixture

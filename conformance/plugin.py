@@ -144,7 +144,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.dist = "loadgroup"  # every check of a node in one worker: one collection per node
     try:
         config.stash[RUN_KEY] = Run.from_options(config)
-        config.stash[RUN_KEY].xdist_worker = _xdist_worker(config)
+        config.stash[RUN_KEY].store.xdist_worker = _xdist_worker(config)
         if _xdist_controller(config):
             config.pluginmanager.register(XdistController(config.stash[RUN_KEY]), "conformance-xdist-controller")
         if config.getoption("conformance_baseline"):
@@ -160,7 +160,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     run: Run | None = config.stash.get(RUN_KEY, None)
     if run is not None:
-        run.cleanup()  # again, in case the session ended before sessionfinish (deleting twice is a no-op)
+        run.pods.cleanup()  # again, in case the session ended before sessionfinish (deleting twice is a no-op)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -186,9 +186,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection(session: pytest.Session) -> bool | None:
     run: Run | None = session.config.stash.get(RUN_KEY, None)
-    if run is None or run.replay is None:
+    if run is None or run.ledger.replay is None:
         return None
-    session.items = make_items(session, run.replay)
+    session.items = make_items(session, run.ledger.replay)
     session.testscollected = len(session.items)
     session.config.hook.pytest_collection_modifyitems(session=session, config=session.config, items=session.items)
     session.config.hook.pytest_collection_finish(session=session)
@@ -201,7 +201,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     run: Run = metafunc.config.stash[RUN_KEY]
     if "container" in metafunc.fixturenames:
         # one test per (node, pod, container); a node without GPU pods (or without the API) gets one that skips
-        pairs = [(node, ref) for node in run.node_names for ref in run.pod_targets(node)]
+        pairs = [(node, ref) for node in run.node_names for ref in run.pods.pod_targets(node)]
         ids = [ref.id if isinstance(ref, ContainerRef) else node for node, ref in pairs]
         metafunc.parametrize(("node", "container"), pairs, ids=ids)
     elif "endpoint" in metafunc.fixturenames:
@@ -263,7 +263,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     message = _message(excinfo)
     run: Run = item.config.stash[RUN_KEY]
     waiver = None
-    if outcome == "failed" and run.waivers:
+    if outcome == "failed" and run.ledger.waivers:
         outcome, waiver, message = run.apply_waivers(node, spec.id, message)
         if outcome == "waived":
             report.outcome = "skipped"  # in pytest's own terms: an expected failure
@@ -312,7 +312,7 @@ class XdistController:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        self.run.remote_collection.update(json.loads(node.workeroutput.get("gnc_nodes", "{}")))
+        self.run.store.remote_collection.update(json.loads(node.workeroutput.get("gnc_nodes", "{}")))
 
 
 def _replayed_report(item: ReplayItem, report: pytest.TestReport) -> pytest.TestReport:
@@ -337,15 +337,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if run is None:
         return
     if exitstatus == pytest.ExitCode.INTERRUPTED:
-        run.interrupted = True
-    run.cleanup()  # the acceptance pods go before the results are written, which say they went
-    if run.xdist_worker:  # the controller writes the outputs; it needs this worker's collection summaries
+        run.ledger.interrupted = True
+    run.pods.cleanup()  # the acceptance pods go before the results are written, which say they went
+    if run.store.xdist_worker:  # the controller writes the outputs; it needs this worker's collection summaries
         summaries = {n: c for n in run.node_names if (c := run.collection_of(n)) is not None}
         session.config.workeroutput["gnc_nodes"] = json.dumps(summaries)  # type: ignore[attr-defined]
         return
     opt = session.config.getoption
     if opt("conformance_baseline"):
-        run.diff = diff(load_results(opt("conformance_baseline")), run.to_json())
+        run.ledger.diff = diff(load_results(opt("conformance_baseline")), run.to_json())
     doc = run.to_json()
     if opt("conformance_results"):
         run.write_results(opt("conformance_results"), doc)

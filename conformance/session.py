@@ -15,14 +15,10 @@ from conformance import __version__
 from conformance.checks import BLOCKING, REGISTRY
 from conformance.cluster.acceptance import AcceptancePod
 from conformance.cluster.api import api_client, discover
-from conformance.cluster.pods import ContainerRef, InsideFacts, PodInfo
 from conformance.collection.bundle import Bundle
 from conformance.config.inventory import Inventory, NodeSpec, load_inventory, local_inventory, merge_discovered
 from conformance.config.profile import Profile
 from conformance.errors import ParseError, UsageError
-from conformance.facts.node_facts import NodeFacts
-from conformance.measurements.gpu_measure import H2DMeasurement
-from conformance.measurements.latency import Endpoint, LatencyResult
 from conformance.run.facts_store import CollectOptions, FactStore
 from conformance.run.fleet import Fleet
 from conformance.run.ledger import Ledger
@@ -103,43 +99,12 @@ class Run:
             run.fleet.profile_reasons[n["name"]] = n.get("profile_reason", "")
         return run
 
-    # -- what the plugin, fixtures and outputs ask of a run (each answered by the part that knows) --
+    # -- shortcuts for what most callers ask; everything else is asked of the part that knows --------
     inventory = property(lambda self: self.fleet.inventory)
     node_names = property(lambda self: self.fleet.node_names)
-    profile_names = property(lambda self: self.fleet.profile_names)
-    profile_reasons = property(lambda self: self.fleet.profile_reasons)
     snapshot_dir = property(lambda self: self.store.snapshot_dir)
     kube_api = property(lambda self: self.store.kube_api)
-    remote_collection = property(lambda self: self.store.remote_collection)
     results = property(lambda self: self.ledger.results)
-    replay = property(lambda self: self.ledger.replay)
-    started_at = property(lambda self: self.ledger.started_at)
-    waivers = property(lambda self: self.ledger.waivers)
-    acceptance = property(lambda self: self.pods.acceptance)
-
-    @property
-    def xdist_worker(self) -> bool:
-        return self.store.xdist_worker
-
-    @xdist_worker.setter
-    def xdist_worker(self, value: bool) -> None:
-        self.store.xdist_worker = value
-
-    @property
-    def interrupted(self) -> bool:
-        return self.ledger.interrupted
-
-    @interrupted.setter
-    def interrupted(self, value: bool) -> None:
-        self.ledger.interrupted = value
-
-    @property
-    def diff(self) -> dict[str, Any] | None:
-        return self.ledger.diff
-
-    @diff.setter
-    def diff(self, value: dict[str, Any] | None) -> None:
-        self.ledger.diff = value
 
     def spec(self, node: str) -> NodeSpec:
         return self.fleet.spec(node)
@@ -147,41 +112,8 @@ class Run:
     def profile_for(self, node: str) -> Profile:
         return self.fleet.profile_for(node)
 
-    def facts_for(self, node: str) -> NodeFacts:
-        return self.store.facts_for(node)
-
-    def facts(self) -> dict[str, NodeFacts]:
-        return self.store.facts()
-
-    def pod_targets(self, node: str) -> list[ContainerRef | str | None]:
-        return self.pods.pod_targets(node)
-
-    def pod(self, ref: ContainerRef) -> PodInfo:
-        return self.pods.pod(ref)
-
-    def inside(self, ref: ContainerRef) -> InsideFacts:
-        return self.pods.inside(ref)
-
-    def cleanup(self) -> None:
-        self.pods.cleanup()
-
-    def measuring(self, node: str) -> bool:
-        return self.measurements.measuring(node)
-
-    def h2d(self, node: str) -> H2DMeasurement:
-        return self.measurements.h2d(node)
-
-    def latency_for(self, node: str, endpoint: Endpoint) -> LatencyResult:
-        return self.measurements.latency_for(node, endpoint)
-
-    def load_waivers(self, path: str) -> None:
-        self.ledger.load_waivers(path)
-
     def apply_waivers(self, node: str, check: str, message: str) -> tuple[str, dict[str, Any] | None, str]:
         return self.ledger.apply_waivers(node, self.fleet.spec(node).labels, check, message)
-
-    def waivers_json(self) -> dict[str, Any] | None:
-        return self.ledger.waivers_json()
 
     def say(self, text: str) -> None:
         """A progress line on stderr, also while a check runs (pytest captures output then)."""
@@ -231,14 +163,14 @@ class Run:
         return {
             "schema_version": SCHEMA_VERSION,
             "tool": {"name": "gpu-node-conformance", "version": __version__},
-            "started_at": self.started_at,
+            "started_at": self.ledger.started_at,
             "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "complete": not self.interrupted,
+            "complete": not self.ledger.interrupted,
             "inventory": self.inventory.path,
             "nodes": [self.node_summary(n) for n in self.node_names],
             "checks": {cid: REGISTRY[cid].to_json() for cid in used if cid in REGISTRY},
-            "waivers": self.waivers_json() if self.replay is None else self.replay.get("waivers"),
-            "diff": self.diff,
+            "waivers": self.ledger.waivers_json() if self.ledger.replay is None else self.ledger.replay.get("waivers"),
+            "diff": self.ledger.diff,
             "results": self.results,
         }
 

@@ -145,10 +145,10 @@ def verdict_table(run: Run) -> str:
         )
     return (
         "<h2>Node verdicts</h2><p>A node is <b>accepted</b> when no critical or high check failed or errored."
-        f" Tool version {e(__version__)}; inventory {e(run.inventory.path)}; started {e(run.started_at)}"
+        f" Tool version {e(__version__)}; inventory {e(run.inventory.path)}; started {e(run.ledger.started_at)}"
         f"{'; snapshot replay from ' + e(run.snapshot_dir) if run.snapshot_dir else ''}"
-        f"{'; <b>run interrupted: results incomplete</b>' if run.interrupted else ''}"
-        f"{WROTE if run.acceptance else ''}.</p>"
+        f"{'; <b>run interrupted: results incomplete</b>' if run.ledger.interrupted else ''}"
+        f"{WROTE if run.pods.acceptance else ''}.</p>"
         "<table><tr><th>node</th><th>verdict</th><th>profile</th><th>passed</th><th>failed</th><th>error</th>"
         f"<th>skipped</th><th>waived</th><th>blocking checks / reason</th></tr>{''.join(rows)}</table>"
     )
@@ -156,7 +156,7 @@ def verdict_table(run: Run) -> str:
 
 def waivers_and_diff(run: Run) -> str:
     parts = []
-    w = run.waivers_json()
+    w = run.ledger.waivers_json()
     if w is not None:
         unused = "".join(
             f"<li>#{x['index']} {e(x['check'])} on {e(x['nodes'])} (expires {e(x['expires'])}): {e(x['justification'])}</li>"
@@ -166,8 +166,8 @@ def waivers_and_diff(run: Run) -> str:
             f"<p>Waivers: {w['count']} from {e(w['file'])}; matching nothing: {len(w['unused'])}</p>"
             + (f"<ul>{unused}</ul>" if unused else "")
         )
-    if run.diff is not None:
-        d = run.diff
+    if run.ledger.diff is not None:
+        d = run.ledger.diff
         rows = "".join(
             f"<tr><td>{label}</td><td>{e(r['node'])}</td><td>{e(r['check'])}</td><td>{e(r['was'])} &rarr; "
             f"{e(r['outcome'])}</td><td>{e(r['message'][:200])}</td></tr>"
