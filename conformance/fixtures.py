@@ -104,19 +104,30 @@ class BusyLink:
 
 
 @pytest.fixture
-def link_after(request: pytest.FixtureRequest, node: str) -> BusyLink:
-    """The link state the bandwidth probe read while its copies ran. Idle links downshift their
-    generation, so only these readings judge a generation."""
+def link_after(request: pytest.FixtureRequest, node: str, visible_gpus: Any) -> BusyLink:
+    """Link readings under load, per GPU uuid: what the bandwidth probe read while its copies ran, and
+    for a GPU that had compute processes at collection time, its current state then. Idle links
+    downshift their generation, so only these readings judge a generation."""
+    loaded = {
+        g.uuid: {"gen": g.pcie_gen, "width": g.pcie_width, "source": f"{len(g.processes)} compute process(es) at collection"}
+        for g in visible_gpus.gpus
+        if g.processes and g.pcie_gen is not None
+    }
     run = request.config.stash[RUN_KEY]
     if run.snapshot_dir:
-        return BusyLink(False, {}, "a snapshot replay has no busy-link reading")
+        return BusyLink(False, loaded, "a snapshot replay has no bandwidth run")
     if not run.measurements.measuring(node):
-        return BusyLink(False, {}, "bandwidth not measured on this node")
+        return BusyLink(False, loaded, "bandwidth not measured on this node")
     try:
         m = run.measurements.h2d(node)
     except FactUnavailable as e:
-        return BusyLink(True, {}, str(e))
-    return BusyLink(True, {u: g.nvml_busy for u, g in m.gpus.items() if g.nvml_busy.get("gen") is not None}, "")
+        return BusyLink(True, loaded, str(e))
+    probed = {
+        u: {**g.nvml_busy, "source": "read while the bandwidth probe's copies ran"}
+        for u, g in m.gpus.items()
+        if g.nvml_busy.get("gen") is not None
+    }
+    return BusyLink(True, {**loaded, **probed}, "")
 
 
 @pytest.fixture

@@ -131,15 +131,13 @@ def test_gpu_pcie_link(node, visible_gpus, profile, link_after, evidence):
     gp = profile.get("gpu")
     want_width = gp["pcie_width"]
     busy_all = link_after.readings
-    evidence.source = visible_gpus.source + (" (generation read during the bandwidth run)" if busy_all else "")
+    evidence.source = visible_gpus.source + (" (generation read under load)" if busy_all else "")
     failures, errors, unjudged, verified = [], [], [], []
     for g in visible_gpus.gpus:
         want_gen, why = expected_generation(g, gp)
         busy = busy_all.get(g.uuid, {})
-        if not busy and g.processes and g.pcie_gen is not None:
-            # a GPU with compute processes is not idle: its current link state is a reading under load
-            busy = {"gen": g.pcie_gen, "width": g.pcie_width}
-            evidence.add(f"{g.label}: {len(g.processes)} compute process(es) at collection: the current link is read under load")
+        if busy:
+            evidence.add(f"{g.label}: link under load: {busy.get('source')}")
         gen = busy.get("gen")
         width = busy.get("width") if busy.get("width") is not None else g.pcie_width
         line = (
