@@ -24,6 +24,7 @@ SUITE_MODULES = (
     "test_sysctl",
     "test_node_hardware",
     "test_gpu",
+    "test_gpu_health",
     "test_pods",
     "test_latency",
 )

@@ -24,9 +24,25 @@ def gpu_line(**fields: object) -> str:
     return "gpu\t" + "\t".join(f"{k}={v}" for k, v in fields.items())
 
 
-def driver_files(built: dict[str, Path], config: str, *, nvml: str | None = "libnvidia-ml.so.1", cuda: bool = True) -> dict:
+KERN_LOG = "/var/log/kern.log"
+# A kernel log with no Xid of this boot: every GPU lab node has one, so GPU-XID-EVENTS reads a file of the
+# node's own and never the machine's journal or ring buffer.
+QUIET_KERN_LOG = (
+    "Dec  3 09:00:00 gpu kernel: Linux version 6.1.0-lab (lab@lab) #1 SMP\n"
+    "Dec  3 09:00:01 gpu kernel: nvidia: loading out-of-tree module taints kernel.\n"
+)
+
+
+def driver_files(
+    built: dict[str, Path],
+    config: str,
+    *,
+    nvml: str | None = "libnvidia-ml.so.1",
+    cuda: bool = True,
+    kern_log: str = QUIET_KERN_LOG,
+) -> dict:
     """Files (absolute node paths -> bytes/str) that make a lab node or a host root look like a GPU node."""
-    files: dict[str, str | bytes] = {CONFIG: config}
+    files: dict[str, str | bytes] = {CONFIG: config, KERN_LOG: kern_log}
     if nvml:
         files[f"{LIB_DIR}/libnvidia-ml.so.1"] = built[nvml].read_bytes()
     if cuda:

@@ -95,6 +95,9 @@ def test_with_the_driver_stand_ins_and_no_independent_tool_nothing_is_called_agr
     assert p.returncode == 4, p.stdout + p.stderr
     assert "no independent figure" in p.stderr and p.stdout.count("independent none: NOT compared") == 2
     assert "GPU0 GPU-11111111-2222-3333-4444-555555555555 00000000:18:00.0: probe node0: " in p.stdout
+    # the health fields the GPU health checks judge, from the probe (no nvidia-smi here to set beside them)
+    want = "GPU1 health: probe ECC on; uncorrected vol/agg 0/0; remap pending 0 failure 0; NVLink none; fabric 0; persistence 1; "
+    assert want + "clock reasons 0x1; nvidia-smi nvidia-smi not available" in p.stdout
 
 
 def test_with_nvbandwidth_its_figure_stands_beside_the_probes(bundled, standin_root, tmp_path):

@@ -88,7 +88,28 @@ def test_messages_name_the_gpu_and_the_cause(gpu_audit):
     assert "beats its local node0" in bad["GPU-H2D-NUMA-MATRIX"]["message"]
     # the MIG GPU was not measured, and the evidence says why
     assert any("MIG mode is enabled" in line for line in bad["GPU-H2D-LOCAL-BW"]["evidence"])
+    # GPU health
+    assert (
+        "GPU0 GPU-6a4c5e1c-0000-4000-8000-000000000018 (0000:18:00.0): 2 uncorrected ECC error(s) since the driver loaded"
+        in (bad["GPU-ECC-ERRORS"]["message"])
+    )
+    assert "a row remap is pending: reset the GPU" in bad["GPU-ROW-REMAP"]["message"]
+    assert "(0000:18:00.0): Xid 79 at May 18 19:02:39" in bad["GPU-XID-EVENTS"]["message"]
+    nvlink = bad["GPU-NVLINK"]["message"]
+    assert "NVLink link(s) 1 down of 4" in nvlink and "link 0: recovery 3 > 0" in nvlink and "link 2: replay 500 > 100" in nvlink
+    fabric = bad["GPU-FABRIC"]["message"]
+    assert "nvidia-fabricmanager is not running" in fabric and "fabric registration not started" in fabric
+    assert "and nvidia-persistenced is not running" in bad["GPU-PERSISTENCE"]["message"]
+    assert "hw_thermal_slowdown active while idle" in bad["GPU-CLOCK-EVENTS"]["message"]
+    good = r["gpu-good"]
+    xid = good["GPU-XID-EVENTS"]["evidence"]
+    # the previous boot's Xid 79 is not counted; the program that imitates the driver is not believed
+    assert any("3 line(s) since boot mention an Xid, 2 of them the driver's" in line for line in xid), xid
+    assert not any("Xid 79" in line for line in xid)
+    assert any("nvidia-fabricmanager: running" in line for line in good["GPU-FABRIC"]["evidence"])
     smi = r["gpu-smi"]
+    assert "a row remapping failed" in smi["GPU-ROW-REMAP"]["message"]
+    assert "nvidia-smi -q -x does not report NVLink state" in smi["GPU-NVLINK"]["message"]
     assert any("using nvidia-smi" in line for line in smi["GPU-COUNT"]["evidence"])
     assert "libcuda.so.1 not found" in smi["GPU-H2D-LOCAL-BW"]["message"]
     old = r["gpu-old-driver"]
@@ -112,6 +133,8 @@ def test_bandwidth_figures_and_binding(gpu_audit):
 
 def test_report_shows_the_bandwidth_matrix(gpu_audit):
     html = (gpu_audit[1] / "report.html").read_text()
+    # a kernel-log line's markup reaches the report only escaped
+    assert "<script>alert(1)" not in html and "&amp;lt;script&amp;gt;alert(1)&amp;lt;/script&amp;gt;" in html
     assert "<h2>H2D bandwidth</h2>" in html and "gpu-good: H2D bandwidth per GPU and NUMA node" in html
     assert html.count("outlined: the GPU&#x27;s local NUMA node") >= 2 or html.count("outlined: the GPU's local NUMA node") >= 2
 

@@ -302,5 +302,3 @@ def last_cpu(stat: str) -> int | None:
     rest = stat[stat.rfind(")") + 1 :].split()
     # rest[0] is field 3 (state); field 39 is rest[36]
     return int(rest[36]) if len(rest) > 36 and re.fullmatch(r"-?\d+", rest[36]) else None
-
-

@@ -130,7 +130,7 @@ set +f
 for d in "$R"/proc/[0-9]*; do
   c=$(cat "$d/comm" 2>/dev/null) || continue
   case $c in
-    kubelet|containerd|crio|dockerd|k3s|k3s-server|k3s-agent)
+    kubelet|containerd|crio|dockerd|k3s|k3s-server|k3s-agent|nv-fabricmanage|nvidia-persiste)
       pid=${d##*/}
       rec P "$c" "$pid"; echo
       emit_file "/proc/$pid/cmdline"
@@ -228,10 +228,11 @@ for d in "$R"/sys/bus/pci/devices/*; do
   { read -r v < "$d/vendor"; } 2>/dev/null || continue
   [ "$v" = 0x10de ] || continue
   { read -r c < "$d/class"; } 2>/dev/null || continue
-  case $c in 0x03*) gpus="$gpus${d##*/}$NL" ;; esac
+  case $c in 0x03*) gpus="$gpus${d##*/}$NL" ;; 0x0680*) nvsw="${nvsw:-}${d##*/}$NL" ;; esac
 done
 set -f
 rec M gpus ok; printf '%s' "$gpus" | b64; echo
+rec M nvswitches ok; printf '%s' "${nvsw:-}" | b64; echo  # NVIDIA bridge-class functions: NVSwitches
 if [ -n "$gpus" ]; then
   m=
   for g in $gpus; do
@@ -257,6 +258,40 @@ if [ -n "$gpus" ]; then
       rec C nvidia-smi-q 127; echo
     fi
   fi
+fi
+
+# The NVIDIA driver's Xid events since this boot, from the kernel log the node keeps: the syslog file
+# (lines after its last "Linux version" boot line), else this boot's journal, else the ring buffer.
+# Only the last XMAX bytes are read, and only Xid lines travel (the newest 500, 512 bytes each).
+if [ -n "$gpus" ]; then
+  XMAX=16777216
+  xid_awk='/kernel: Linux version |\] Linux version |^Linux version / { n = 0; boot = 1; next }
+    /NVRM: Xid/ { l[n % 500] = substr($0, 1, 512); n++ }
+    END { for (i = (n > 500 ? n - 500 : 0); i < n; i++) print l[i % 500]; printf "#xid total=%d boot-line=%d\n", n, boot }'
+  xsrc=; xout=
+  for f in /var/log/kern.log /var/log/messages; do
+    [ -f "$R$f" ] || continue
+    if [ ! -r "$R$f" ]; then xsrc="file $f denied"; continue; fi
+    xsrc="file $f size=$(stat -c %s "$R$f" 2>/dev/null) read-last=$XMAX"
+    xout=$(tail -c "$XMAX" "$R$f" 2>/dev/null | awk "$xid_awk")
+    break
+  done
+  case $xsrc in ''|*denied)
+    if command -v journalctl >/dev/null 2>&1 && command -v timeout >/dev/null 2>&1; then
+      if [ -n "$R" ]; then jd="--directory=$R/var/log/journal"; else jd=--quiet; fi
+      xout=$(timeout -s KILL 20 journalctl "$jd" -k -b 0 -o short-iso --no-pager 2>/dev/null | tail -c "$XMAX" | awk "$xid_awk")
+      case $xout in '#xid total=0 '*) xout= ;; esac  # an empty journal read says nothing: try the ring buffer
+      [ -n "$xout" ] && xsrc="journal -k -b 0 read-last=$XMAX"
+    fi ;;
+  esac
+  case $xsrc in ''|*denied)
+    if command -v dmesg >/dev/null 2>&1 && command -v timeout >/dev/null 2>&1; then
+      xout=$(timeout -s KILL 10 dmesg 2>/dev/null) && xsrc="kernel ring buffer (dmesg)" &&
+        xout=$(printf '%s\n' "$xout" | tail -c "$XMAX" | awk "$xid_awk")
+    fi ;;
+  esac
+  rec M kernel-log ok; printf '%s' "${xsrc:-none}" | b64; echo
+  rec C xid-lines 0; printf '%s' "$xout" | b64; echo
 fi
 
 # Block devices.

@@ -9,7 +9,9 @@ from typing import Any
 import yaml
 
 from conformance.errors import ParseError, UsageError
+from conformance.facts.gpu_health import CLOCK_REASONS, NVLINK_COUNTERS
 from conformance.facts.units import parse_duration, parse_quantity
+from conformance.facts.xid import CLASSES as XID_CLASSES
 
 BUNDLED = "default"
 
@@ -100,6 +102,29 @@ def _validate(values: dict[str, Any], source: str) -> None:
         parse_duration(k["max_cpu_manager_reconcile_period"])
     except Exception:
         need("kubelet.max_cpu_manager_reconcile_period", False, "a Go duration such as 10s")
+    g = values["gpu"]
+    modes = ("mode_or_daemon", "mode", "daemon", "any")
+    need("gpu.persistence", g["persistence"] in modes, " or ".join(modes))
+    xid_ok = isinstance(g["xid_fail"], list) and set(g["xid_fail"]) <= set(XID_CLASSES)
+    need("gpu.xid_fail", xid_ok, f"a list drawn from {list(XID_CLASSES)}")
+    need(
+        "gpu.clock_events_fail",
+        isinstance(g["clock_events_fail"], list) and set(g["clock_events_fail"]) <= set(CLOCK_REASONS.values()),
+        f"a list drawn from {sorted(CLOCK_REASONS.values())}",
+    )
+    limits = g["nvlink_error_limits"]
+    need(
+        "gpu.nvlink_error_limits",
+        isinstance(limits, dict)
+        and set(limits) <= set(NVLINK_COUNTERS)
+        and all(isinstance(x, int) and x >= 0 for x in limits.values()),
+        f"a mapping of {list(NVLINK_COUNTERS)} to integers >= 0",
+    )
+    for key in ("retired_pages_limit", "ecc_aggregate_uncorrected_limit"):
+        need(f"gpu.{key}", isinstance(g[key], int) and g[key] >= 0, "an integer >= 0")
+    corrected = g["ecc_corrected_limit"]
+    corrected_ok = corrected is None or (isinstance(corrected, int) and corrected >= 0)
+    need("gpu.ecc_corrected_limit", corrected_ok, "null or an integer >= 0")
     s = values["sysctl"]
     for key in ("local_port_range", "nodeport_range"):
         r = s[key]

@@ -11,6 +11,7 @@ from typing import Any
 
 from conformance.errors import ParseError
 from conformance.facts.cpulist import parse_cpulist
+from conformance.facts.gpu_health import GpuHealth, health_from_nvml, health_from_smi
 
 # PCIe transfer rate per lane (sysfs current_link_speed, "16.0 GT/s PCIe") -> generation
 GT_PER_S = {"2.5": 1, "5.0": 2, "5": 2, "8.0": 3, "8": 3, "16.0": 4, "16": 4, "32.0": 5, "32": 5, "64.0": 6, "64": 6}
@@ -65,6 +66,7 @@ class Gpu:
     affinity_nodes: frozenset[int] | None = None
     errors: dict[str, str] = field(default_factory=dict)
     pci: PciFunction | None = None
+    health: GpuHealth = field(default_factory=GpuHealth)
 
     @property
     def label(self) -> str:
@@ -79,6 +81,8 @@ class GpuFacts:
     driver: str | None = None
     missing_functions: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    nvswitches: list[str] = field(default_factory=list)  # NVIDIA bridge-class PCI functions (NVSwitch)
+    daemons: dict[str, list[int]] = field(default_factory=dict)  # nv-fabricmanager, nvidia-persistenced: pids
 
 
 def _int(v: Any) -> int | None:
@@ -100,6 +104,7 @@ def parse_nvml_probe(text: str) -> GpuFacts:
             raise ParseError(f"NVML probe output: GPU entry {i} lacks a uuid or bus_id")
         mig = g.get("mig")
         procs = g.get("processes") if isinstance(g.get("processes"), list) else []
+        errors = {str(k): str(v) for k, v in (g.get("errors") or {}).items()}
         gpus.append(
             Gpu(
                 index=_int(g.get("index")) if _int(g.get("index")) is not None else i,
@@ -118,7 +123,8 @@ def parse_nvml_probe(text: str) -> GpuFacts:
                 processes=[int(p["pid"]) for p in procs if isinstance(p, dict) and _int(p.get("pid")) is not None],
                 affinity_cpus=_set(g.get("cpu_affinity")),
                 affinity_nodes=_set(g.get("mem_affinity")),
-                errors={str(k): str(v) for k, v in (g.get("errors") or {}).items()},
+                errors=errors,
+                health=health_from_nvml(g, errors),
             )
         )
     return GpuFacts(
@@ -181,6 +187,7 @@ def parse_smi_xml(text: str) -> GpuFacts:
                 mig={"enabled": True, "disabled": False}.get(mig),
                 mig_pending={"enabled": True, "disabled": False}.get(pending),
                 processes=procs,
+                health=health_from_smi(g),
             )
         )
     return GpuFacts(gpus=gpus, source="nvidia-smi", driver=(root.findtext("driver_version") or "").strip() or None)

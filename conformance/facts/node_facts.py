@@ -5,6 +5,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -42,8 +43,11 @@ from conformance.facts.runtime import (
     parse_containerd_version,
 )
 from conformance.facts.topology import Topology
+from conformance.facts.xid import XidLog, parse_xid_lines
 
 T = TypeVar("T")
+# GPU daemons by the name the kernel keeps for them (comm: the first 15 characters of the program name)
+GPU_DAEMONS = {"nvidia-fabricmanager": "nv-fabricmanage", "nvidia-persistenced": "nvidia-persiste"}
 PCI_ATTRIBUTES = ("numa_node", "local_cpulist", "current_link_speed", "current_link_width", "max_link_speed", "max_link_width")
 
 
@@ -363,7 +367,45 @@ class NodeFacts:
                 g.pci = parse_pci_function(g.bus_id, attrs)
         facts.pci_functions = functions
         facts.notes = notes + facts.notes
+        switches = b.meta("nvswitches")
+        facts.nvswitches = sorted(p for p in switches.data.decode("utf-8", "replace").split("\n") if p) if switches else []
+        facts.daemons = {name: b.processes(comm) for name, comm in GPU_DAEMONS.items()}
         return facts
+
+    @fact
+    def xid_log(self) -> XidLog:
+        """The NVIDIA driver's Xid events since boot, from the kernel log the collector could read."""
+        self.require_reachable()
+        b = self.bundle
+        source = b.meta("kernel-log")
+        lines = b.optional_command("xid-lines")
+        if source is None or lines is None:
+            raise FactUnavailable(f"node {self.name}: the collector read no kernel log (no GPU listed, or an older snapshot)")
+        where = source.data.decode("utf-8", "replace")
+        if where == "none" or where.endswith(" denied"):
+            why = "permission denied" if where.endswith(" denied") else "none found"
+            raise FactUnavailable(
+                f"node {self.name}: no kernel log could be read ({where}): tried /var/log/kern.log, /var/log/messages, "
+                f"journalctl -k -b 0 and dmesg ({why}; dmesg needs CAP_SYSLOG where kernel.dmesg_restrict=1, and the "
+                "files are readable by root or the adm group)"
+            )
+        text = lines.data.decode("utf-8", "replace")
+        body, _, trailer = text.rstrip("\n").rpartition("\n#xid ")
+        if not trailer.startswith("total=") and text.startswith("#xid "):
+            body, trailer = "", text[5:]
+        m = re.match(r"total=(\d+) boot-line=(\d)", trailer)
+        if not m:
+            raise ParseError(f"node {self.name}: the collector's Xid summary line is missing or malformed")
+        boot_line = m.group(2) == "1"
+        size = re.search(r" size=(\d*) read-last=(\d+)", where)
+        read = f"the last {int(size.group(2)) // 2**20} MiB read" if size else "read whole"
+        if size and size.group(1) and int(size.group(1)) <= int(size.group(2)):
+            read = f"{size.group(1)} bytes, read whole"
+        scope = "lines after its last boot line" if boot_line else "all of it (no boot line: the file began after this boot)"
+        detail = f"{read}; {scope}" if where.startswith("file ") else "this boot only"
+        events = parse_xid_lines(body)
+        source = where.split(" size=")[0].split(" read-last=")[0]
+        return XidLog(source=source, detail=detail, events=events, total=int(m.group(1)))
 
 
 def _probe_failure(probe: Record | None) -> str:

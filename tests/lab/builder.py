@@ -77,6 +77,7 @@ class NodeSpec:
     containerd: str | None = None  # run a containerd stand-in whose --version prints this ("hang": never answers)
     fifos: list[str] = field(default_factory=list)  # named pipes planted on the node: a reader would block forever
     sshd_config: str = ""  # sshd_config lines for this node's sshd, ahead of (and so winning over) the lab's own
+    daemons: list[str] = field(default_factory=list)  # do-nothing processes run under these program names (their comm)
 
 
 @dataclass
@@ -274,6 +275,11 @@ class Lab:
             shutil.copy(self.root / "bin" / "containerd", own / "containerd")
             (own / "containerd.version").write_text(s.containerd + "\n")
             lines.append(f"{q(str(own / 'containerd'))} --config /etc/containerd/config.toml &")
+        for name in s.daemons:  # e.g. nv-fabricmanager: the kernel keeps its first 15 characters as comm
+            own = d / "daemons"
+            own.mkdir(exist_ok=True)
+            shutil.copy(self.root / "bin" / "pause", own / name)
+            lines.append(f"{q(str(own / name))} &")
         if s.kubelet_args:
             lines.append(" ".join(q(a) for a in [str(self.root / "bin" / "kubelet"), *s.kubelet_args]) + " &")
         lines.append(f"exec /usr/sbin/sshd -D -e -f {q(str(d / 'sshd_config'))}")

@@ -53,6 +53,9 @@ esac
 """
 
 
+HEALTHY_NVLINK = {"nvlinks": 4, "nvlink_err": "0:0:5", "fabric": "3,0"}
+
+
 def pci(numa: str, cpus: str, gen_speed: str = "32.0 GT/s PCIe", width: str = "16", vendor: str = "0x10de") -> dict[str, str]:
     return {
         "vendor": vendor,
@@ -65,6 +68,22 @@ def pci(numa: str, cpus: str, gen_speed: str = "32.0 GT/s PCIe", width: str = "1
         "max_link_width": "16",
     }
 
+
+# Kernel logs (tests/samples/kernel-log.xid.real-lines.txt holds the real lines and their sources).
+REAL_XID = (SAMPLES / "kernel-log.xid.real-lines.txt").read_text().splitlines()
+BOOT_LINE = "Dec  3 09:00:00 gpu kernel: Linux version 6.1.0-lab (lab@lab) #1 SMP"
+# crafted: a kernel Xid line whose text is markup, shell and a terminal escape; and a program's own log
+# line that imitates the driver (not the kernel's: ignored)
+HOSTILE_XID = "Dec  3 09:10:00 gpu kernel: NVRM: Xid (PCI:0000:18:00): 13, <script>alert(1)</script> $(reboot) \x1b[2J`id`"
+FAKE_XID = "Dec  3 09:11:00 gpu python3[4242]: NVRM: Xid (PCI:0000:19:00): 79, GPU has fallen off the bus."
+GOOD_KERN_LOG = (
+    "\n".join([REAL_XID[1], BOOT_LINE, REAL_XID[4], HOSTILE_XID, FAKE_XID]) + "\n"
+)  # the fatal Xid 79 is of the previous boot
+BAD_KERN_LOG = (
+    "\n".join([BOOT_LINE, REAL_XID[1].replace("0000:2b:00", "0000:18:00"), REAL_XID[3], HOSTILE_XID]) + "\n"
+)  # Xid 79 (the real line, on this node's GPU0), Xid 63 verbatim (a device NVML does not list)
+SMI_KERN_LOG = REAL_XID[3].replace("0000:10:1c", "0000:9a:00") + "\n"  # no boot line: the file began after boot
+NVSWITCH = {**{"vendor": "0x10de", "class": "0x068000", "numa_node": "0", "local_cpulist": "0"}}
 
 OTHER_FUNCTIONS = {
     "0000:17:00.0": {**pci("0", "0"), "vendor": "0x8086", "class": "0x020000"},  # a NIC
@@ -85,6 +104,8 @@ def gpu_specs(built: dict[str, Path]) -> list[NodeSpec]:
                     gpumaxgen=5,
                     cpumask="0x1",
                     nodemask="0x1",
+                    **HEALTHY_NVLINK,
+                    ecc_vol="4,0",  # corrected errors are shown, not judged (gpu.ecc_corrected_limit null)
                 ),
                 gpu_line(
                     uuid=UUID["0000:19:00.0"],
@@ -95,6 +116,8 @@ def gpu_specs(built: dict[str, Path]) -> list[NodeSpec]:
                     gpumaxgen=5,
                     cpumask="0x1",
                     nodemask="0x1",
+                    **HEALTHY_NVLINK,
+                    clocks="0x5",  # idle and software power cap: a setting, not a fault
                 ),
                 "bw\t0\t0\t2.0\nbw\t0\t1\t0.6\nbw\t1\t0\t2.0\nbw\t1\t1\t0.6",
             ]
@@ -104,11 +127,12 @@ def gpu_specs(built: dict[str, Path]) -> list[NodeSpec]:
     )
     good = NodeSpec(
         name="gpu-good",
-        files=driver_files(built, good_conf),
+        files=driver_files(built, good_conf, kern_log=GOOD_KERN_LOG),
         numa=NUMA,
         siblings=SIBLINGS,
         online="0-1",
-        pci={"0000:18:00.0": pci("0", "0"), "0000:19:00.0": pci("0", "0"), **OTHER_FUNCTIONS},
+        pci={"0000:18:00.0": pci("0", "0"), "0000:19:00.0": pci("0", "0"), "0000:05:00.0": NVSWITCH, **OTHER_FUNCTIONS},
+        daemons=["nv-fabricmanager", "nvidia-persistenced"],
     )
     bad_conf = (
         "\n".join(
@@ -126,6 +150,15 @@ def gpu_specs(built: dict[str, Path]) -> list[NodeSpec]:
                     replay_step=100,
                     cpumask="0x1",
                     nodemask="0x1",
+                    # unhealthy in every way the health checks look at
+                    ecc_vol="7,2",
+                    remap="0,1,1,0",
+                    nvlinks=4,
+                    nvlink_down="0x2",
+                    nvlink_err="0:1:3,2:0:500",
+                    fabric="1,0",
+                    persistence=0,
+                    clocks="0x41",
                 ),
                 # MIG on; NVML places it on node 1 while sysfs does not know its node
                 gpu_line(
@@ -147,7 +180,7 @@ def gpu_specs(built: dict[str, Path]) -> list[NodeSpec]:
     )
     bad = NodeSpec(
         name="gpu-bad",
-        files=driver_files(built, bad_conf),
+        files=driver_files(built, bad_conf, kern_log=BAD_KERN_LOG),
         numa=NUMA,
         siblings=SIBLINGS,
         online="0-1",
@@ -155,12 +188,13 @@ def gpu_specs(built: dict[str, Path]) -> list[NodeSpec]:
             "0000:18:00.0": pci("0", "0", "16.0 GT/s PCIe", "8"),
             "0000:9a:00.0": pci("-1", "0-1"),
             "0000:c1:00.0": pci("1", "1"),  # on the bus, but the driver never brought it up
+            "0000:05:00.0": NVSWITCH,  # and no fabric manager runs
         },
     )
     smi = NodeSpec(
         name="gpu-smi",
         files={
-            **driver_files(built, STANDIN_CPUS, nvml=None, cuda=False),
+            **driver_files(built, STANDIN_CPUS, nvml=None, cuda=False, kern_log=SMI_KERN_LOG),
             "/run/nvidia/driver/usr/bin/nvidia-smi": SMI_SCRIPT,
             "/run/nvidia/driver/smi-q.xml": (SAMPLES / "nvidia-smi_q_x.2gpu.constructed.xml").read_text(),
             "/run/nvidia/driver/smi-topo.txt": SMI_TOPO,
@@ -181,6 +215,9 @@ def gpu_specs(built: dict[str, Path]) -> list[NodeSpec]:
             cpumask="0x1",
             nodemask="0x1",
             procs="4242",
+            remap="na",  # an older GPU: it retires pages instead of remapping rows
+            retired="3,1,0",
+            persistence=0,
         )
         + "\n"
         + STANDIN_CPUS
@@ -213,6 +250,13 @@ GPU_EXPECTED = {
         GPU_DCGM_EXPORTER="skipped",
         GPU_H2D_LOCAL_BW="error",
         GPU_H2D_NUMA_MATRIX="error",
+        GPU_ECC_ERRORS="passed",
+        GPU_ROW_REMAP="failed",
+        GPU_XID_EVENTS="passed",  # an Xid 63 (reset class): the lab profile fails only fatal ones
+        GPU_NVLINK="error",  # nvidia-smi -q -x does not report NVLink
+        GPU_FABRIC="skipped",
+        GPU_PERSISTENCE="passed",
+        GPU_CLOCK_EVENTS="passed",  # GPU 9A's hardware slowdown is while busy: not judged
     ),
     "gpu-old-driver": _row(
         GPU_COUNT="passed",
@@ -224,6 +268,13 @@ GPU_EXPECTED = {
         GPU_DCGM_EXPORTER="skipped",
         GPU_H2D_LOCAL_BW="skipped",
         GPU_H2D_NUMA_MATRIX="skipped",
+        GPU_ECC_ERRORS="passed",
+        GPU_ROW_REMAP="passed",  # 4 retired pages, none pending
+        GPU_XID_EVENTS="passed",
+        GPU_NVLINK="skipped",
+        GPU_FABRIC="skipped",
+        GPU_PERSISTENCE="failed",
+        GPU_CLOCK_EVENTS="skipped",  # its only GPU is busy
     ),
 }
 

@@ -4,6 +4,13 @@
  *   gpu  uuid=GPU-... name=... bus=00000000:18:00.0 minor=0 gen=5 width=16 maxgen=5 maxwidth=16
  *        gpumaxgen=5 replay=0 replay_step=0 mig=0 cpumask=0x1 nodemask=0x1 procs=12,34
  *        computemode=0 memfree=81920 (MiB) procs_if=PATH (the processes exist only while PATH does)
+ *        health (defaults: a healthy GPU without NVLink):
+ *        ecc=1 (0 off, na: not supported) ecc_pending=1  ecc_vol=CORR,UNC ecc_agg=CORR,UNC (device memory)
+ *        ecc_sram_unc=N (aggregate, SRAM)  remap=CORR,UNC,PENDING,FAILURE (na: not supported)
+ *        retired=SBE,DBE,PENDING (default na: row-remapping GPUs report no page retirement)
+ *        nvlinks=N (links the GPU has; 0: NVLink not supported)  nvlink_down=MASK
+ *        nvlink_err=LINK:COUNTER:VALUE,...  fabric=STATE,STATUS (default 0,0: not supported)
+ *        persistence=1  clocks=0x1 (clock event reasons bitmask: idle)
  *   bw   GPU NODE GBPS        host-to-device copy rate for a calling thread on NUMA node NODE
  *   cpu  CPU NODE             NUMA node of a CPU, as the stand-in's view of the machine
  *   fail SYMBOL CODE [NTH]    the symbol returns CODE on its NTH call (default 1st), once; CODE -1: that
@@ -32,6 +39,14 @@ struct fake_gpu {
     unsigned long long memfree_mib;
     char procs_if[256];
     double bw[MAXNODE];
+    int ecc, ecc_pending;  /* -1: not supported */
+    unsigned long long ecc_vol[2], ecc_agg[2], ecc_sram_unc;  /* [0] corrected, [1] uncorrected */
+    int remap_na, retired_na;
+    unsigned remap[4], retired[3];
+    unsigned nvlinks, nvlink_down;
+    unsigned long long nvlink_err[18][5];
+    unsigned fabric_state, fabric_status, persistence;
+    unsigned long long clocks;
 };
 struct fake_fail { char symbol[64]; int code; int nth; int calls; };
 struct fake_config {
@@ -49,6 +64,11 @@ static void cfg_gpu(char *rest) {
     memset(g, 0, sizeof *g);
     g->width = g->maxwidth = 16;
     g->memfree_mib = 81920;
+    g->ecc = g->ecc_pending = 1;
+    g->retired_na = 1;
+    g->persistence = 1;
+    g->clocks = 0x1;
+    int pending_set = 0;
     char *save = NULL;
     for (char *kv = strtok_r(rest, "\t\n", &save); kv; kv = strtok_r(NULL, "\t\n", &save)) {
         char *eq = strchr(kv, '=');
@@ -72,6 +92,27 @@ static void cfg_gpu(char *rest) {
         else if (!strcmp(k, "computemode")) g->computemode = strtoul(v, NULL, 0);
         else if (!strcmp(k, "memfree")) g->memfree_mib = strtoull(v, NULL, 0);
         else if (!strcmp(k, "procs_if")) snprintf(g->procs_if, sizeof g->procs_if, "%s", v);
+        else if (!strcmp(k, "ecc")) g->ecc = !strcmp(v, "na") ? -1 : (int)strtol(v, NULL, 0);
+        else if (!strcmp(k, "ecc_pending")) { g->ecc_pending = (int)strtol(v, NULL, 0); pending_set = 1; }
+        else if (!strcmp(k, "ecc_vol")) sscanf(v, "%llu,%llu", &g->ecc_vol[0], &g->ecc_vol[1]);
+        else if (!strcmp(k, "ecc_agg")) sscanf(v, "%llu,%llu", &g->ecc_agg[0], &g->ecc_agg[1]);
+        else if (!strcmp(k, "ecc_sram_unc")) g->ecc_sram_unc = strtoull(v, NULL, 0);
+        else if (!strcmp(k, "remap")) g->remap_na = !strcmp(v, "na") || sscanf(v, "%u,%u,%u,%u", &g->remap[0], &g->remap[1], &g->remap[2], &g->remap[3]) != 4;
+        else if (!strcmp(k, "retired")) g->retired_na = !strcmp(v, "na") || sscanf(v, "%u,%u,%u", &g->retired[0], &g->retired[1], &g->retired[2]) != 3;
+        else if (!strcmp(k, "nvlinks")) g->nvlinks = strtoul(v, NULL, 0) > 18 ? 18 : strtoul(v, NULL, 0);
+        else if (!strcmp(k, "nvlink_down")) g->nvlink_down = strtoul(v, NULL, 0);
+        else if (!strcmp(k, "nvlink_err")) {
+            char buf[256], *s3 = NULL;
+            snprintf(buf, sizeof buf, "%s", v);
+            for (char *p = strtok_r(buf, ",", &s3); p; p = strtok_r(NULL, ",", &s3)) {
+                unsigned link = 0, counter = 0;
+                unsigned long long value = 0;
+                if (sscanf(p, "%u:%u:%llu", &link, &counter, &value) == 3 && link < 18 && counter < 5) g->nvlink_err[link][counter] = value;
+            }
+        }
+        else if (!strcmp(k, "fabric")) sscanf(v, "%u,%u", &g->fabric_state, &g->fabric_status);
+        else if (!strcmp(k, "persistence")) g->persistence = strtoul(v, NULL, 0);
+        else if (!strcmp(k, "clocks")) g->clocks = strtoull(v, NULL, 0);
         else if (!strcmp(k, "procs")) {
             char *s2 = NULL;
             char buf[128];
@@ -80,6 +121,7 @@ static void cfg_gpu(char *rest) {
                 g->procs[g->nprocs++] = strtoul(p, NULL, 0);
         }
     }
+    if (!pending_set) g->ecc_pending = g->ecc;
 }
 
 static void cfg_load(void) {

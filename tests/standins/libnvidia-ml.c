@@ -1,11 +1,13 @@
 /* Stand-in for libnvidia-ml.so.1: the NVML entry points the suite's probe calls through nvidia-ml-py,
  * with NVML's return codes and struct layouts (nvml.h), answering from config.h's GPU description.
- * Built with -DOLD_DRIVER it lacks nvmlDeviceGetGpuMaxPcieLinkGeneration, as drivers before R510 do. */
+ * Built with -DOLD_DRIVER it lacks nvmlDeviceGetGpuMaxPcieLinkGeneration (drivers before R510), and
+ * nvmlDeviceGetCurrentClocksEventReasons and nvmlDeviceGetGpuFabricInfo (both newer than R510; such a
+ * driver answers nvmlDeviceGetCurrentClocksThrottleReasons, the older name of the same bitmask). */
 #include "config.h"
 #include <unistd.h>
 
 enum { NVML_SUCCESS = 0, NVML_ERROR_UNINITIALIZED = 1, NVML_ERROR_INVALID_ARGUMENT = 2, NVML_ERROR_NOT_SUPPORTED = 3,
-       NVML_ERROR_INSUFFICIENT_SIZE = 7, NVML_ERROR_DRIVER_NOT_LOADED = 9, NVML_ERROR_UNKNOWN = 999 };
+       NVML_ERROR_NOT_FOUND = 6, NVML_ERROR_INSUFFICIENT_SIZE = 7, NVML_ERROR_DRIVER_NOT_LOADED = 9, NVML_ERROR_UNKNOWN = 999 };
 
 typedef struct { int index; } *nvmlDevice_t;
 typedef struct {
@@ -155,3 +157,86 @@ int nvmlDeviceGetMemoryInfo(nvmlDevice_t h, nvmlMemory_t *m) {
     m->used = m->total > m->free ? m->total - m->free : 0;
     return NVML_SUCCESS;
 }
+
+/* Health: ECC, row remapping and page retirement, NVLink, fabric, persistence, clock event reasons. */
+int nvmlDeviceGetEccMode(nvmlDevice_t h, int *cur, int *pending) {
+    DEVICE(h, cur);
+    if (!pending) return NVML_ERROR_INVALID_ARGUMENT;
+    if (g->ecc < 0) return NVML_ERROR_NOT_SUPPORTED;
+    *cur = g->ecc;
+    *pending = g->ecc_pending;
+    return NVML_SUCCESS;
+}
+/* errorType 0 corrected, 1 uncorrected; counterType 0 volatile, 1 aggregate */
+int nvmlDeviceGetTotalEccErrors(nvmlDevice_t h, unsigned type, unsigned counter, unsigned long long *out) {
+    DEVICE(h, out);
+    if (type > 1 || counter > 1) return NVML_ERROR_INVALID_ARGUMENT;
+    if (g->ecc != 1) return NVML_ERROR_NOT_SUPPORTED;  /* the counters exist only while ECC is on */
+    *out = (counter ? g->ecc_agg : g->ecc_vol)[type] + (counter && type ? g->ecc_sram_unc : 0);
+    return NVML_SUCCESS;
+}
+/* locations as a Hopper reports them: device memory (2) and SRAM (7); the others are not supported */
+int nvmlDeviceGetMemoryErrorCounter(nvmlDevice_t h, unsigned type, unsigned counter, unsigned loc, unsigned long long *out) {
+    DEVICE(h, out);
+    if (type > 1 || counter > 1 || loc > 7) return NVML_ERROR_INVALID_ARGUMENT;
+    if (g->ecc != 1 || (loc != 2 && loc != 7)) return NVML_ERROR_NOT_SUPPORTED;
+    if (loc == 2) *out = (counter ? g->ecc_agg : g->ecc_vol)[type];
+    else *out = counter && type ? g->ecc_sram_unc : 0;
+    return NVML_SUCCESS;
+}
+int nvmlDeviceGetRemappedRows(nvmlDevice_t h, unsigned *corr, unsigned *unc, unsigned *pending, unsigned *failure) {
+    DEVICE(h, corr);
+    if (!unc || !pending || !failure) return NVML_ERROR_INVALID_ARGUMENT;
+    if (g->remap_na) return NVML_ERROR_NOT_SUPPORTED;
+    *corr = g->remap[0]; *unc = g->remap[1]; *pending = g->remap[2]; *failure = g->remap[3];
+    return NVML_SUCCESS;
+}
+int nvmlDeviceGetRetiredPages(nvmlDevice_t h, unsigned cause, unsigned *count, unsigned long long *addresses) {
+    DEVICE(h, count);
+    if (cause > 1) return NVML_ERROR_INVALID_ARGUMENT;
+    if (g->retired_na) return NVML_ERROR_NOT_SUPPORTED;
+    unsigned n = g->retired[cause];
+    if (!addresses || *count < n) {
+        *count = n;
+        return n ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+    }
+    for (unsigned i = 0; i < n; i++) addresses[i] = 0x1000ULL * (i + 1);
+    *count = n;
+    return NVML_SUCCESS;
+}
+int nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t h, int *pending) {
+    DEVICE(h, pending);
+    if (g->retired_na) return NVML_ERROR_NOT_SUPPORTED;
+    *pending = g->retired[2] ? 1 : 0;
+    return NVML_SUCCESS;
+}
+int nvmlDeviceGetNvLinkState(nvmlDevice_t h, unsigned link, unsigned *active) {
+    DEVICE(h, active);
+    if (!g->nvlinks) return NVML_ERROR_NOT_SUPPORTED;
+    if (link >= g->nvlinks) return NVML_ERROR_INVALID_ARGUMENT;  /* as the driver answers for a link the GPU lacks */
+    *active = (g->nvlink_down >> link) & 1 ? 0 : 1;
+    return NVML_SUCCESS;
+}
+int nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t h, unsigned link, unsigned counter, unsigned long long *out) {
+    DEVICE(h, out);
+    if (!g->nvlinks) return NVML_ERROR_NOT_SUPPORTED;
+    if (link >= g->nvlinks || counter > 4) return NVML_ERROR_INVALID_ARGUMENT;
+    if (counter == 4) return NVML_ERROR_NOT_SUPPORTED;  /* ECC_DATA: reported on some generations only */
+    *out = g->nvlink_err[link][counter];
+    return NVML_SUCCESS;
+}
+#ifndef OLD_DRIVER
+typedef struct { unsigned char clusterUuid[16]; int status; unsigned cliqueId; unsigned char state; } nvmlGpuFabricInfo_t;
+int nvmlDeviceGetGpuFabricInfo(nvmlDevice_t h, nvmlGpuFabricInfo_t *info) {
+    DEVICE(h, info);
+    memset(info, 0, sizeof *info);
+    info->state = (unsigned char)g->fabric_state;
+    info->status = (int)g->fabric_status;
+    info->cliqueId = g->fabric_state == 3 ? 7 : 0;
+    if (g->fabric_state == 3) memset(info->clusterUuid, 0xab, sizeof info->clusterUuid);
+    return NVML_SUCCESS;
+}
+int nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t h, unsigned long long *out) { DEVICE(h, out); *out = g->clocks; return NVML_SUCCESS; }
+#endif
+int nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t h, unsigned long long *out) { DEVICE(h, out); *out = g->clocks; return NVML_SUCCESS; }
+int nvmlDeviceGetPersistenceMode(nvmlDevice_t h, int *mode) { DEVICE(h, mode); *mode = (int)g->persistence; return NVML_SUCCESS; }

@@ -81,8 +81,90 @@ def gpu(index, missing):
         lambda: pynvml.nvmlDeviceGetComputeRunningProcesses(h),
         lambda ps: [{"pid": int(p.pid), "used_bytes": p.usedGpuMemory} for p in ps],
     )
+    health(h, g, read)
     g["errors"] = errors
     return g
+
+
+# nvmlMemoryLocation_t names (nvml.h), for the uncorrected-error locations the driver reports
+LOCATIONS = ("l1_cache", "l2_cache", "device_memory", "register_file", "texture_memory", "texture_shm", "cbu", "sram")
+NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")  # nvmlNvLinkErrorCounter_t 0..3
+
+
+def health(h, g, read):
+    """What GPU health checks judge: ECC, row remapping / page retirement, NVLink, fabric, persistence
+    mode and clock event reasons. Each value is read on its own: a function an older driver lacks, or one
+    a GPU does not support, leaves only that value out (named in errors / missing_functions)."""
+    read("ecc_mode", lambda: pynvml.nvmlDeviceGetEccMode(h))
+    counters = ((pynvml.NVML_VOLATILE_ECC, "volatile"), (pynvml.NVML_AGGREGATE_ECC, "aggregate"))
+    types = ((pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, "corrected"), (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, "uncorrected"))
+    for counter, cname in counters:
+        for etype, ename in types:
+            read("ecc_%s_%s" % (cname, ename), lambda c=counter, e=etype: pynvml.nvmlDeviceGetTotalEccErrors(h, e, c))
+    if "ecc_volatile_uncorrected" in g:
+        where = {}
+        for loc, name in enumerate(LOCATIONS):
+            for counter, cname in counters:
+                try:
+                    n = pynvml.nvmlDeviceGetMemoryErrorCounter(h, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, counter, loc)
+                except pynvml.NVMLError:
+                    continue  # locations this GPU does not report
+                where.setdefault(name, {})[cname] = int(n)
+        g["ecc_uncorrected_by_location"] = where
+    read("remapped_rows", lambda: list(pynvml.nvmlDeviceGetRemappedRows(h)))
+    sbe = pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
+    dbe = pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
+    read("retired_pages_sbe", lambda: len(pynvml.nvmlDeviceGetRetiredPages(h, sbe)))
+    read("retired_pages_dbe", lambda: len(pynvml.nvmlDeviceGetRetiredPages(h, dbe)))
+    read("retired_pages_pending", lambda: pynvml.nvmlDeviceGetRetiredPagesPendingStatus(h))
+    read("nvlinks", lambda: nvlinks(h))
+    read("fabric", lambda: fabric(h))
+    read("persistence_mode", lambda: pynvml.nvmlDeviceGetPersistenceMode(h))
+    read("clock_event_reasons", lambda: clock_reasons(h))
+
+
+def nvlinks(h):
+    """Every link the GPU has (nvmlDeviceGetNvLinkState answers INVALID_ARGUMENT past the last one), with
+    its state and error counters. NOT_SUPPORTED on the first link: the GPU has no NVLink."""
+    links = []
+    for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
+        try:
+            active = pynvml.nvmlDeviceGetNvLinkState(h, link)
+        except pynvml.NVMLError as e:
+            if getattr(e, "value", None) == pynvml.NVML_ERROR_INVALID_ARGUMENT and links:
+                break
+            raise
+        counters = {}
+        for i, name in enumerate(NVLINK_COUNTERS):
+            try:
+                counters[name] = int(pynvml.nvmlDeviceGetNvLinkErrorCounter(h, link, i))
+            except pynvml.NVMLError:
+                pass
+        links.append({"link": link, "active": bool(active), "errors": counters})
+    return links
+
+
+def fabric(h):
+    """nvmlDeviceGetGpuFabricInfo (R525+, Hopper and later): the GPU's registration with the NVLink fabric."""
+    info = pynvml.c_nvmlGpuFabricInfo_t()
+    pynvml.nvmlDeviceGetGpuFabricInfo(h, pynvml.byref(info))
+    return {
+        "state": int(info.state),
+        "status": int(info.status),
+        "clique": int(info.cliqueId),
+        "cluster": "".join("%02x" % b for b in bytes(info.clusterUuid)),
+    }
+
+
+def clock_reasons(h):
+    """The clock event reasons bitmask (R535 renamed "throttle" reasons to "event" reasons; older drivers
+    have only the old name, with the same bits)."""
+    try:
+        return int(pynvml.nvmlDeviceGetCurrentClocksEventReasons(h))
+    except pynvml.NVMLError as e:
+        if getattr(e, "value", None) != pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
+            raise
+    return int(pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h))
 
 
 def main():

@@ -1,0 +1,202 @@
+"""GPU health facts: ECC mode and error counts, row remapping or page retirement, NVLink state and error
+counters, NVLink fabric registration, persistence mode and clock event reasons, per GPU, from the NVML
+probe's JSON or from `nvidia-smi -q -x`.
+
+Meanings (NVML API reference, "Device Queries" and "NvLink Methods"; nvml.h):
+- nvmlDeviceGetEccMode: current and pending ECC mode (pending applies after the next reboot);
+- nvmlDeviceGetTotalEccErrors: corrected / uncorrected counts, volatile (since the driver loaded) and
+  aggregate (the GPU's lifetime, kept in the InfoROM); nvmlDeviceGetMemoryErrorCounter per location;
+- nvmlDeviceGetRemappedRows (Ampere and later): rows remapped for correctable and uncorrectable errors,
+  `isPending` (a remap waits for a GPU reset) and `failureOccurred` (a remap failed: the memory cannot be
+  repaired); older GPUs retire pages instead (nvmlDeviceGetRetiredPages, ...PendingStatus);
+- nvmlDeviceGetNvLinkState / nvmlDeviceGetNvLinkErrorCounter (DL replay, recovery, CRC flit, CRC data);
+- nvmlDeviceGetGpuFabricInfo: nvmlGpuFabricState_t 0 not supported, 1 not started, 2 in progress,
+  3 completed; `status` an nvmlReturn_t once completed;
+- nvmlDeviceGetCurrentClocksEventReasons: the nvmlClocksEventReason* bitmask.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from typing import Any
+
+# nvmlClocksEventReason* bits (nvml.h)
+CLOCK_REASONS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clocks_setting",
+}
+FABRIC_STATES = {0: "not supported", 1: "not started", 2: "in progress", 3: "completed"}
+NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")
+
+
+@dataclass
+class NvLink:
+    link: int
+    active: bool
+    errors: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class GpuHealth:
+    ecc_enabled: bool | None = None  # None: ECC not supported or not read
+    ecc_pending: bool | None = None
+    # {"volatile": {"corrected": n, "uncorrected": n}, "aggregate": {...}}; missing counts are absent
+    ecc_counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    ecc_uncorrected_by_location: dict[str, dict[str, int]] = field(default_factory=dict)
+    remapped_rows: dict[str, int] | None = None  # corrected, uncorrected, pending, failure
+    retired_pages: dict[str, int] | None = None  # sbe, dbe, pending
+    nvlinks: list[NvLink] | None = None  # None: not read; []: the GPU has no NVLink
+    fabric: dict[str, Any] | None = None  # state, status, clique, cluster
+    persistence: bool | None = None
+    clock_reasons: int | None = None
+    unread: dict[str, str] = field(default_factory=dict)  # value -> why it is not known
+
+    def active_clock_reasons(self) -> list[str]:
+        if self.clock_reasons is None:
+            return []
+        return [name for bit, name in CLOCK_REASONS.items() if self.clock_reasons & bit]
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def health_from_nvml(g: dict[str, Any], errors: dict[str, str]) -> GpuHealth:
+    """The health part of one GPU entry of the NVML probe's document."""
+    h = GpuHealth()
+    mode = g.get("ecc_mode")
+    if isinstance(mode, list) and len(mode) == 2 and all(_int(x) is not None for x in mode):
+        h.ecc_enabled, h.ecc_pending = bool(mode[0]), bool(mode[1])
+    for counter in ("volatile", "aggregate"):
+        for kind in ("corrected", "uncorrected"):
+            n = _int(g.get(f"ecc_{counter}_{kind}"))
+            if n is not None:
+                h.ecc_counts.setdefault(counter, {})[kind] = n
+    where = g.get("ecc_uncorrected_by_location")
+    if isinstance(where, dict):
+        h.ecc_uncorrected_by_location = {
+            str(loc): {str(k): v for k, v in c.items() if _int(v) is not None} for loc, c in where.items() if isinstance(c, dict)
+        }
+    rows = g.get("remapped_rows")
+    if isinstance(rows, list) and len(rows) == 4 and all(_int(x) is not None for x in rows):
+        h.remapped_rows = dict(zip(("corrected", "uncorrected", "pending", "failure"), rows, strict=True))
+    if all(_int(g.get(f"retired_pages_{k}")) is not None for k in ("sbe", "dbe")):
+        h.retired_pages = {"sbe": g["retired_pages_sbe"], "dbe": g["retired_pages_dbe"]}
+        if _int(g.get("retired_pages_pending")) is not None:
+            h.retired_pages["pending"] = g["retired_pages_pending"]
+    links = g.get("nvlinks")
+    if isinstance(links, list):
+        h.nvlinks = [
+            NvLink(
+                link=int(x["link"]),
+                active=bool(x.get("active")),
+                errors={str(k): v for k, v in (x.get("errors") or {}).items() if _int(v) is not None},
+            )
+            for x in links
+            if isinstance(x, dict) and _int(x.get("link")) is not None
+        ]
+    elif errors.get("nvlinks") == "not supported on this GPU":
+        h.nvlinks = []
+    fab = g.get("fabric")
+    if isinstance(fab, dict) and _int(fab.get("state")) is not None:
+        h.fabric = fab
+    if _int(g.get("persistence_mode")) is not None:
+        h.persistence = bool(g["persistence_mode"])
+    h.clock_reasons = _int(g.get("clock_event_reasons"))
+    for key in ("ecc_mode", "remapped_rows", "nvlinks", "fabric", "persistence_mode", "clock_event_reasons"):
+        if key in errors:
+            h.unread[key] = errors[key]
+    return h
+
+
+# -- nvidia-smi -q -x (nvsmi_device_v12.dtd as driver 575 writes it; older drivers: clocks_throttle_reasons) --
+
+
+def _yes(text: str | None) -> bool | None:
+    t = (text or "").strip().lower()
+    return {"enabled": True, "disabled": False, "yes": True, "no": False, "active": True, "not active": False}.get(t)
+
+
+def _num(text: str | None) -> int | None:
+    m = re.fullmatch(r"\s*(\d+)\s*", text or "")
+    return int(m.group(1)) if m else None
+
+
+def _ecc_sums(section: ET.Element | None) -> dict[str, int]:
+    """Corrected / uncorrected totals of one <volatile> or <aggregate> block. Drivers since R535 list
+    sram_correctable, sram_uncorrectable[_parity|_secded], dram_correctable, dram_uncorrectable; older ones
+    single_bit/double_bit with a <total>."""
+    if section is None:
+        return {}
+    sums: dict[str, int] = {}
+    for child in section:
+        tag = child.tag
+        if tag in ("single_bit", "double_bit"):
+            n = _num(child.findtext("total"))
+            kind = "corrected" if tag == "single_bit" else "uncorrected"
+        elif tag.endswith("_correctable") or "_uncorrectable" in tag:
+            n = _num(child.text)
+            kind = "uncorrected" if "_uncorrectable" in tag else "corrected"
+        else:
+            continue
+        if n is not None:
+            sums[kind] = sums.get(kind, 0) + n
+    return sums
+
+
+def health_from_smi(g: ET.Element) -> GpuHealth:
+    h = GpuHealth()
+    h.ecc_enabled = _yes(g.findtext("ecc_mode/current_ecc"))
+    h.ecc_pending = _yes(g.findtext("ecc_mode/pending_ecc"))
+    for counter in ("volatile", "aggregate"):
+        sums = _ecc_sums(g.find(f"ecc_errors/{counter}"))
+        if sums:
+            h.ecc_counts[counter] = sums
+    for counter in ("volatile", "aggregate"):
+        block = g.find(f"ecc_errors/{counter}")
+        for child in block if block is not None else []:
+            if "_uncorrectable" in child.tag and _num(child.text) is not None:
+                loc = "device_memory" if child.tag.startswith("dram") else "sram"
+                where = h.ecc_uncorrected_by_location.setdefault(loc, {})
+                where[counter] = where.get(counter, 0) + (_num(child.text) or 0)
+    rows = g.find("remapped_rows")
+    if rows is not None:
+        corr, unc = _num(rows.findtext("remapped_row_corr")), _num(rows.findtext("remapped_row_unc"))
+        pend, fail = _yes(rows.findtext("remapped_row_pending")), _yes(rows.findtext("remapped_row_failure"))
+        if pend is not None and fail is not None:
+            h.remapped_rows = {"corrected": corr or 0, "uncorrected": unc or 0, "pending": int(pend), "failure": int(fail)}
+    sbe = _num(g.findtext("retired_pages/multiple_single_bit_retirement/retired_count"))
+    dbe = _num(g.findtext("retired_pages/double_bit_retirement/retired_count"))
+    if sbe is not None and dbe is not None:
+        pending = _yes(g.findtext("retired_pages/pending_retirement") or g.findtext("retired_pages/pending_blacklist"))
+        h.retired_pages = {"sbe": sbe, "dbe": dbe, **({"pending": int(pending)} if pending is not None else {})}
+    h.unread["nvlinks"] = "nvidia-smi -q -x does not report NVLink state (NVML probe needed)"
+    state = (g.findtext("fabric/state") or "").strip().lower()
+    codes = {v: k for k, v in FABRIC_STATES.items()}
+    if state in codes:
+        status = (g.findtext("fabric/status") or "").strip()
+        h.fabric = {"state": codes[state], "status": 0 if status.lower() in ("success", "n/a", "") else status}
+    h.persistence = _yes(g.findtext("persistence_mode"))
+    reasons = g.find("clocks_event_reasons")
+    prefix = "clocks_event_reason_"
+    if reasons is None:
+        reasons, prefix = g.find("clocks_throttle_reasons"), "clocks_throttle_reason_"
+    if reasons is not None:
+        bits = 0
+        by_name = {name: bit for bit, name in CLOCK_REASONS.items()}
+        by_name["display_clock_setting"] = 0x100
+        for child in reasons:
+            name = child.tag.removeprefix(prefix)
+            if _yes(child.text) and name in by_name:
+                bits |= by_name[name]
+        h.clock_reasons = bits
+    return h

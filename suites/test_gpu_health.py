@@ -1,0 +1,159 @@
+"""GPU health for node acceptance: memory errors, row remapping, Xid events, NVLink and the fabric,
+persistence, clock events. Read in the node's single collection (the NVML probe, else nvidia-smi -q -x;
+the kernel log for Xid events)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.checks import check
+from conformance.checks.gpu_health import (
+    Verdict,
+    judge_clock_events,
+    judge_ecc,
+    judge_fabric,
+    judge_nvlink,
+    judge_persistence,
+    judge_row_remap,
+    judge_xids,
+)
+from conformance.errors import FactUnavailable
+
+
+def settle(v: Verdict, evidence) -> None:
+    """Failures decide; with only unread facts the outcome is error; where nothing applied, skip."""
+    evidence.add(*v.lines)
+    if v.failures:
+        raise AssertionError("; ".join(v.failures + v.unknowns))
+    if v.unknowns:
+        raise FactUnavailable("; ".join(v.unknowns))
+    if not v.applied:
+        pytest.skip(v.why_not)
+    evidence.add(f"verified on {v.applied} GPU(s)" if v.applied > 1 else "verified")
+
+
+@check(
+    "GPU-ECC-ERRORS",
+    "high",
+    title="ECC is on and the GPU memory has no uncorrected errors",
+    rationale="""An uncorrected ECC error means data in GPU memory was wrong and could not be repaired: the
+    process that touched it was killed (Xid 94/95) or, worse, computed on bad data. Without ECC the same
+    fault goes unnoticed. Volatile counts cover the time since the driver loaded, aggregate counts the
+    GPU's lifetime (nvmlDeviceGetTotalEccErrors).""",
+    remediation="Turn ECC on with `nvidia-smi -e 1` and reboot; a GPU with uncorrected errors needs a reset "
+    "(`nvidia-smi -r`) and, if they recur or the aggregate count grows, replacement. Corrected counts are shown "
+    "and judged against gpu.ecc_corrected_limit when the profile sets one.",
+    source="NVML nvmlDeviceGetEccMode, nvmlDeviceGetTotalEccErrors, nvmlDeviceGetMemoryErrorCounter; "
+    "nvidia-smi -q -x <ecc_mode>, <ecc_errors>",
+)
+def test_gpu_ecc_errors(node, visible_gpus, profile, evidence):
+    evidence.source = visible_gpus.source
+    settle(judge_ecc(visible_gpus.gpus, profile.get("gpu")), evidence)
+
+
+@check(
+    "GPU-ROW-REMAP",
+    "critical",
+    title="No row remap pending or failed, no page retirement pending",
+    rationale="""GPUs since Ampere repair uncorrectable memory faults by remapping rows; the remap takes effect
+    only after a GPU reset, and until then the faulty row is still in use. A failed remap means the memory
+    cannot be repaired. Older GPUs retire pages instead, with the same pending state (NVML
+    nvmlDeviceGetRemappedRows: isPending, failureOccurred; nvmlDeviceGetRetiredPagesPendingStatus).""",
+    remediation="Drain the node and reset the GPU (`nvidia-smi -r -i <index>`, or reboot) to apply a pending "
+    "remap or retirement; replace a GPU whose remapping failed or whose retired pages exceed "
+    "gpu.retired_pages_limit.",
+    source="NVML nvmlDeviceGetRemappedRows, nvmlDeviceGetRetiredPages, nvmlDeviceGetRetiredPagesPendingStatus; "
+    "nvidia-smi -q -x <remapped_rows>, <retired_pages>",
+)
+def test_gpu_row_remap(node, visible_gpus, profile, evidence):
+    evidence.source = visible_gpus.source
+    settle(judge_row_remap(visible_gpus.gpus, profile.get("gpu")), evidence)
+
+
+@check(
+    "GPU-XID-EVENTS",
+    "high",
+    title="No Xid event since boot that needs a reboot (or a GPU reset, in acceptance profiles)",
+    rationale="""The NVIDIA driver logs every GPU fault as an Xid in the kernel log. A GPU that fell off the
+    bus (79), failed to remap memory (64) or needs a reset (48, 63, 74, 94, 95, 119, 120...) since boot is not
+    fit for production however healthy it looks now. Application faults (13, 31, 43...) are listed but do
+    not fail.""",
+    remediation="Read the node's kernel log around the listed times (`journalctl -k -b | grep Xid`), look each "
+    "Xid up in NVIDIA's Xid catalogue, reset the GPU or reboot the node as it says, and replace hardware that "
+    "repeats. gpu.xid_fail sets the failing classes (fatal, reset, informational, unknown).",
+    source="kernel log: /var/log/kern.log or /var/log/messages (since the last boot line), else journalctl -k -b 0, "
+    "else dmesg; NVIDIA Xid catalogue",
+)
+def test_gpu_xid_events(node, facts, visible_gpus, profile, evidence):
+    log = facts.xid_log
+    evidence.source = log.source
+    settle(judge_xids(log, visible_gpus.gpus, profile.get("gpu")), evidence)
+
+
+@check(
+    "GPU-NVLINK",
+    "critical",
+    title="Every NVLink link is up, with error counters within limits",
+    rationale="""A GPU with a link down falls back to fewer links or to PCIe for peer traffic: collective
+    operations slow down or hang. Recovery errors mean a link went down and retrained; growing replay and
+    CRC counts point to a bad cable, connector or switch port (nvmlDeviceGetNvLinkErrorCounter).""",
+    remediation="Check `nvidia-smi nvlink -s` and `nvidia-smi nvlink -e`; reseat the GPU baseboard or bridge, "
+    "reset the GPU, and escalate to the vendor when errors return. gpu.nvlink_error_limits sets the limits.",
+    source="NVML nvmlDeviceGetNvLinkState, nvmlDeviceGetNvLinkErrorCounter (DL replay, recovery, CRC flit, CRC data)",
+)
+def test_gpu_nvlink(node, visible_gpus, profile, evidence):
+    evidence.source = visible_gpus.source
+    settle(judge_nvlink(visible_gpus.gpus, profile.get("gpu")), evidence)
+
+
+@check(
+    "GPU-FABRIC",
+    "critical",
+    title="On NVSwitch systems, the fabric manager runs and every GPU joined the fabric",
+    rationale="""On NVSwitch systems (HGX A100/H100/H200, GB200) GPUs reach each other only through the
+    fabric the fabric manager sets up; until a GPU's fabric registration completes, CUDA fails to start on it
+    (nvmlDeviceGetGpuFabricInfo: state completed, status SUCCESS).""",
+    remediation="Start and enable nvidia-fabricmanager (`systemctl enable --now nvidia-fabricmanager`) at the "
+    "driver's exact version; check its log (/var/log/fabricmanager.log) and `nvidia-smi -q | grep -A3 Fabric`.",
+    source="NVML nvmlDeviceGetGpuFabricInfo; nvidia-smi -q -x <fabric>; /sys/bus/pci/devices (NVIDIA bridge class "
+    "0x0680: NVSwitch); /proc/<pid>/comm nv-fabricmanage",
+)
+def test_gpu_fabric(node, visible_gpus, evidence):
+    evidence.source = f"{visible_gpus.source}; sysfs PCI; processes"
+    fm = visible_gpus.daemons.get("nvidia-fabricmanager", [])
+    settle(judge_fabric(visible_gpus.gpus, visible_gpus.nvswitches, fm), evidence)
+
+
+@check(
+    "GPU-PERSISTENCE",
+    "low",
+    title="GPUs stay initialised: persistence mode on, or nvidia-persistenced running",
+    rationale="""Without persistence the driver tears a GPU down when its last client exits and initialises
+    it again for the next: seconds of start-up latency per pod, and NVML queries that wake idle GPUs. NVIDIA
+    recommends the persistence daemon on Linux (Driver Persistence, docs.nvidia.com/deploy/driver-persistence).""",
+    remediation="Enable the daemon (`systemctl enable --now nvidia-persistenced`) or set persistence mode "
+    "(`nvidia-smi -pm 1`). gpu.persistence: mode_or_daemon, mode, daemon or any.",
+    source="NVML nvmlDeviceGetPersistenceMode; nvidia-smi -q -x <persistence_mode>; /proc/<pid>/comm nvidia-persiste",
+)
+def test_gpu_persistence(node, visible_gpus, profile, evidence):
+    evidence.source = f"{visible_gpus.source}; processes"
+    daemon = visible_gpus.daemons.get("nvidia-persistenced", [])
+    settle(judge_persistence(visible_gpus.gpus, profile.get("gpu"), daemon), evidence)
+
+
+@check(
+    "GPU-CLOCK-EVENTS",
+    "medium",
+    title="No hardware slowdown, thermal or power-brake clock event on an idle GPU",
+    rationale="""An idle GPU has no reason to slow its clocks for heat or power: hardware slowdown, thermal
+    slowdown or power brake active at idle points to failing cooling, a power-supply fault or the external
+    power-brake signal, and the GPU will run slow under load (nvmlClocksEventReason*).""",
+    remediation="Check `nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER`; inspect fans, airflow and the chassis "
+    "power supplies; ask the vendor about an asserted power-brake signal. gpu.clock_events_fail lists the "
+    "reasons that fail.",
+    source="NVML nvmlDeviceGetCurrentClocksEventReasons (older drivers: ...ClocksThrottleReasons); "
+    "nvidia-smi -q -x <clocks_event_reasons>",
+)
+def test_gpu_clock_events(node, visible_gpus, profile, evidence):
+    evidence.source = visible_gpus.source
+    settle(judge_clock_events(visible_gpus.gpus, profile.get("gpu")), evidence)

@@ -1,0 +1,242 @@
+"""GPU health facts and judges: Xid lines from real kernel logs, the nvidia-smi -q -x health elements,
+the NVML probe's health fields, and each judge's verdicts at its edges. The end-to-end verdicts on lab
+nodes are in tests/test_lab_gpu.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from conformance.checks.gpu_health import (
+    judge_clock_events,
+    judge_ecc,
+    judge_fabric,
+    judge_nvlink,
+    judge_persistence,
+    judge_row_remap,
+    judge_xids,
+)
+from conformance.config.profile import load_profile
+from conformance.errors import UsageError
+from conformance.facts.gpu import Gpu, parse_nvml_probe, parse_smi_xml
+from conformance.facts.gpu_health import GpuHealth, NvLink, health_from_nvml
+from conformance.facts.xid import XidLog, classify, parse_xid_lines, pci_key
+from tests.lab.nodes import SAMPLES
+
+GP = load_profile(None).get("gpu")
+REAL = (SAMPLES / "kernel-log.xid.real-lines.txt").read_text()
+
+
+def gpu(bus: str = "0000:18:00.0", **health) -> Gpu:
+    return Gpu(index=0, uuid="GPU-x", bus_id=bus, health=GpuHealth(**health))
+
+
+def test_real_xid_lines_parse_with_address_time_and_class():
+    events = parse_xid_lines(REAL)
+    assert [(e.xid, e.pci, e.cls) for e in events] == [
+        (79, "0000:2b:00", "fatal"),
+        (63, "0000:10:1c", "reset"),
+        (31, "0000:01:00", "informational"),
+    ]
+    assert events[0].when == "May 18 19:02:39"
+    assert events[2].when == "Nov 22 18:29:55, 966.503025 s after boot"  # syslog time and the kernel's own
+    assert events[1].text.startswith("pid=1896, Row Remapper")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # a program's own line, not the kernel's
+        "Dec  3 09:11:00 gpu python3[4242]: NVRM: Xid (PCI:0000:19:00): 79, GPU has fallen off the bus.",
+        "Dec  3 09:11:00 gpu kernel: NVRM: Xid (PCI:zzzz:19:00): 79, x",  # not an address
+        "Dec  3 09:11:00 gpu kernel: NVRM: GPU at PCI:0000:2b:00: GPU-0b11d014",  # not an Xid
+        "Dec  3 09:11:00 gpu kernel: NVRM: Xid (PCI:0000:19:00) 79 no comma or colon",
+    ],
+)
+def test_lines_that_only_look_like_xids_are_ignored(line):
+    assert parse_xid_lines(line) == []
+
+
+def test_hostile_xid_text_is_bounded_and_loses_control_characters():
+    line = "Dec  3 09:10:00 gpu kernel: NVRM: Xid (PCI:0000:18:00): 13, <b>x</b> \x1b[2J" + "A" * 5000
+    (e,) = parse_xid_lines(line)
+    assert "\x1b" not in e.text and len(e.text) == 200 and e.text.startswith("<b>x</b> ?[2J")
+
+
+@pytest.mark.parametrize(
+    ("xid", "text", "cls"),
+    [
+        (154, "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)", "fatal"),
+        (154, "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)", "reset"),
+        (154, "GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)", "informational"),
+        (95, "Uncontained", "reset"),
+        (64, "x", "fatal"),
+        (45, "x", "informational"),
+        (9999, "x", "unknown"),
+    ],
+)
+def test_classification(xid, text, cls):
+    assert classify(xid, text)[0] == cls
+
+
+def test_xid_judge_fails_the_profile_classes_and_maps_gpus():
+    log = XidLog(source="file /var/log/kern.log", detail="d", events=parse_xid_lines(REAL), total=3)
+    gpus = [gpu("0000:2b:00.0")]
+    v = judge_xids(log, gpus, GP)
+    assert v.failures == ["GPU0 GPU-x (0000:2b:00.0): Xid 79 at May 18 19:02:39"]
+    v = judge_xids(log, gpus, {**GP, "xid_fail": ["reset"]})
+    assert v.failures == ["PCI 0000:10:1c: Xid 63 at (no timestamp)"]
+    v = judge_xids(log, gpus, {**GP, "xid_fail": ["unknown"]})
+    assert not v.failures and "by class: fatal 1, reset 1, informational 1, unknown 0; failing classes: unknown" in v.lines
+    assert pci_key("00000000:2B:00.0") == "0000:2b:00"
+
+
+def test_smi_xml_health_elements():
+    a, b = parse_smi_xml((SAMPLES / "nvidia-smi_q_x.2gpu.constructed.xml").read_text()).gpus
+    assert a.health.ecc_enabled and a.health.ecc_counts == {
+        "volatile": {"corrected": 3, "uncorrected": 0},
+        "aggregate": {"corrected": 12, "uncorrected": 0},
+    }
+    assert b.health.remapped_rows == {"corrected": 0, "uncorrected": 1, "pending": 0, "failure": 1}
+    assert a.health.retired_pages is None  # N/A on a row-remapping GPU
+    assert a.health.persistence is True and a.health.active_clock_reasons() == ["gpu_idle"]
+    assert b.health.active_clock_reasons() == ["hw_slowdown"]
+    assert a.health.fabric is None and a.health.nvlinks is None  # N/A, and not in -q -x at all
+
+
+def test_smi_xml_of_older_drivers():
+    xml = (
+        "<nvidia_smi_log><gpu id='00000000:18:00.0'><uuid>GPU-1</uuid><pci><pci_bus_id>00000000:18:00.0</pci_bus_id></pci>"
+        "<ecc_mode><current_ecc>Enabled</current_ecc><pending_ecc>Disabled</pending_ecc></ecc_mode>"
+        "<ecc_errors><volatile><single_bit><device_memory>1</device_memory><total>1</total></single_bit>"
+        "<double_bit><device_memory>2</device_memory><total>2</total></double_bit></volatile></ecc_errors>"
+        "<retired_pages><multiple_single_bit_retirement><retired_count>3</retired_count></multiple_single_bit_retirement>"
+        "<double_bit_retirement><retired_count>1</retired_count></double_bit_retirement>"
+        "<pending_retirement>Yes</pending_retirement></retired_pages>"
+        "<clocks_throttle_reasons><clocks_throttle_reason_hw_slowdown>Active</clocks_throttle_reason_hw_slowdown>"
+        "</clocks_throttle_reasons><fabric><state>In Progress</state><status>N/A</status></fabric></gpu></nvidia_smi_log>"
+    )
+    (g,) = parse_smi_xml(xml).gpus
+    assert g.health.ecc_counts == {"volatile": {"corrected": 1, "uncorrected": 2}}
+    assert g.health.ecc_pending is False
+    assert g.health.retired_pages == {"sbe": 3, "dbe": 1, "pending": 1}
+    assert g.health.active_clock_reasons() == ["hw_slowdown"]
+    assert g.health.fabric == {"state": 2, "status": 0}
+
+
+def test_nvml_probe_health_fields_and_what_the_driver_lacks():
+    doc = {
+        "probe": 1,
+        "nvml": "ok",
+        "gpus": [
+            {
+                "index": 0,
+                "uuid": "GPU-a",
+                "bus_id": "00000000:18:00.0",
+                "ecc_mode": [1, 0],
+                "ecc_volatile_uncorrected": 0,
+                "ecc_aggregate_uncorrected": 4,
+                "remapped_rows": [1, 2, 0, 0],
+                "nvlinks": [{"link": 0, "active": True, "errors": {"replay": 1}}],
+                "persistence_mode": 1,
+                "errors": {"fabric": "function not in this driver's NVML", "clock_event_reasons": "GPU is lost"},
+            }
+        ],
+    }
+    (g,) = parse_nvml_probe(json.dumps(doc)).gpus
+    h = g.health
+    assert (h.ecc_enabled, h.ecc_pending) == (True, False)
+    assert h.ecc_counts == {"volatile": {"uncorrected": 0}, "aggregate": {"uncorrected": 4}}
+    assert h.remapped_rows == {"corrected": 1, "uncorrected": 2, "pending": 0, "failure": 0}
+    assert h.nvlinks == [NvLink(0, True, {"replay": 1})]
+    assert h.unread == {"fabric": "function not in this driver's NVML", "clock_event_reasons": "GPU is lost"}
+    assert health_from_nvml({}, {"nvlinks": "not supported on this GPU"}).nvlinks == []
+
+
+def test_ecc_judge():
+    counts = {"volatile": {"corrected": 50, "uncorrected": 0}, "aggregate": {"corrected": 90, "uncorrected": 1}}
+    v = judge_ecc([gpu(ecc_enabled=True, ecc_pending=True, ecc_counts=counts)], GP)
+    assert v.failures == ["GPU0 GPU-x (0000:18:00.0): 1 uncorrected ECC error(s) in the GPU's lifetime (limit 0)"]
+    v = judge_ecc(
+        [gpu(ecc_enabled=True, ecc_counts=counts)], {**GP, "ecc_aggregate_uncorrected_limit": 1, "ecc_corrected_limit": 10}
+    )
+    assert v.failures == ["GPU0 GPU-x (0000:18:00.0): 50 corrected ECC errors since the driver loaded (limit 10)"]
+    v = judge_ecc([gpu(ecc_enabled=False, ecc_pending=True)], GP)
+    assert v.failures == ["GPU0 GPU-x (0000:18:00.0): ECC is off (on after the next reboot)"]
+    assert not judge_ecc([gpu(ecc_enabled=False)], {**GP, "ecc_required": False}).failures
+    v = judge_ecc([gpu(unread={"ecc_mode": "not supported on this GPU"})], GP)
+    assert not v.applied and not v.unknowns and v.why_not == "no GPU on this node supports ECC"
+
+
+def test_row_remap_judge():
+    v = judge_row_remap([gpu(remapped_rows={"corrected": 0, "uncorrected": 0, "pending": 0, "failure": 1})], GP)
+    assert "remapping failed" in v.failures[0]
+    v = judge_row_remap([gpu(retired_pages={"sbe": 8, "dbe": 3, "pending": 0})], GP)
+    assert v.failures == ["GPU0 GPU-x (0000:18:00.0): 11 retired pages, above the limit of 10"]
+    v = judge_row_remap([gpu(unread={})], GP)
+    assert v.unknowns and not v.failures
+
+
+def test_nvlink_judge():
+    links = [NvLink(0, True, {"crc_data": 101}), NvLink(1, False, {})]
+    v = judge_nvlink([gpu(nvlinks=links)], GP)
+    assert v.failures == [
+        "GPU0 GPU-x (0000:18:00.0): NVLink link(s) 1 down of 2",
+        "GPU0 GPU-x (0000:18:00.0): link 0: crc_data 101 > 100",
+    ]
+    v = judge_nvlink([gpu(nvlinks=[])], GP)
+    assert not v.applied and v.why_not == "no GPU on this node has NVLink"
+
+
+def test_fabric_judge():
+    # NVSwitches on the bus but a driver without fabric info (A100 era): the fabric manager decides
+    v = judge_fabric([gpu(unread={"fabric": "function not in this driver's NVML"})], ["0000:05:00.0"], [812])
+    assert v.applied and not v.failures
+    v = judge_fabric([gpu(fabric={"state": 3, "status": 15})], [], [])
+    assert v.failures == ["GPU0 GPU-x (0000:18:00.0): fabric registration completed with status GPU_IS_LOST"]
+    v = judge_fabric([gpu(fabric={"state": 0, "status": 0})], [], [])
+    assert not v.applied and "no NVSwitch" in v.why_not
+
+
+@pytest.mark.parametrize(
+    ("want", "mode", "daemon", "fails"),
+    [
+        ("mode_or_daemon", False, [9], False),
+        ("mode_or_daemon", False, [], True),
+        ("mode", False, [9], True),
+        ("mode", True, [], False),
+        ("daemon", True, [], True),
+        ("daemon", False, [9], False),
+        ("any", False, [], False),
+    ],
+)
+def test_persistence_judge(want, mode, daemon, fails):
+    v = judge_persistence([gpu(persistence=mode)], {**GP, "persistence": want}, daemon)
+    assert bool(v.failures) == fails
+
+
+def test_clock_events_judge_only_idle_gpus():
+    busy = gpu(clock_reasons=0x48)
+    busy.processes = [7]
+    v = judge_clock_events([busy, gpu("0000:19:00.0", clock_reasons=0x80)], GP)
+    assert v.failures == ["GPU0 GPU-x (0000:19:00.0): hw_power_brake_slowdown active while idle"] and v.applied == 1
+    assert not judge_clock_events([gpu(clock_reasons=0x4)], GP).failures  # software power cap: a setting
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "says"),
+    [
+        ("xid_fail", ["fatal", "nonsense"], "gpu.xid_fail must be a list drawn from"),
+        ("persistence", "always", "gpu.persistence must be mode_or_daemon or mode or daemon or any"),
+        ("nvlink_error_limits", {"replay": -1}, "gpu.nvlink_error_limits must be a mapping of"),
+        ("nvlink_error_limits", {"replays": 1}, "unknown key 'gpu.nvlink_error_limits.replays'"),
+        ("clock_events_fail", ["hot"], "gpu.clock_events_fail must be a list drawn from"),
+    ],
+)
+def test_profile_health_keys_are_validated(tmp_path, key, value, says):
+    f = tmp_path / "p.yaml"
+    f.write_text(yaml.safe_dump({"extends": "default", "gpu": {key: value}}))
+    with pytest.raises(UsageError, match=says):
+        load_profile(str(f))
