@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import sys
 import textwrap
@@ -27,6 +28,7 @@ SUITE_MODULES = (
     "test_gpu_health",
     "test_pods",
     "test_latency",
+    "test_site",
 )
 
 
@@ -65,6 +67,17 @@ def _add_collection_args(p: argparse.ArgumentParser) -> None:
         help="retries of a transient connection failure, with backoff (default 2; never auth or host keys)",
     )
     p.add_argument("-v", "--verbose", action="count", default=0, help="more detail (progress, each check)")
+    _add_checks_arg(p)
+
+
+def _add_checks_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--checks",
+        action="append",
+        default=[],
+        metavar="FILE|DIR",
+        help="site checks: a YAML rule file, or a folder of them and of Python test_*.py files (repeatable)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
               conformance run --inventory nodes.yaml --profile default --output reports/acceptance
               conformance run --snapshot snapshots/ --output reports/replay
               conformance run --inventory new-nodes.yaml --measure    # node acceptance: also H2D bandwidth
-              conformance run --inventory nodes.yaml -- -k KUBELET   # extra pytest arguments after --"""),
+              conformance run --inventory nodes.yaml -- -k KUBELET   # extra pytest arguments after --
+              conformance run --inventory nodes.yaml --checks examples/site-checks   # with the site's own checks"""),
     )
     _add_collection_args(run)
     run.add_argument("--profile", metavar="NAME|FILE", help="profile for every node (default: per inventory, else 'default')")
@@ -164,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     wai_sub = wai.add_subparsers(dest="waivers_command", metavar="ACTION", required=True)
     lint = wai_sub.add_parser("lint", help="report problems in a waivers file")
     lint.add_argument("file", metavar="FILE")
+    _add_checks_arg(lint)
 
     prof = sub.add_parser(
         "profiles",
@@ -224,9 +239,11 @@ def build_parser() -> argparse.ArgumentParser:
         "checks",
         formatter_class=_Formatter,
         help="list every check (id, severity, family, title)",
-        epilog="examples:\n  conformance checks\n  conformance checks --json | jq -r '.[].id'",
+        epilog="examples:\n  conformance checks\n  conformance checks --json | jq -r '.[].id'\n"
+        "  conformance checks --checks examples/site-checks   # with the site's own, and where each comes from",
     )
     chk.add_argument("--json", action="store_true", help="print JSON with rationale and remediation")
+    _add_checks_arg(chk)
     return p
 
 
@@ -250,7 +267,10 @@ def cmd_waivers(args: argparse.Namespace) -> int:
 
     from conformance.config.waivers import lint
 
-    problems = lint(args.file, set(load_registry()), datetime.now(UTC).date())
+    load_site_checks(args.checks)  # waivers of site checks name ids from these files
+    from conformance.checks import REGISTRY
+
+    problems = lint(args.file, set(REGISTRY), datetime.now(UTC).date())
     for p in problems:
         print(p)
     if not problems:
@@ -273,15 +293,47 @@ def cmd_profiles(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def load_site_checks(paths: list[str], inventory_site: list[str] | None = None) -> list:
+    """The declarative rules in `paths` (registered beside the built-in checks) and the Python site
+    checks there (imported, so a bad file is a usage error naming it before anything runs)."""
+    from conformance.checks import REGISTRY
+    from conformance.config.site_rules import load_rules, python_dirs
+
+    load_registry()
+    rules = load_rules([*paths, *(inventory_site or [])], {c for c, s in REGISTRY.items() if s.origin == "built-in"})
+    for r in rules:
+        REGISTRY[r.spec.id] = r.spec
+    for where in python_dirs(paths):
+        files = [Path(where)] if where.endswith(".py") else sorted(Path(where).glob("test_*.py"))
+        for f in files:
+            spec = importlib.util.spec_from_file_location(f.stem, f)
+            if spec is None or spec.loader is None:
+                raise UsageError(f"{f}: cannot be imported as a Python site check")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[f.stem] = module
+            try:
+                spec.loader.exec_module(module)
+            except ValueError as e:
+                raise UsageError(str(e)) from None
+            except Exception as e:
+                raise UsageError(f"{f}: importing this site check failed: {type(e).__name__}: {e}") from None
+            finally:
+                sys.modules.pop(f.stem, None)
+    return rules
+
+
 def cmd_checks(args: argparse.Namespace) -> int:
-    registry = load_registry()
-    specs = sorted(registry.values(), key=lambda s: (s.family, s.id))
+    load_site_checks(args.checks)
+    from conformance.checks import REGISTRY
+
+    specs = sorted(REGISTRY.values(), key=lambda s: (s.origin != "built-in", s.family, s.id))
     if args.json:
         print(json.dumps([s.to_json() for s in specs], indent=2))
         return EXIT_OK
     width = max(len(s.id) for s in specs)
     for s in specs:
-        print(f"{s.id:<{width}}  {s.severity:<8}  {s.family:<16}  {s.title}")
+        origin = "" if s.origin == "built-in" else f"  [{s.origin}]"
+        print(f"{s.id:<{width}}  {s.severity:<8}  {s.family:<16}  {s.title}{origin}")
     return EXIT_OK
 
 
@@ -293,10 +345,15 @@ def _inventory(args: argparse.Namespace):
 
 def cmd_collect(args: argparse.Namespace) -> int:
     from conformance.collection.collect import collect_all, stderr_progress
+    from conformance.run.fleet import Fleet
+    from conformance.run.site_checks import SiteChecks
     from conformance.session import write_snapshots
 
     inv = _inventory(args)
-    bundles = collect_all(inv.nodes, args.parallel, args.timeout, stderr_progress(args.verbose > 0), args.retries)
+    site = SiteChecks(Fleet(inv), args.timeout)
+    site.load(args.checks)  # the snapshot then holds what the site rules read
+    progress = stderr_progress(args.verbose > 0)
+    bundles = collect_all(inv.nodes, args.parallel, args.timeout, progress, args.retries, site.needs())
     files = write_snapshots(bundles, args.output)
     bad = 0
     for b, f in zip(bundles.values(), files, strict=True):
@@ -349,6 +406,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     ):
         if value:
             pargs.append(f"--{flag}={value}")
+    from conformance.config.site_rules import python_dirs
+
+    load_site_checks(args.checks)  # a malformed site check is a usage error before pytest starts
+    pargs += [f"--checks={c}" for c in args.checks]
+    pargs += python_dirs(args.checks)
     if args.measure:
         pargs.append("--measure")
     if args.acceptance_pod:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import testinfra.host
 
 from conformance.checks import Evidence
 from conformance.cluster import dcgm
@@ -14,6 +15,7 @@ from conformance.cluster.api import dcgm_metrics
 from conformance.cluster.pods import ContainerRef, InsideFacts, PodInfo
 from conformance.config.inventory import NodeSpec
 from conformance.config.profile import Profile
+from conformance.config.site_rules import SiteRule
 from conformance.errors import FactUnavailable
 from conformance.facts.gpu import GpuFacts
 from conformance.facts.node_facts import NodeFacts
@@ -203,3 +205,20 @@ sysctls = _fact("sysctls")
 topology = _fact("topology")
 nvme_schedulers = _fact("nvme_schedulers")
 gpus = _fact("gpus")
+
+
+@pytest.fixture
+def site_params(request: pytest.FixtureRequest, node: str, site_rule: SiteRule) -> dict[str, Any]:
+    """A declarative site rule's matcher fields, with the node's profile's thresholds laid over them."""
+    return request.config.stash[RUN_KEY].site.params(site_rule, node)
+
+
+@pytest.fixture
+def host(request: pytest.FixtureRequest, node: str) -> testinfra.host.Host:
+    """testinfra's host, bound to the node through the suite's own transport (SSH, OpenSSH or local) and
+    credentials, for Python site checks that need a command. Each command is one more remote execution,
+    counted in the node's collection record."""
+    run = request.config.stash[RUN_KEY]
+    if run.snapshot_dir:
+        pytest.skip("this site check runs commands on the node; a snapshot replay cannot")
+    return run.site.host_for(node)

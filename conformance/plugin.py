@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from conformance import fixtures
-from conformance.checks import Evidence, spec_of
+from conformance.checks import CheckSpec, Evidence, spec_of
 from conformance.cluster.pods import ContainerRef
+from conformance.config.site_rules import SiteRule
 from conformance.errors import ConformanceError, UsageError
 from conformance.outputs import diff, junit_xml, load_results, prometheus_text
 from conformance.outputs.replay import ReplayItem, make_items
@@ -111,6 +112,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="with no inventory: read this machine's files below DIR (e.g. /host in a pod)",
     )
     g.addoption(
+        "--checks",
+        dest="conformance_checks",
+        action="append",
+        default=[],
+        metavar="FILE|DIR",
+        help="site checks: YAML rule files, or folders of them (repeatable; Python site checks: pass their folder as a path)",
+    )
+    g.addoption(
         "--parallel",
         dest="conformance_parallel",
         type=int,
@@ -161,9 +170,20 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     run: Run | None = config.stash.get(RUN_KEY, None)
     if run is not None:
         run.pods.cleanup()  # again, in case the session ended before sessionfinish (deleting twice is a no-op)
+        run.site.close()  # the connections Python site checks' `host` opened
+
+
+def _spec(item: Any) -> CheckSpec | None:
+    """The check an item runs: its function's @check, or for a declarative site rule, the rule's."""
+    rule = getattr(item, "callspec", None) and item.callspec.params.get("site_rule")
+    if rule is not None and not isinstance(rule, SiteRule):  # pytest's empty parameter set: no rule at all
+        return None
+    return rule.spec if rule is not None else spec_of(getattr(item, "obj", None))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # the declarative site-rule test without any rule to run (pytest's empty parameter set) is dropped
+    items[:] = [i for i in items if _spec(i) is not None or "site_rule" not in getattr(i, "fixturenames", ())]
     if _xdist_worker(config) or _xdist_controller(config):
         for item in items:
             node = getattr(item, "callspec", None) and item.callspec.params.get("node")
@@ -172,7 +192,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # A check's failure is its message: skip pytest's traceback formatting (slow at fleet scale),
     # but keep the traceback of a defect (any other exception) for whoever fixes it.
     for item in items:
-        if spec_of(getattr(item, "obj", None)) is not None:
+        if _spec(item) is not None:
             original = item.repr_failure
 
             def short(excinfo: pytest.ExceptionInfo[BaseException], style: Any = None, _orig: Any = original) -> Any:
@@ -196,6 +216,12 @@ def pytest_collection(session: pytest.Session) -> bool | None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "site_rule" in metafunc.fixturenames:
+        # one test per (node, declarative site rule that applies to the node)
+        site_run: Run = metafunc.config.stash[RUN_KEY]
+        pairs = [(node, rule) for node in site_run.node_names for rule in site_run.site.rules_for(node)]
+        metafunc.parametrize(("node", "site_rule"), pairs, ids=[f"{node}/{rule.spec.id}" for node, rule in pairs])
+        return
     if "node" not in metafunc.fixturenames or spec_of(metafunc.function) is None:
         return
     run: Run = metafunc.config.stash[RUN_KEY]
@@ -241,7 +267,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report: pytest.TestReport = yield
     if isinstance(item, ReplayItem):
         return _replayed_report(item, report)
-    spec = spec_of(getattr(item, "obj", None))
+    spec = _spec(item)
     if spec is None or not hasattr(item, "callspec"):
         return report
     node = item.callspec.params.get("node")

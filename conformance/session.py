@@ -24,6 +24,7 @@ from conformance.run.fleet import Fleet
 from conformance.run.ledger import Ledger
 from conformance.run.measurements_store import MeasurementStore
 from conformance.run.pod_view import PodView
+from conformance.run.site_checks import SiteChecks
 
 SCHEMA_VERSION = 1
 
@@ -50,6 +51,7 @@ class Run:
             self.store.snapshots = load_snapshots(snapshot_dir)
         self.pods = PodView(self.fleet, self.store, self.say)
         self.measurements = MeasurementStore(self.fleet, self.store, self.say)
+        self.site = SiteChecks(self.fleet, timeout)
         self.ledger = Ledger()
 
     @classmethod
@@ -76,6 +78,8 @@ class Run:
             verbose=config.option.verbose > 0,
         )
         run.store.options.retries = getattr(opt, "conformance_retries", 2)
+        run.site.load(getattr(opt, "conformance_checks", None) or [])
+        run.store.options.site = run.site.needs()
         run.store.kube_api = kube_api
         run.pytest_config = config
         run.measurements.measure = bool(getattr(opt, "conformance_measure", False))
@@ -124,7 +128,8 @@ class Run:
 
     # -- verdicts ------------------------------------------------------------------------------
     def collection_of(self, node: str) -> dict[str, Any] | None:
-        return self.store.collection_record(node, self.measurements.executions(node), self.ledger.replayed_nodes)
+        extra = self.measurements.executions(node) + self.site.executions(node)
+        return self.store.collection_record(node, extra, self.ledger.replayed_nodes)
 
     def node_summary(self, node: str) -> dict[str, Any]:
         rows = [r for r in self.results if r["node"] == node]

@@ -8,8 +8,10 @@ import sys
 import xml.etree.ElementTree as ET
 
 import pytest
+import xmlschema
 
-from tests.lab.nodes import ALL_CHECKS, EXPECTED, VERDICTS
+from conformance.outputs import junit_case_details
+from tests.lab.nodes import ALL_CHECKS, EXPECTED, SAMPLES, VERDICTS
 
 pytestmark = pytest.mark.lab
 
@@ -87,7 +89,8 @@ def test_reports_are_written(audit):
     assert "Node verdicts" in html and "Node x check matrix" in html
     tree = ET.parse(out / "junit.xml")
     cases = tree.getroot().iter("testcase")
-    props = [{p.get("name"): p.get("value") for p in c.iter("property")} for c in cases]
+    props = [junit_case_details(c) for c in cases]
+    xmlschema.XMLSchema(str(SAMPLES / "junit-10.xsd")).validate(str(out / "junit.xml"))  # as strict CI consumers read it
     assert len(props) == len(doc["results"])
     assert {(p["node"], p["check"]) for p in props} == {(r["node"], r["check"]) for r in doc["results"]}
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import datetime as dt
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
+import xmlschema
 from prometheus_client.parser import text_string_to_metric_families
 
 from conformance.config.waivers import find, lint, parse_waivers
-from conformance.outputs import diff, diff_lines, junit_xml, prometheus_text
+from conformance.outputs import diff, diff_lines, junit_case_details, junit_xml, prometheus_text
 
 TODAY = dt.date(2026, 12, 2)
 
@@ -155,3 +157,28 @@ def test_junit_has_one_suite_per_node_and_cases_named_by_check():
     assert suites[1].get("skipped") == "2"
     waived = suites[1].findall("testcase")[2].find("skipped")
     assert waived is not None and "waived until 2027-01-01" in waived.get("message")
+
+
+JUNIT_10 = xmlschema.XMLSchema(str(Path(__file__).parent / "samples" / "junit-10.xsd"))
+
+
+def test_junit_is_valid_for_strict_consumers_and_keeps_every_detail():
+    """Validated with xmlschema against the Jenkins xUnit plugin's junit-10.xsd (tests/samples/README.md)."""
+    d = doc(
+        {"n1": "rejected", "n2": "accepted"},
+        [
+            {**result("n1", "A", "failed"), "evidence": ["<b>&'\"", "line 2"]},
+            result("n1", "B", "error"),
+            result("n1", "L", "passed", subject={"endpoint": "e"}),
+            result("n2", "B", "skipped"),
+            {**result("n2", "C", "waived"), "waiver": {"expires": "2027-01-01", "justification": "j"}},
+        ],
+    )
+    xml = junit_xml(d)
+    JUNIT_10.validate(xml.decode())
+    root = ET.fromstring(xml)
+    details = [junit_case_details(c) for c in root.iter("testcase")]
+    assert [(x["node"], x["check"], x["outcome"]) for x in details] == [
+        ("n1", "A", "failed"), ("n1", "B", "error"), ("n1", "L", "passed"), ("n2", "B", "skipped"), ("n2", "C", "waived"),
+    ]  # fmt: skip
+    assert details[2]["subject"] == "endpoint=e" and details[0]["evidence"] == "<b>&'\""

@@ -6,6 +6,7 @@ def test_cpu_manager_policy(kubelet_config, profile, evidence): ...
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
@@ -26,12 +27,14 @@ class CheckSpec:
     remediation: str
     source: str
     family: str
+    origin: str = "built-in"  # or the site check's file (a YAML rule file, a Python file)
 
     def to_json(self) -> dict[str, str]:
         return asdict(self)
 
 
 REGISTRY: dict[str, CheckSpec] = {}
+SITE_PREFIX = "SITE-"  # every site check's id starts with it; no built-in id does
 
 
 def check(id: str, severity: str, *, title: str, rationale: str, remediation: str, source: str) -> Callable[[F], F]:
@@ -41,10 +44,16 @@ def check(id: str, severity: str, *, title: str, rationale: str, remediation: st
 
     def deco(fn: F) -> F:
         family = fn.__module__.rsplit(".", 1)[-1].removeprefix("test_")
-        spec = CheckSpec(id, severity, title, " ".join(rationale.split()), " ".join(remediation.split()), source, family)
+        origin = "built-in"
+        if not fn.__module__.startswith("suites."):  # a Python site check: an operator's file
+            origin = str(getattr(sys.modules.get(fn.__module__), "__file__", None) or fn.__module__)
+            if not id.startswith(SITE_PREFIX):
+                raise ValueError(f"{origin}: check {id}: a site check's id starts with {SITE_PREFIX} (built-in ids never do)")
+        spec = CheckSpec(id, severity, title, " ".join(rationale.split()), " ".join(remediation.split()), source, family, origin)
         other = REGISTRY.get(id)
-        if other is not None and other != spec:
-            raise ValueError(f"check id {id} is declared twice")
+        if other is not None and (other.id, other.origin, other.title) != (spec.id, spec.origin, spec.title):
+            where = "a built-in check" if other.origin == "built-in" else other.origin
+            raise ValueError(f"{origin}: check id {id} is already declared by {where}")
         REGISTRY[id] = spec
         fn._conformance_check = spec  # type: ignore[attr-defined]
         return fn

@@ -16,7 +16,7 @@ SNAPSHOT_FORMAT = 1
 
 @dataclass
 class Record:
-    kind: str  # F file, C command, D directory, G glob, P process, L link, M meta
+    kind: str  # F file, C command, D directory, G glob, P process, L link, M meta, S stat (site rules)
     name: str
     status: str
     data: bytes = b""
@@ -45,6 +45,10 @@ class Bundle:
     # -- lookups -------------------------------------------------------------------------------
     def file(self, path: str) -> Record | None:
         return self._index.get(("F", path))
+
+    def stat(self, path: str) -> Record | None:
+        """A site rule's stat record: `mode uid gid user group type` (status ok, missing or denied)."""
+        return self._index.get(("S", path))
 
     def text(self, path: str, what: str | None = None) -> str:
         """A file's text, or FactUnavailable saying why it could not be read."""

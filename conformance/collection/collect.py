@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import functools
 import random
 import sys
@@ -25,10 +26,12 @@ MAX_BYTES = 4 * 1024 * 1024
 
 
 @functools.cache
-def collector_script() -> bytes:
-    """The collector, carrying the NVML probe (with its bindings) packed in a shell variable."""
+def collector_script(site: str = "") -> bytes:
+    """The collector, carrying the NVML probe (with its bindings) packed in a shell variable, and what
+    the site rules read (`site`: "KIND PATH" lines, sent base64-encoded: no quote of a path reaches the shell)."""
     script = resources.files("conformance.collection").joinpath("collector.sh").read_bytes()
-    return script.replace(b"@NVML_PROBE@", payload.packed("nvml_facts").encode()).replace(b"@UNPACK@", payload.UNPACK.encode())
+    script = script.replace(b"@NVML_PROBE@", payload.packed("nvml_facts").encode()).replace(b"@UNPACK@", payload.UNPACK.encode())
+    return script.replace(b"@SITE@", base64.b64encode(site.encode("utf-8")) if site else b"")
 
 
 def transport_for(node: NodeSpec) -> LocalTransport | SshTransport | OpenSshTransport:
@@ -55,7 +58,7 @@ RETRYABLE = ("unreachable",)  # refused, reset, no banner: worth another try; au
 
 
 def collect_node(
-    node: NodeSpec, timeout: float = 120.0, max_bytes: int = MAX_BYTES, retries: int = 2, backoff: float = 0.5
+    node: NodeSpec, timeout: float = 120.0, max_bytes: int = MAX_BYTES, retries: int = 2, backoff: float = 0.5, site: str = ""
 ) -> Bundle:
     """Run the collector on one node, retrying transient connection failures with exponential
     backoff (0.5 s, 1 s, ...). Never raises: failures become a bundle with `error` set."""
@@ -63,7 +66,7 @@ def collect_node(
     earlier: list[str] = []
     executions = 0
     for attempt in range(retries + 1):
-        bundle = _attempt(node, timeout, max_bytes)
+        bundle = _attempt(node, timeout, max_bytes, site)
         executions += bundle.executions
         if bundle.error is None or bundle.error_kind not in RETRYABLE or attempt == retries:
             break
@@ -78,7 +81,7 @@ def collect_node(
     return bundle
 
 
-def _attempt(node: NodeSpec, timeout: float, max_bytes: int) -> Bundle:
+def _attempt(node: NodeSpec, timeout: float, max_bytes: int, site: str = "") -> Bundle:
     started = time.monotonic()
     when = datetime.now(UTC).isoformat(timespec="seconds")
     try:
@@ -92,7 +95,7 @@ def _attempt(node: NodeSpec, timeout: float, max_bytes: int) -> Bundle:
             transport.set_deadline(timeout)  # --timeout: connection, authentication and the collector together
             transport.open()
         executions = 1
-        result = transport.run(["sh", "-s", "--", node.host_root, str(max_bytes)], collector_script(), timeout)
+        result = transport.run(["sh", "-s", "--", node.host_root, str(max_bytes)], collector_script(site), timeout)
         accepted = getattr(transport, "accepted_unknown_keys", [])
         notes = [f"accepted unknown host key (insecure opt-in): {k}" for k in accepted]
         try:
@@ -144,13 +147,15 @@ def collect_all(
     timeout: float = 120.0,
     progress: Callable[[int, int, Bundle], None] | None = None,
     retries: int = 2,
+    site: str = "",
 ) -> dict[str, Bundle]:
-    """Collect every node with at most `parallel` at once. Returns bundles by node name."""
+    """Collect every node with at most `parallel` at once. Returns bundles by node name. `site`: what the
+    site rules read, in the same single execution (conformance.config.site_rules.needs_section)."""
     nodes = list(nodes)
     out: dict[str, Bundle] = {}
     pool = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(nodes) or 1)), thread_name_prefix="collect")
     try:
-        futures = {pool.submit(collect_node, n, timeout, MAX_BYTES, retries): n for n in nodes}
+        futures = {pool.submit(collect_node, n, timeout, MAX_BYTES, retries, 0.5, site): n for n in nodes}
         for done, fut in enumerate(as_completed(futures), 1):
             bundle = fut.result()
             out[bundle.node] = bundle

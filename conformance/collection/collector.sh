@@ -7,6 +7,7 @@
 R=${1:-}
 GNC_NVML_PROBE='@NVML_PROBE@'
 GNC_UNPACK="@UNPACK@"
+GNC_SITE='@SITE@'  # what the operator's declarative site rules read: "KIND PATH" lines, base64 as a whole
 MAX=${2:-4194304}
 set -f
 NL='
@@ -37,10 +38,11 @@ emit_file() {
   fi
 }
 emit_dir() { if [ -d "$R$1" ]; then rec D "$1" present; else rec D "$1" missing; fi; echo; }
-emit_glob() {  # $1 pattern on the node; emits G with the matches, then each file
+emit_glob() {  # $1 pattern on the node; emits G with the matches (symlinks too: below a host root their
+  # absolute targets do not resolve), then each file
   set +f
   m=
-  for f in $R$1; do [ -e "$f" ] && m="$m${f#"$R"}$NL"; done
+  for f in $R$1; do { [ -e "$f" ] || [ -L "$f" ]; } && m="$m${f#"$R"}$NL"; done
   set -f
   rec G "$1" ok; printf '%s' "$m" | b64; echo
   for f in $m; do emit_file "$f"; done
@@ -292,6 +294,26 @@ if [ -n "$gpus" ]; then
   esac
   rec M kernel-log ok; printf '%s' "${xsrc:-none}" | b64; echo
   rec C xid-lines 0; printf '%s' "$xout" | b64; echo
+fi
+
+# Site rules: files to read, paths to stat, links and globs, from the operator's rule files (untrusted:
+# each path is only ever quoted, and stat/readlink get -- before it).
+if [ -n "$GNC_SITE" ]; then
+  printf '%s' "$GNC_SITE" | base64 -d 2>/dev/null | while IFS= read -r line || [ -n "$line" ]; do
+    p=${line#* }
+    case $p in /*) ;; *) continue ;; esac
+    case $line in
+      'read '*) emit_file "$p" ;;
+      'stat '*)
+        if [ -e "$R$p" ] || [ -L "$R$p" ]; then
+          st=$(stat -c '%a %u %g %U %G %F' -- "$R$p" 2>/dev/null)
+          if [ -n "$st" ]; then rec S "$p" ok; printf '%s' "$st" | b64; echo; else rec S "$p" denied; echo; fi
+        else rec S "$p" missing; echo
+        fi ;;
+      'link '*) rec L "$p" ok; readlink -- "$R$p" 2>/dev/null | tr -d '\n' | b64; echo ;;
+      'glob '*) emit_glob "$p" ;;
+    esac
+  done
 fi
 
 # Block devices.

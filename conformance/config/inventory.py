@@ -33,7 +33,7 @@ SSH_KEYS = {
 }
 NODE_KEYS = {"name", "address", "transport", "ssh", "profile", "labels", "host_root", "endpoints", "dcgm_exporter"}
 DEFAULT_KEYS = {"ssh", "profile", "transport", "labels"}
-TOP_KEYS = {"defaults", "nodes", "profile_rules", "kubernetes"}
+TOP_KEYS = {"defaults", "nodes", "profile_rules", "kubernetes", "site_checks"}
 RULE_KEYS = {"nodes", "labels", "profile"}
 
 
@@ -88,6 +88,7 @@ class Inventory:
     rules: list[ProfileRule] = field(default_factory=list)
     kubernetes: KubeSpec | None = None
     defaults: dict[str, Any] = field(default_factory=dict)  # validated: transport, ssh, labels (for discovered nodes)
+    site_checks: list[str] = field(default_factory=list)  # site rule files and folders, relative paths resolved
 
     def select_profile(self, node: NodeSpec) -> tuple[str | None, str]:
         """The node's profile reference and why: its own, else the first matching rule, else defaults."""
@@ -196,7 +197,7 @@ def parse_inventory(doc: Any, path: str) -> Inventory:
         raise UsageError(f"{path}: the inventory must be a mapping with 'nodes' (and optionally 'defaults')")
     for k in doc:
         if k not in TOP_KEYS:
-            errors.append(f"{k}: unknown top-level field (allowed: defaults, nodes, profile_rules, kubernetes)")
+            errors.append(f"{k}: unknown top-level field (allowed: defaults, nodes, profile_rules, kubernetes, site_checks)")
     defaults = doc.get("defaults") or {}
     if not isinstance(defaults, dict):
         errors.append("defaults: must be a mapping")
@@ -221,10 +222,18 @@ def parse_inventory(doc: Any, path: str) -> Inventory:
         if node is not None:
             nodes.append(node)
     rules = _parse_rules(doc.get("profile_rules", []), errors)
+    site = doc.get("site_checks", [])
+    if not isinstance(site, list) or not all(isinstance(x, str) and x for x in site):
+        errors.append("site_checks: must be a list of site rule files or folders (paths relative to the inventory)")
+        site = []
+    folder = Path(path).parent
+    site = [x if Path(x).is_absolute() else str(folder / x) for x in site]
     if errors:
         raise UsageError(f"{path}: invalid inventory:\n  " + "\n  ".join(errors))
     defaults_json = {"transport": d_transport, "ssh": d_ssh, "labels": d_labels}
-    return Inventory(path=path, nodes=nodes, default_profile=d_profile, rules=rules, kubernetes=kube, defaults=defaults_json)
+    return Inventory(
+        path=path, nodes=nodes, default_profile=d_profile, rules=rules, kubernetes=kube, defaults=defaults_json, site_checks=site
+    )
 
 
 def merge_discovered(inv: Inventory, found: list[Any]) -> Inventory:

@@ -65,6 +65,11 @@ def _overlay(base: dict[str, Any], over: dict[str, Any], source: str, prefix: st
         key = f"{prefix}{k}"
         if k not in base:
             raise UsageError(f"{source}: unknown key {key!r}")
+        if key == "site":  # free-form: site check ids to threshold fields (checked against each rule when used)
+            if not isinstance(v, dict):
+                raise UsageError(f"{source}: site must be a mapping of site check ids to their fields")
+            out[k] = {**base[k], **v}
+            continue
         if isinstance(base[k], dict):
             if not isinstance(v, dict):
                 raise UsageError(f"{source}: {key} must be a mapping")
@@ -125,6 +130,8 @@ def _validate(values: dict[str, Any], source: str) -> None:
     corrected = g["ecc_corrected_limit"]
     corrected_ok = corrected is None or (isinstance(corrected, int) and corrected >= 0)
     need("gpu.ecc_corrected_limit", corrected_ok, "null or an integer >= 0")
+    files = values["site_checks"]
+    need("site_checks", isinstance(files, list) and all(isinstance(f, str) and f for f in files), "a list of rule files")
     s = values["sysctl"]
     for key in ("local_port_range", "nodeport_range"):
         r = s[key]

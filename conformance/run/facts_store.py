@@ -23,6 +23,7 @@ class CollectOptions:
     timeout: float = 120.0
     retries: int = 2
     verbose: bool = False
+    site: str = ""  # what the site rules read (their "KIND PATH" lines), in the same collection
 
 
 class FactStore:
@@ -52,7 +53,7 @@ class FactStore:
                 self._facts = {}
             if node not in self._facts:
                 o = self.options
-                bundle = collect_all([self.fleet.spec(node)], 1, o.timeout, None, o.retries)[node]
+                bundle = collect_all([self.fleet.spec(node)], 1, o.timeout, None, o.retries, o.site)[node]
                 live = self.read_configz([node]) if self.kube_api is not None else {}
                 self._facts[node] = NodeFacts(bundle, *live.get(node, (None, None)))
             return self._facts[node]
@@ -69,7 +70,7 @@ class FactStore:
                 else:
                     o = self.options
                     progress = stderr_progress(o.verbose, self.say)
-                    bundles = collect_all(self.fleet.inventory.nodes, o.parallel, o.timeout, progress, o.retries)
+                    bundles = collect_all(self.fleet.inventory.nodes, o.parallel, o.timeout, progress, o.retries, o.site)
                 live = self.read_configz(list(bundles)) if self.kube_api is not None and not self.snapshot_dir else {}
                 self._facts = {name: NodeFacts(b, *live.get(name, (None, None))) for name, b in bundles.items()}
             return self._facts
@@ -95,7 +96,7 @@ class FactStore:
         if not nodes:
             return
         o = self.options
-        bundles = collect_all([self.fleet.spec(n) for n in nodes], o.parallel, o.timeout, None, o.retries)
+        bundles = collect_all([self.fleet.spec(n) for n in nodes], o.parallel, o.timeout, None, o.retries, o.site)
         live = self.read_configz(nodes) if self.kube_api is not None else {}
         with self._lock:
             assert self._facts is not None

@@ -78,6 +78,7 @@ class NodeSpec:
     fifos: list[str] = field(default_factory=list)  # named pipes planted on the node: a reader would block forever
     sshd_config: str = ""  # sshd_config lines for this node's sshd, ahead of (and so winning over) the lab's own
     daemons: list[str] = field(default_factory=list)  # do-nothing processes run under these program names (their comm)
+    links: dict[str, str] = field(default_factory=dict)  # symlink on the node -> its target
 
 
 @dataclass
@@ -180,6 +181,11 @@ class Lab:
             os.mkfifo(target)
         for path, mode in node.spec.modes.items():
             (d / "upper" / path.lstrip("/")).chmod(mode)
+        for path, target in node.spec.links.items():
+            assert path.split("/")[1] in OVERLAID, f"lab link {path} must be below one of {OVERLAID}"
+            link = d / "upper" / path.lstrip("/")
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(target)
         # A plain root shell: no rc file of this machine (such as a pyenv init) runs on the nodes.
         (d / "upper" / "root" / ".bashrc").write_text("")
         (d / "upper" / "root" / ".profile").write_text("")

@@ -95,6 +95,13 @@ class SshTransport:
         self._timer.daemon = True
         self._timer.start()
 
+    def next_command(self) -> None:
+        """Before a further command on this open connection (a site check's `host.run`): it gets a deadline
+        of its own, from its run() timeout."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._deadline = None
+
     def _remaining(self) -> float:
         return float("inf") if self._deadline is None else max(0.01, self._deadline - time.monotonic())
 

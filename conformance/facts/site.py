@@ -1,0 +1,240 @@
+"""Judging declarative site rules (conformance.config.site_rules) against a node's collected records.
+
+Pure: reads the records the collector brought back for the rules (files, stat lines, globs, links).
+Returns (problems, evidence lines); raises FactUnavailable when a fact the rule needs could not be read.
+Sources of truth: stat(1) `%a %u %g %U %G %F`; /proc/cmdline and /proc/modules (proc(5)); a systemd
+unit runs while its cgroup holds processes (systemd.unit(5): each service gets its own cgroup under its
+slice) and is enabled by the symlinks `systemctl enable` makes in the `.wants/` and `.requires/` folders
+of the [Install] targets, masked by a link to /dev/null in /etc/systemd/system; the dpkg status file
+(dpkg(1): `Package:`, `Status: install ok installed`, `Version:` stanzas).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from typing import Any
+
+import yaml
+
+from conformance.collection.bundle import Bundle
+from conformance.config.site_rules import DPKG_STATUS, SYSTEMD_WANTS, UNIT_CGROUPS, SiteRule, sysctl_path
+from conformance.errors import FactUnavailable
+from conformance.facts.debversion import satisfies
+
+SHOWN = 160  # characters of a value shown in evidence
+
+
+def _short(v: Any) -> str:
+    s = str(v)
+    return s if len(s) <= SHOWN else s[:SHOWN] + "..."
+
+
+def _text(b: Bundle, path: str) -> str:
+    return b.text(path, what=path)
+
+
+def _number(v: Any, what: str) -> float:
+    try:
+        return float(str(v).split()[0]) if not isinstance(v, int | float) else float(v)
+    except (ValueError, IndexError):
+        raise FactUnavailable(f"{what}: {_short(v)!r} is not a number") from None
+
+
+def compare(actual: Any, p: dict[str, Any], what: str) -> list[str]:
+    """The comparators shared by file keys and sysctls: value/equals, in, min, max."""
+    problems = []
+    for k in ("value", "equals"):
+        if k in p and str(actual).strip() != str(p[k]).strip() and actual != p[k]:
+            problems.append(f"{what} is {_short(actual)!r}, expected {_short(p[k])!r}")
+    if "in" in p and actual not in p["in"] and str(actual).strip() not in [str(x) for x in p["in"]]:
+        problems.append(f"{what} is {_short(actual)!r}, expected one of {_short(p['in'])}")
+    if "min" in p and _number(actual, what) < float(p["min"]):
+        problems.append(f"{what} is {_short(actual)}, below the minimum {p['min']}")
+    if "max" in p and _number(actual, what) > float(p["max"]):
+        problems.append(f"{what} is {_short(actual)}, above the maximum {p['max']}")
+    return problems
+
+
+def _parsed(text: str, fmt: str, path: str) -> Any:
+    try:
+        if fmt == "json":
+            return json.loads(text)
+        if fmt == "toml":
+            return tomllib.loads(text)
+        return yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError, RecursionError) as e:
+        raise FactUnavailable(f"{path}: not valid {fmt.upper()}: {' '.join(str(e).split())[:200]}") from None
+
+
+def _key(doc: Any, dotted: str, path: str) -> tuple[bool, Any]:
+    cur = doc
+    for part in str(dotted).split("."):
+        if isinstance(cur, dict) and part in cur:
+            cur = cur[part]
+        elif isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
+            cur = cur[int(part)]
+        else:
+            return False, None
+    return True, cur
+
+
+def judge_file(b: Bundle, p: dict[str, Any]) -> tuple[list[str], list[str]]:
+    path = p["path"]
+    st = b.stat(path)
+    if st is None:
+        raise FactUnavailable(f"{path}: not collected (an older snapshot, or the collector stopped early)")
+    exists = st.status == "ok"
+    if st.status not in ("ok", "missing"):
+        raise FactUnavailable(f"{path}: could not be examined ({st.status})")
+    want_exists = p.get("exists", True)
+    if not exists:
+        return ([] if not want_exists else [f"{path} does not exist"]), [f"{path}: does not exist"]
+    mode, uid, gid, user, group, *kind = st.data.decode("utf-8", "replace").split(" ", 5)
+    lines = [f"{path}: {' '.join(kind)}, mode {mode.zfill(4)}, owner {user} ({uid}), group {group} ({gid})"]
+    if not want_exists:
+        return [f"{path} exists, and must not"], lines
+    problems = []
+    if "mode" in p and int(mode, 8) != int(p["mode"], 8):
+        problems.append(f"{path} has mode {mode.zfill(4)}, expected {p['mode'].zfill(4)}")
+    if "mode_max" in p and int(mode, 8) & ~int(p["mode_max"], 8):
+        problems.append(f"{path} has mode {mode.zfill(4)}: more permissive than {p['mode_max'].zfill(4)}")
+    for k, have, ident in (("owner", user, uid), ("group", group, gid)):
+        if k in p and str(p[k]) not in (have, ident):
+            problems.append(f"{path} is owned by {k} {have} ({ident}), expected {p[k]}")
+    if any(k in p for k in ("equals", "contains", "not_contains", "regex", "format")):
+        text = _text(b, path)
+        rec = b.file(path)
+        if rec is not None and rec.truncated:
+            lines.append(f"{path}: only the first {b.max_bytes} bytes were read")
+        if "equals" in p and "key" not in p and text.strip() != str(p["equals"]).strip():
+            problems.append(f"{path} content is {_short(text.strip())!r}, expected {_short(p['equals'])!r}")
+        if "contains" in p and str(p["contains"]) not in text:
+            problems.append(f"{path} does not contain {_short(p['contains'])!r}")
+        if "not_contains" in p and str(p["not_contains"]) in text:
+            problems.append(f"{path} contains {_short(p['not_contains'])!r}")
+        if "regex" in p:
+            m = re.search(p["regex"], text, re.M)
+            lines.append(f"{path}: /{_short(p['regex'])}/ " + (f"matches {_short(m.group(0))!r}" if m else "does not match"))
+            if not m:
+                problems.append(f"{path} does not match /{_short(p['regex'])}/")
+        if "key" in p:
+            found, value = _key(_parsed(text, p["format"], path), p["key"], path)
+            lines.append(f"{path}: {p['key']} = {_short(value) if found else '(absent)'}")
+            if not found:
+                problems.append(f"{path}: key {p['key']} is absent")
+            else:
+                problems += compare(value, p, f"{path} {p['key']}")
+    return problems, lines
+
+
+def judge_sysctl(b: Bundle, p: dict[str, Any]) -> tuple[list[str], list[str]]:
+    value = " ".join(_text(b, sysctl_path(p["name"])).split())
+    return compare(value, p, p["name"]), [f"{p['name']} = {_short(value)} ({sysctl_path(p['name'])})"]
+
+
+def judge_cmdline(b: Bundle, p: dict[str, Any]) -> tuple[list[str], list[str]]:
+    text = _text(b, "/proc/cmdline").strip()
+    params = text.split()
+    lines = [f"/proc/cmdline: {_short(text)}"]
+    if "has" in p:
+        return ([] if p["has"] in params else [f"the kernel command line lacks {p['has']}"]), lines
+    if "lacks" in p:
+        return ([f"the kernel command line has {p['lacks']}"] if p["lacks"] in params else []), lines
+    return ([] if re.search(p["regex"], text) else [f"the kernel command line does not match /{_short(p['regex'])}/"]), lines
+
+
+def judge_module(b: Bundle, p: dict[str, Any]) -> tuple[list[str], list[str]]:
+    def norm(name: str) -> str:
+        return name.replace("-", "_")  # the kernel treats - and _ in module names alike
+
+    loaded = {norm(line.split()[0]) for line in _text(b, "/proc/modules").splitlines() if line.strip()}
+    want = p.get("loaded", True)
+    is_loaded = norm(p["name"]) in loaded
+    lines = [f"/proc/modules: {p['name']} {'loaded' if is_loaded else 'not loaded'} ({len(loaded)} modules loaded)"]
+    if is_loaded != want:
+        return [f"kernel module {p['name']} is {'loaded' if is_loaded else 'not loaded'}"], lines
+    return [], lines
+
+
+def judge_systemd(b: Bundle, p: dict[str, Any]) -> tuple[list[str], list[str]]:
+    unit = p["unit"]
+    problems, lines = [], []
+    if "running" in p:
+        procs = None
+        for path in (c.format(unit) for c in UNIT_CGROUPS):
+            rec = b.file(path)
+            if rec is not None and rec.status == "ok":
+                procs = [x for x in rec.data.decode("utf-8", "replace").split() if x.isdigit()]
+                lines.append(f"{path}: {len(procs)} process(es)")
+                break
+        if procs is None:
+            cg_root = b.file(UNIT_CGROUPS[0].format(unit))
+            if cg_root is None:
+                raise FactUnavailable(f"{unit}: its cgroup was not collected")
+            procs = []  # no cgroup: systemd has not started it (or it stopped and its cgroup went away)
+            lines.append(f"{unit}: no cgroup under system.slice (not running)")
+        running = bool(procs)
+        if running != p["running"]:
+            problems.append(f"{unit} is {'running' if running else 'not running'}")
+    link = b.link(f"/etc/systemd/system/{unit}")
+    masked = link == "/dev/null"
+    if "masked" in p:
+        lines.append(f"/etc/systemd/system/{unit}: " + ("-> /dev/null (masked)" if masked else "not masked"))
+        if masked != p["masked"]:
+            problems.append(f"{unit} is {'masked' if masked else 'not masked'}")
+    if "enabled" in p:
+        wanted = sorted({m for w in SYSTEMD_WANTS for m in b.glob(w + unit)})
+        enabled = bool(wanted) and not masked
+        lines.append(f"{unit}: " + (f"enabled by {', '.join(wanted)}" if wanted else "no .wants/.requires link (not enabled)"))
+        if enabled != p["enabled"]:
+            problems.append(f"{unit} is {'enabled' if enabled else 'not enabled'}" + (" (masked)" if masked else ""))
+    return problems, lines
+
+
+def dpkg_packages(text: str) -> dict[str, tuple[str, str]]:
+    """{package: (status, version)} from dpkg's status file (stanzas separated by blank lines)."""
+    out = {}
+    for stanza in re.split(r"\n\s*\n", text):
+        fields = dict(re.findall(r"^([A-Za-z-]+): ?(.*)$", stanza, re.M))
+        if "Package" in fields:
+            out[fields["Package"].strip()] = (fields.get("Status", "").strip(), fields.get("Version", "").strip())
+    return out
+
+
+def judge_package(b: Bundle, p: dict[str, Any]) -> tuple[list[str], list[str]]:
+    rec = b.file(DPKG_STATUS)
+    if rec is None or rec.status == "missing":
+        raise FactUnavailable(
+            f"no dpkg database on this node ({DPKG_STATUS} missing): package rules read dpkg's status file; an RPM "
+            "database needs rpm itself to read, so write a file rule or a Python site check for it"
+        )
+    pkgs = dpkg_packages(_text(b, DPKG_STATUS))
+    status, version = pkgs.get(p["name"], ("", ""))
+    installed = status.endswith(" installed")
+    lines = [f"dpkg: {p['name']} " + (f"{version} ({status})" if status else "not known to dpkg")]
+    if "installed" in p and installed != p["installed"]:
+        return [f"package {p['name']} is {'installed' if installed else 'not installed'}"], lines
+    if "version" in p:
+        if not installed:
+            return [f"package {p['name']} is not installed (wanted {p['version']})"], lines
+        if not satisfies(version, p["version"]):
+            return [f"package {p['name']} is {version}, wanted {p['version']}"], lines
+    elif "installed" not in p and not installed:
+        return [f"package {p['name']} is not installed"], lines
+    return [], lines
+
+
+JUDGES = {
+    "file": judge_file,
+    "sysctl": judge_sysctl,
+    "cmdline": judge_cmdline,
+    "module": judge_module,
+    "systemd": judge_systemd,
+    "package": judge_package,
+}
+
+
+def judge(rule: SiteRule, b: Bundle, params: dict[str, Any]) -> tuple[list[str], list[str]]:
+    return JUDGES[rule.kind](b, params)

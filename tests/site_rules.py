@@ -1,0 +1,132 @@
+"""Site-check material shared by the tests: a rule file with every matcher passing and failing, the
+node files it judges, and a Python site check that uses testinfra's `host`."""
+
+from __future__ import annotations
+
+import os
+import pwd
+
+ME = pwd.getpwuid(os.getuid()).pw_name
+
+DPKG_STATUS = """\
+Package: nvidia-container-toolkit
+Status: install ok installed
+Priority: optional
+Version: 1.17.8-1
+
+Package: nvidia-driver-550
+Status: install ok installed
+Version: 550.54.15-0ubuntu1
+Description: NVIDIA driver metapackage
+ a continuation line: Version: 999 (not a field)
+
+Package: nvidia-fabricmanager-550
+Status: deinstall ok config-files
+Version: 550.90.07-1
+"""
+
+# node path -> content: what every matcher reads
+NODE_FILES = {
+    "/etc/gnc/site.conf": "alpha\nbeta=42\n",
+    "/etc/gnc/app.yaml": "server:\n  port: 8080\n",
+    "/etc/gnc/app.json": '{"a": {"b": 3}}',
+    "/etc/gnc/app.toml": "version = 3\n",
+    "/etc/gnc/broken.yaml": "key: [unclosed\n",
+    "/proc/sys/vm/nr_hugepages": "2048\n",
+    "/proc/sys/net/core/somaxconn": "4096\n",
+    "/proc/cmdline": "BOOT_IMAGE=/vmlinuz root=/dev/sda1 ro quiet iommu=pt intel_iommu=on\n",
+    "/proc/modules": "nvidia_peermem 16384 0 - Live 0x0000000000000000 (POE)\nnouveau 2301952 0 - Live 0x0000000000000000\n",
+    "/sys/fs/cgroup/system.slice/nvidia-persistenced.service/cgroup.procs": "1234\n",
+    "/sys/fs/cgroup/system.slice/idle.service/cgroup.procs": "",
+    "/var/lib/dpkg/status": DPKG_STATUS,
+}
+NODE_MODES = {"/etc/gnc/site.conf": 0o640}
+NODE_LINKS = {
+    "/etc/systemd/system/multi-user.target.wants/nvidia-persistenced.service": "/lib/systemd/system/nvidia-persistenced.service",
+    "/etc/systemd/system/ondemand.service": "/dev/null",
+}
+
+
+def rule(rid: str, severity: str, matcher: str) -> str:
+    return f"""  - id: {rid}
+    severity: {severity}
+    title: {rid.lower()}
+    rationale: why {rid} matters
+    remediation: how to fix {rid}
+    {matcher}
+"""
+
+
+RULES = "checks:\n" + "".join(
+    [
+        rule(
+            "SITE-FILE-OK",
+            "medium",
+            f'file: {{path: /etc/gnc/site.conf, owner: {ME}, mode: "0640", contains: alpha, '
+            r"regex: '^beta=\d+$', not_contains: gamma}",
+        ),
+        rule("SITE-FILE-MODE", "low", 'file: {path: /etc/gnc/site.conf, mode_max: "0600"}'),
+        rule("SITE-FILE-ABSENT", "low", "file: {path: /swapfile, exists: false}"),
+        rule("SITE-FILE-PRESENT", "low", "file: {path: /etc/gnc/site.conf, exists: false}"),
+        rule("SITE-FILE-MISSING", "low", "file: {path: /etc/gnc/none.conf, contains: x}"),
+        rule("SITE-YAML-KEY", "low", "file: {path: /etc/gnc/app.yaml, format: yaml, key: server.port, value: 8080}"),
+        rule("SITE-JSON-KEY", "low", "file: {path: /etc/gnc/app.json, format: json, key: a.b, min: 10}"),
+        rule("SITE-TOML-KEY", "low", "file: {path: /etc/gnc/app.toml, format: toml, key: version, in: [2, 3]}"),
+        rule("SITE-YAML-BROKEN", "low", "file: {path: /etc/gnc/broken.yaml, format: yaml, key: key, value: x}"),
+        rule("SITE-HUGEPAGES", "low", "sysctl: {name: vm.nr_hugepages, min: 1024}"),
+        rule("SITE-SOMAXCONN", "low", "sysctl: {name: net.core.somaxconn, equals: 65535}"),
+        rule("SITE-IOMMU-PT", "medium", "cmdline: {has: iommu=pt}"),
+        rule("SITE-NOT-QUIET", "low", "cmdline: {lacks: quiet}"),
+        rule("SITE-PEERMEM", "high", "module: {name: nvidia-peermem}"),
+        rule("SITE-NO-NOUVEAU", "high", "module: {name: nouveau, loaded: false}"),
+        rule("SITE-PERSISTENCED", "medium", "systemd: {unit: nvidia-persistenced.service, running: true, enabled: true}"),
+        rule("SITE-FABRICMANAGER", "critical", "systemd: {unit: nvidia-fabricmanager.service, running: true}"),
+        rule("SITE-IDLE-NOT-RUNNING", "low", "systemd: {unit: idle.service, running: false, enabled: false}"),
+        rule("SITE-ONDEMAND-MASKED", "low", "systemd: {unit: ondemand.service, masked: true}"),
+        rule("SITE-TOOLKIT", "high", 'package: {name: nvidia-container-toolkit, version: ">=1.17.8"}'),
+        rule("SITE-DRIVER", "high", 'package: {name: nvidia-driver-550, version: ">=550.90.07"}'),
+        rule("SITE-FM-PACKAGE", "low", "package: {name: nvidia-fabricmanager-550}"),
+    ]
+)
+EXPECTED = {
+    "SITE-FILE-OK": "passed",
+    "SITE-FILE-MODE": "failed",
+    "SITE-FILE-ABSENT": "passed",
+    "SITE-FILE-PRESENT": "failed",
+    "SITE-FILE-MISSING": "failed",
+    "SITE-YAML-KEY": "passed",
+    "SITE-JSON-KEY": "failed",
+    "SITE-TOML-KEY": "passed",
+    "SITE-YAML-BROKEN": "error",
+    "SITE-HUGEPAGES": "passed",
+    "SITE-SOMAXCONN": "failed",
+    "SITE-IOMMU-PT": "passed",
+    "SITE-NOT-QUIET": "failed",
+    "SITE-PEERMEM": "passed",
+    "SITE-NO-NOUVEAU": "failed",
+    "SITE-PERSISTENCED": "passed",
+    "SITE-FABRICMANAGER": "failed",
+    "SITE-IDLE-NOT-RUNNING": "passed",
+    "SITE-ONDEMAND-MASKED": "passed",
+    "SITE-TOOLKIT": "passed",
+    "SITE-DRIVER": "failed",
+    "SITE-FM-PACKAGE": "failed",  # deinstalled, only its config files remain
+}
+
+PYTHON_CHECK = """\
+from conformance.checks import check
+
+
+@check("SITE-PY-ECHO", "low", title="a command runs through host", rationale="r", remediation="m", source="host.run")
+def test_echo(node, host, evidence):
+    r = host.run("printf '%%s' %s", "hello$(touch /tmp/gnc-site-pwned)")
+    evidence.add(r.stdout)
+    assert r.rc == 0 and r.stdout == "hello$(touch /tmp/gnc-site-pwned)"
+
+
+@check("SITE-PY-FILE", "medium", title="a file test -e cannot find", rationale="r", remediation="m", source="host.run")
+def test_file(node, host):
+    assert host.run("test -e %s", "/etc/gnc-no-such-file").rc == 0, "/etc/gnc-no-such-file does not exist"
+"""
+PYTHON_EXPECTED = {"SITE-PY-ECHO": "passed", "SITE-PY-FILE": "failed"}
+PYTHON_COMMANDS = 2  # two host.run calls: one remote execution each
