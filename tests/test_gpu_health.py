@@ -21,7 +21,7 @@ from conformance.checks.gpu_health import (
 from conformance.config.profile import load_profile
 from conformance.errors import UsageError
 from conformance.facts.gpu import Gpu, parse_nvml_probe, parse_smi_xml
-from conformance.facts.gpu_health import GpuHealth, NvLink, health_from_nvml
+from conformance.facts.gpu_health import GpuHealth, NvLink, health_from_nvml, parse_smi_nvlink
 from conformance.facts.xid import XidLog, classify, parse_xid_lines, pci_key
 from tests.lab.nodes import SAMPLES
 
@@ -240,3 +240,20 @@ def test_profile_health_keys_are_validated(tmp_path, key, value, says):
     f.write_text(yaml.safe_dump({"extends": "default", "gpu": {key: value}}))
     with pytest.raises(UsageError, match=says):
         load_profile(str(f))
+
+
+def test_nvidia_smi_nvlink_status_and_errors():
+    from tests.lab.gpu_nodes import SMI_NVLINK_E, SMI_NVLINK_S
+
+    links = parse_smi_nvlink(SMI_NVLINK_S, SMI_NVLINK_E)
+    assert [(x.link, x.active) for x in links[0]] == [(0, True), (1, True), (2, True), (3, False)]
+    assert links[0][1].errors == {"replay": 7, "recovery": 0, "crc_flit": 0} and links[1] == []
+
+
+def test_links_expected_up_can_be_a_number():
+    links = [NvLink(i, i < 10) for i in range(12)]  # a PCIe card with bridges on 10 of its 12 links
+    assert judge_nvlink([gpu(nvlinks=links)], GP).failures
+    assert not judge_nvlink([gpu(nvlinks=links)], {**GP, "nvlink_links_up": 10}).failures
+    assert judge_nvlink([gpu(nvlinks=links)], {**GP, "nvlink_links_up": 11}).failures == [
+        "GPU0 GPU-x (0000:18:00.0): 10 NVLink link(s) up, gpu.nvlink_links_up wants 11 (down: [10, 11])"
+    ]

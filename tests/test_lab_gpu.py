@@ -109,7 +109,8 @@ def test_messages_name_the_gpu_and_the_cause(gpu_audit):
     assert any("nvidia-fabricmanager: running" in line for line in good["GPU-FABRIC"]["evidence"])
     smi = r["gpu-smi"]
     assert "a row remapping failed" in smi["GPU-ROW-REMAP"]["message"]
-    assert "nvidia-smi -q -x does not report NVLink state" in smi["GPU-NVLINK"]["message"]
+    assert "(0000:18:00.0): NVLink link(s) 3 down of 4" in smi["GPU-NVLINK"]["message"]
+    assert any("4 link(s), 3 up, down: 3; errors (all links): replay 7" in line for line in smi["GPU-NVLINK"]["evidence"])
     assert any("using nvidia-smi" in line for line in smi["GPU-COUNT"]["evidence"])
     assert "libcuda.so.1 not found" in smi["GPU-H2D-LOCAL-BW"]["message"]
     old = r["gpu-old-driver"]

@@ -171,8 +171,12 @@ def judge_nvlink(gpus: list[Gpu], gp: dict[str, Any]) -> Verdict:
             + "; errors (all links): "
             + ", ".join(f"{k} {n}" for k, n in totals.items())
         )
-        if down:
+        want_up = gp.get("nvlink_links_up", "all")
+        up = len(links) - len(down)
+        if want_up == "all" and down:
             v.failures.append(f"{g.label}: NVLink link(s) {', '.join(map(str, down))} down of {len(links)}")
+        elif want_up != "all" and up < int(want_up):
+            v.failures.append(f"{g.label}: {up} NVLink link(s) up, gpu.nvlink_links_up wants {want_up} (down: {down})")
         for x in links:
             over = [f"{k} {n} > {limits[k]}" for k, n in sorted(x.errors.items()) if k in limits and n > limits[k]]
             if over:

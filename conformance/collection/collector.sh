@@ -256,6 +256,8 @@ if [ -n "$gpus" ]; then
     if [ -n "$smi" ]; then
       emit_cmd nvidia-smi-q "$smi" -q -x
       emit_cmd nvidia-smi-topo "$smi" topo -m
+      emit_cmd nvidia-smi-nvlink "$smi" nvlink -s
+      emit_cmd nvidia-smi-nvlink-errors "$smi" nvlink -e
     else
       rec C nvidia-smi-q 127; echo
     fi

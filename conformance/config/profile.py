@@ -125,6 +125,8 @@ def _validate(values: dict[str, Any], source: str) -> None:
         and all(isinstance(x, int) and x >= 0 for x in limits.values()),
         f"a mapping of {list(NVLINK_COUNTERS)} to integers >= 0",
     )
+    up = g["nvlink_links_up"]
+    need("gpu.nvlink_links_up", up == "all" or (isinstance(up, int) and not isinstance(up, bool) and up >= 0), "all or a number")
     for key in ("retired_pages_limit", "ecc_aggregate_uncorrected_limit"):
         need(f"gpu.{key}", isinstance(g[key], int) and g[key] >= 0, "an integer >= 0")
     corrected = g["ecc_corrected_limit"]

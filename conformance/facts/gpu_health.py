@@ -200,3 +200,44 @@ def health_from_smi(g: ET.Element) -> GpuHealth:
                 bits |= by_name[name]
         h.clock_reasons = bits
     return h
+
+
+# -- nvidia-smi nvlink -s / -e (the fallback's NVLink view) ------------------------------------------
+# `nvidia-smi nvlink -s` prints, per GPU, "GPU 0: <name> (UUID: ...)" and one line per link the GPU
+# has: "Link 0: 26.562 GB/s" or "Link 4: <inactive>"; `-e` prints "Link 0: Replay Errors: 0",
+# "Link 0: Recovery Errors: 0", "Link 0: CRC Errors: 0" (layout as in stas00/ml-engineering,
+# compute/accelerator/nvidia/debug.md). A GPU without NVLink gets its header line and no link line.
+GPU_LINE = re.compile(r"^GPU (\d+):")
+LINK_LINE = re.compile(r"^\s*Link (\d+): (.*)$")
+SMI_COUNTERS = {"replay errors": "replay", "recovery errors": "recovery", "crc errors": "crc_flit", "crc data errors": "crc_data"}
+
+
+def parse_smi_nvlink(status: str, errors: str = "") -> dict[int, list[NvLink]]:
+    """{GPU index: its links} from `nvidia-smi nvlink -s`, with `-e`'s counters where given."""
+    links: dict[int, dict[int, NvLink]] = {}
+    gpu = None
+    for line in status.splitlines():
+        m = GPU_LINE.match(line)
+        if m:
+            gpu = int(m.group(1))
+            links.setdefault(gpu, {})
+            continue
+        m = LINK_LINE.match(line)
+        if m and gpu is not None:
+            state = m.group(2).strip().lower()
+            links[gpu][int(m.group(1))] = NvLink(
+                int(m.group(1)), active=not (state == "<inactive>" or state.startswith("0 gb/s"))
+            )
+    gpu = None
+    for line in errors.splitlines():
+        m = GPU_LINE.match(line)
+        if m:
+            gpu = int(m.group(1))
+            continue
+        m = LINK_LINE.match(line)
+        if m and gpu is not None and int(m.group(1)) in links.get(gpu, {}):
+            name, _, value = m.group(2).rpartition(":")
+            key = SMI_COUNTERS.get(name.strip().lower())
+            if key and value.strip().isdigit():
+                links[gpu][int(m.group(1))].errors[key] = int(value)
+    return {g: [ls[i] for i in sorted(ls)] for g, ls in links.items()}

@@ -22,6 +22,7 @@ from conformance.facts.checkpoints import (
 )
 from conformance.facts.cpulist import parse_cpulist
 from conformance.facts.gpu import GpuFacts, parse_nvml_probe, parse_pci_function, parse_smi_xml, parse_topo_matrix
+from conformance.facts.gpu_health import parse_smi_nvlink
 from conformance.facts.kubelet import (
     KubeletArgs,
     KubeletConfig,
@@ -357,6 +358,15 @@ class NodeFacts:
                             g.affinity_nodes = frozenset({numa}) if numa is not None else None
             else:
                 notes.append("nvidia-smi topo -m failed: NVML affinity unknown")
+            nvlink = b.optional_command("nvidia-smi-nvlink")
+            if nvlink is not None and nvlink.status == "0":
+                errs = b.optional_command("nvidia-smi-nvlink-errors")
+                err_text = errs.data.decode("utf-8", "replace") if errs is not None and errs.status == "0" else ""
+                by_index = parse_smi_nvlink(nvlink.data.decode("utf-8", "replace"), err_text)
+                for g in facts.gpus:
+                    if g.index in by_index:
+                        g.health.nvlinks = by_index[g.index]
+                        g.health.unread.pop("nvlinks", None)
         for g in facts.gpus:
             attrs = {}
             for a in PCI_ATTRIBUTES:

@@ -42,12 +42,29 @@ Legend:
   X    = Self
   SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)
 """
+# `nvidia-smi nvlink -s` / `-e` in the layout of stas00/ml-engineering's debug.md: GPU0 has four links,
+# link 3 down; GPU1 has no NVLink (its header line only).
+SMI_NVLINK_S = """\
+GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-6a4c5e1c-0000-4000-8000-000000000018)
+\t Link 0: 26.562 GB/s
+\t Link 1: 26.562 GB/s
+\t Link 2: 26.562 GB/s
+\t Link 3: <inactive>
+GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-6a4c5e1c-0000-4000-8000-00000000009a)
+"""
+SMI_NVLINK_E = """\
+GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-6a4c5e1c-0000-4000-8000-000000000018)
+""" + "".join(
+    f"\t Link {i}: {k} Errors: {7 if (i, k) == (1, 'Replay') else 0}\n" for i in range(4) for k in ("Replay", "Recovery", "CRC")
+)
 SMI_SCRIPT = """\
 #!/bin/sh
 # nvidia-smi stand-in for the fallback path: the recorded outputs of `-q -x` and `topo -m`.
 case "$1 $2" in
   "-q -x") cat /run/nvidia/driver/smi-q.xml ;;
   "topo -m") cat /run/nvidia/driver/smi-topo.txt ;;
+  "nvlink -s") cat /run/nvidia/driver/smi-nvlink-s.txt ;;
+  "nvlink -e") cat /run/nvidia/driver/smi-nvlink-e.txt ;;
   *) echo "unsupported in the stand-in: $*" >&2; exit 2 ;;
 esac
 """
@@ -198,6 +215,8 @@ def gpu_specs(built: dict[str, Path]) -> list[NodeSpec]:
             "/run/nvidia/driver/usr/bin/nvidia-smi": SMI_SCRIPT,
             "/run/nvidia/driver/smi-q.xml": (SAMPLES / "nvidia-smi_q_x.2gpu.constructed.xml").read_text(),
             "/run/nvidia/driver/smi-topo.txt": SMI_TOPO,
+            "/run/nvidia/driver/smi-nvlink-s.txt": SMI_NVLINK_S,
+            "/run/nvidia/driver/smi-nvlink-e.txt": SMI_NVLINK_E,
         },
         modes={"/run/nvidia/driver/usr/bin/nvidia-smi": 0o755},
         numa=NUMA,
@@ -253,7 +272,7 @@ GPU_EXPECTED = {
         GPU_ECC_ERRORS="passed",
         GPU_ROW_REMAP="failed",
         GPU_XID_EVENTS="passed",  # an Xid 63 (reset class): the lab profile fails only fatal ones
-        GPU_NVLINK="error",  # nvidia-smi -q -x does not report NVLink
+        GPU_NVLINK="failed",  # from nvidia-smi nvlink -s: GPU0's link 3 is inactive
         GPU_FABRIC="skipped",
         GPU_PERSISTENCE="passed",
         GPU_CLOCK_EVENTS="passed",  # GPU 9A's hardware slowdown is while busy: not judged
