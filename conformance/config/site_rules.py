@@ -24,9 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from conformance.checks import SEVERITIES, CheckSpec
+from conformance.config.validation import read_yaml
 from conformance.errors import UsageError
 
 ID = re.compile(r"SITE-[A-Z0-9][A-Z0-9-]{0,62}")
@@ -222,12 +221,7 @@ def load_rules(paths: list[str], builtin_ids: set[str]) -> list[SiteRule]:
     rules: list[SiteRule] = []
     seen: dict[str, str] = {}
     for f in rule_files(paths):
-        try:
-            doc = yaml.safe_load(f.read_text(encoding="utf-8"))
-        except OSError as e:
-            raise UsageError(f"{f}: cannot read it: {e.strerror}") from None
-        except yaml.YAMLError as e:
-            raise UsageError(f"{f}: not valid YAML: {' '.join(str(e).split())}") from None
+        doc = read_yaml(f, "site rule file")
         if not isinstance(doc, dict) or not isinstance(doc.get("checks"), list):
             raise UsageError(f"{f}: a site rule file is a mapping with a `checks:` list")
         unknown = [k for k in doc if k != "checks"]

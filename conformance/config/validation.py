@@ -3,7 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
+
+import yaml
+
+from conformance.errors import UsageError
+
+
+def read_yaml(path: Path, what: str) -> Any:
+    """A YAML file's document; a file that cannot be read or parsed is a usage error naming it."""
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read the {what}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: the {what} is not UTF-8 text") from None
+    except yaml.YAMLError as e:
+        raise UsageError(f"{path}: not valid YAML: {' '.join(str(e).split())}") from None
 
 
 def unknown_fields(mapping: Mapping[Any, Any], allowed: Iterable[str], where: str, errors: list[str]) -> None:

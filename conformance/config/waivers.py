@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from conformance.config.validation import unknown_fields
+from conformance.config.validation import read_yaml, unknown_fields
 from conformance.errors import UsageError
 
 KEYS = {"check", "nodes", "selector", "justification", "owner", "ticket", "expires"}
@@ -116,12 +116,7 @@ def parse_waivers(doc: Any, source: str) -> tuple[list[Waiver], list[str]]:
 
 def load_waivers(path: str | Path) -> list[Waiver]:
     p = Path(path)
-    try:
-        doc = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise UsageError(f"{p}: cannot read the waivers file: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise UsageError(f"{p}: not valid YAML: {' '.join(str(e).split())}") from None
+    doc = read_yaml(p, "waivers file")
     waivers, problems = parse_waivers(doc, str(p))
     if problems:
         raise UsageError("invalid waivers:\n  " + "\n  ".join(problems))
