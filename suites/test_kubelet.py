@@ -11,6 +11,7 @@ import json
 import pytest
 
 from conformance.checks import check
+from conformance.checks.sysctl_rules import POD_SYSCTLS, allowlisted
 from conformance.errors import FactUnavailable, ParseError
 from conformance.facts.cpulist import format_cpulist, parse_cpulist
 from conformance.facts.kubelet import go_parse_bool
@@ -319,3 +320,37 @@ def test_cpu_manager_state(node, cpu_manager_state, kubelet_config, evidence):
     if st.version == 1:
         evidence.add("V1 checkpoint: entries are keyed by container id, overlap between pods not judged")
     assert not problems, "; ".join(problems[:10]) + (f" (+{len(problems) - 10} more)" if len(problems) > 10 else "")
+
+
+@check(
+    "KUBELET-ALLOWED-UNSAFE-SYSCTLS",
+    "low",
+    title="The kubelet admits the pod sysctls the profile wants pods to set",
+    rationale="""Pods get network sysctls only by setting them (their network namespace starts from kernel
+    defaults). net.ipv4.tcp_tw_reuse and net.core.somaxconn are not in the kubelet's safe set
+    (pkg/kubelet/sysctl/safe_sysctls.go): unless allowedUnsafeSysctls lists them (exact names or patterns
+    ending in *), the kubelet rejects such a pod at admission with SysctlForbidden.""",
+    remediation="Add them to the KubeletConfiguration, e.g. allowedUnsafeSysctls: [net.ipv4.tcp_tw_reuse, "
+    "net.core.somaxconn] (or --allowed-unsafe-sysctls), and restart the kubelet; or set pods.sysctls_set_by: cni "
+    "in the profile when a CNI tuning plugin sets them instead.",
+    source=CONFIG_SOURCE,
+)
+def test_allowed_unsafe_sysctls(node, kubelet_config, profile, evidence):
+    if profile.get("pods.sysctls_set_by") != "pod":
+        pytest.skip(f"the profile says pod sysctls come from {profile.get('pods.sysctls_set_by')!r}, not from the pods' specs")
+    s = kubelet_config.get("allowedUnsafeSysctls")
+    evidence.from_setting(s)
+    allowed = [str(x) for x in (s.value or [])]
+    missing = []
+    for name, (safe, since) in POD_SYSCTLS.items():
+        if safe:
+            evidence.add(f"{name}: in the kubelet's safe set")
+            continue
+        entry = allowlisted(name, allowed)
+        if since and not entry:
+            evidence.add(f"{name}: safe since Kubernetes {since} (kernel 3.16+); older kubelets need it allowed")
+        elif entry:
+            evidence.add(f"{name}: allowed by {entry!r}")
+        else:
+            missing.append(name)
+    assert not missing, f"allowedUnsafeSysctls ({s.source}) does not admit {', '.join(missing)}: pods setting them are rejected"

@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 
 from conformance.checks import check
-from conformance.errors import FactUnavailable
+from conformance.checks.sysctl_rules import port_range_problems, somaxconn_problem, tw_reuse_problem
+from conformance.errors import ConformanceError, FactUnavailable, ParseError
 from conformance.facts.cpulist import format_cpulist
+from conformance.facts.kernel import parse_port_range, parse_port_set
 from conformance.facts.units import bytes_of, cpu_count
 
 
@@ -298,3 +300,134 @@ def test_pod_runtime_class(node, container, pod, profile, evidence):
     evidence.source = "pod spec (API)"
     evidence.add(f"runtimeClassName: {pod.runtime_class}")
     assert pod.runtime_class == want, f"runtimeClassName is {pod.runtime_class or '(unset)'}, the profile requires {want}"
+
+
+# -- what the pod's own network namespace and cgroup give it ----------------------------------------
+def _pod_sysctls(pod, inside, evidence, names: list[str]) -> dict[str, str]:
+    """The container's view of the network sysctls (its pod's network namespace)."""
+    evidence.source = "exec: /proc/sys/net in the container (the pod's network namespace)"
+    if pod.host_network:
+        evidence.add("hostNetwork: the pod shares the node's network namespace, so these are the node's values")
+    else:
+        evidence.add("the pod has its own network namespace: values start from the kernel's defaults unless the pod sets them")
+    missing = [n for n in names if n not in inside.sysctls]
+    if missing:
+        raise FactUnavailable(f"the container could not read /proc/sys/{', /proc/sys/'.join(missing)}")
+    for n in names:
+        evidence.add(f"{n.replace('/', '.')} = {inside.sysctls[n]}")
+    return inside.sysctls
+
+
+def _int_sysctl(value: str, name: str) -> int:
+    if not value.lstrip("-").isdigit():
+        raise FactUnavailable(f"{name}: {value!r} is not a number")
+    return int(value)
+
+
+SYSCTL_REMEDIATION = (
+    "Set it for the pod: securityContext.sysctls (net.ipv4.tcp_tw_reuse and net.core.somaxconn are not in the "
+    "kubelet's safe set, so the node's kubelet must list them in allowedUnsafeSysctls, see "
+    "KUBELET-ALLOWED-UNSAFE-SYSCTLS; net.ipv4.ip_local_port_range is safe, ip_local_reserved_ports since 1.27), or "
+    "with a CNI tuning plugin in the pod network's chain; a hostNetwork pod gets the node's values (SYSCTL-*)."
+)
+
+
+@check(
+    "POD-SYSCTL-TCP-TW-REUSE",
+    "medium",
+    title="The pod's network namespace reuses TIME_WAIT sockets (tcp_tw_reuse = 1)",
+    rationale="""Every network namespace starts from the kernel's defaults, not the host's values (tcp_tw_reuse
+    2: loopback only, net/ipv4/tcp_ipv4.c tcp_sk_init). A node that passes SYSCTL-TCP-TW-REUSE still gives
+    each pod without hostNetwork the default, and a gateway pod runs out of ephemeral ports.""",
+    remediation=SYSCTL_REMEDIATION,
+    source="exec: /proc/sys/net/ipv4/tcp_tw_reuse in the container",
+)
+def test_pod_sysctl_tw_reuse(node, container, pod, inside, profile, evidence):
+    values = _pod_sysctls(pod, inside, evidence, ["net/ipv4/tcp_tw_reuse"])
+    problem = tw_reuse_problem(_int_sysctl(values["net/ipv4/tcp_tw_reuse"], "net.ipv4.tcp_tw_reuse"), profile)
+    assert problem is None, problem
+
+
+@check(
+    "POD-SYSCTL-SOMAXCONN",
+    "medium",
+    title="The pod's network namespace has a large accept backlog (somaxconn)",
+    rationale="""A pod's own network namespace starts at the kernel default somaxconn (4096 since Linux 5.4,
+    net/core/net_namespace.c), whatever the node sets: a model server's listen backlog is capped there.""",
+    remediation=SYSCTL_REMEDIATION,
+    source="exec: /proc/sys/net/core/somaxconn in the container",
+)
+def test_pod_sysctl_somaxconn(node, container, pod, inside, profile, evidence):
+    values = _pod_sysctls(pod, inside, evidence, ["net/core/somaxconn"])
+    problem = somaxconn_problem(_int_sysctl(values["net/core/somaxconn"], "net.core.somaxconn"), profile)
+    assert problem is None, problem
+
+
+@check(
+    "POD-SYSCTL-PORT-RANGE",
+    "medium",
+    title="The pod's ephemeral port range is wide and keeps off the NodePort range",
+    rationale="""A pod's own network namespace starts with ip_local_port_range 32768-60999
+    (net/ipv4/af_inet.c inet_init_net), half the ports a busy client pod may need.""",
+    remediation=SYSCTL_REMEDIATION,
+    source="exec: /proc/sys/net/ipv4/ip_local_port_range, ip_local_reserved_ports in the container",
+)
+def test_pod_sysctl_port_range(node, container, pod, inside, profile, evidence):
+    names = ["net/ipv4/ip_local_port_range", "net/ipv4/ip_local_reserved_ports"]
+    values = _pod_sysctls(pod, inside, evidence, names)
+    try:
+        port_range = parse_port_range(values[names[0]])
+        reserved = parse_port_set(values[names[1]])
+    except ParseError as e:
+        raise FactUnavailable(str(e)) from None
+    problems = port_range_problems(port_range, reserved, profile)
+    assert not problems, "; ".join(problems)
+
+
+def _quota_settings(facts) -> str:
+    """The kubelet settings that decide a pinned container's quota, for the evidence (not the verdict)."""
+    try:
+        config = facts.kubelet_config
+    except ConformanceError as e:
+        return f"kubelet configuration not read: {e}"
+    gate = (config.get("featureGates").value or {}).get("DisableCPUQuotaWithExclusiveCPUs")
+    state = "not set (on by default since 1.33)" if gate is None else str(gate)
+    return f"kubelet: cpuCFSQuota {config.get('cpuCFSQuota').value}, feature gate DisableCPUQuotaWithExclusiveCPUs {state}"
+
+
+@check(
+    "POD-CPU-THROTTLING",
+    "high",
+    title="A pinned GPU container is not throttled by a CFS quota",
+    rationale="""Exclusive CPUs do not lift the CFS quota: the kubelet still sets one from the CPU limit, and
+    a container whose threads burst against it (more runnable threads than quota, per-CPU quota slices)
+    is stopped until the next period, which shows as P99 stalls of up to a period (100 ms) with no CPU
+    contention in sight (Documentation/scheduler/sched-bwc.rst).""",
+    remediation="Let the kubelet drop the quota for containers with exclusive CPUs: the feature gate "
+    "DisableCPUQuotaWithExclusiveCPUs (beta and on by default since Kubernetes 1.33; pkg/features/kube_features.go), "
+    "or on older kubelets cpuCFSQuota: false (which removes CPU limits for every pod on the node).",
+    source="exec: the container cgroup's cpu.max and cpu.stat (cgroup v2), cpu.cfs_quota_us and cpu.stat (v1)",
+)
+def test_pod_cpu_throttling(node, container, inside, assignment, facts, evidence):
+    if not assignment:
+        pytest.skip("the container has no exclusive CPUs (no cpu_manager_state entry): throttling is judged for pinned ones")
+    cfs = inside.cfs
+    if cfs is None:
+        raise FactUnavailable("the container's cgroup shows no CPU bandwidth files (cpu.max or cpu.cfs_quota_us)")
+    evidence.source = f"exec: {cfs.cgroup} (the container's cgroup)"
+    cpus = f"{cfs.quota_us / cfs.period_us:g} CPUs" if cfs.quota_us is not None else ""
+    evidence.add(
+        f"exclusive CPUs {_fmt(assignment)}; CFS quota "
+        + ("none" if cfs.quota_us is None else f"{cfs.quota_us} us per {cfs.period_us} us ({cpus})"),
+        f"throttled in {cfs.nr_throttled} of {cfs.nr_periods} periods, {cfs.throttled_us / 1e6:.3f} s in all",
+        _quota_settings(facts),
+    )
+    if cfs.quota_us is None:
+        evidence.add("verified: no CFS quota on a container with exclusive CPUs")
+        return
+    share = cfs.nr_throttled / cfs.nr_periods if cfs.nr_periods else 0.0
+    assert cfs.nr_throttled == 0, (
+        f"throttled in {cfs.nr_throttled} of {cfs.nr_periods} CFS periods ({share:.1%}), {cfs.throttled_us / 1e6:.3f} s "
+        f"stalled, under a quota of {cpus} on exclusive CPUs {_fmt(assignment)}"
+    )
+    evidence.add("a CFS quota is set but the container was not throttled yet: a burst above it would be")

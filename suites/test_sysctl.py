@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from conformance.checks import check
+from conformance.checks.sysctl_rules import port_range_problems, somaxconn_problem, tw_reuse_problem
 from conformance.facts.cpulist import format_cpulist
 
 SOURCE = "/proc/sys/net (host network namespace)"
@@ -20,8 +21,8 @@ SOURCE = "/proc/sys/net (host network namespace)"
 def test_tcp_tw_reuse(node, sysctls, profile, evidence):
     evidence.source = "/proc/sys/net/ipv4/tcp_tw_reuse"
     evidence.add(f"net.ipv4.tcp_tw_reuse = {sysctls.tcp_tw_reuse}")
-    want = profile.get("sysctl.tcp_tw_reuse")
-    assert sysctls.tcp_tw_reuse == want, f"net.ipv4.tcp_tw_reuse is {sysctls.tcp_tw_reuse}; {want} expected"
+    problem = tw_reuse_problem(sysctls.tcp_tw_reuse, profile)
+    assert problem is None, problem
 
 
 @check(
@@ -36,8 +37,8 @@ def test_tcp_tw_reuse(node, sysctls, profile, evidence):
 def test_somaxconn(node, sysctls, profile, evidence):
     evidence.source = "/proc/sys/net/core/somaxconn"
     evidence.add(f"net.core.somaxconn = {sysctls.somaxconn}")
-    want = profile.get("sysctl.min_somaxconn")
-    assert sysctls.somaxconn >= want, f"net.core.somaxconn is {sysctls.somaxconn}; at least {want} expected"
+    problem = somaxconn_problem(sysctls.somaxconn, profile)
+    assert problem is None, problem
 
 
 @check(
@@ -57,15 +58,5 @@ def test_port_range(node, sysctls, profile, evidence):
         f"net.ipv4.ip_local_port_range = {lo} {hi}",
         f"net.ipv4.ip_local_reserved_ports = {format_cpulist(sysctls.reserved_ports) or '(empty)'}",
     )
-    want_lo, want_hi = profile.get("sysctl.local_port_range")
-    np_lo, np_hi = profile.get("sysctl.nodeport_range")
-    problems = []
-    if lo > want_lo or hi < want_hi:
-        problems.append(f"ip_local_port_range is {lo}-{hi}; it should cover {want_lo}-{want_hi}")
-    overlap = set(range(max(lo, np_lo), min(hi, np_hi) + 1))
-    unreserved = overlap - sysctls.reserved_ports
-    if unreserved:
-        problems.append(
-            f"NodePort ports {format_cpulist(unreserved)} are in the ephemeral range but not in ip_local_reserved_ports"
-        )
+    problems = port_range_problems(sysctls.port_range, sysctls.reserved_ports, profile)
     assert not problems, "; ".join(problems)

@@ -154,6 +154,7 @@ def pod_object(
     runtime_class: str | None = None,
     share_pid: bool = False,
     labels: dict[str, str] | None = None,
+    host_network: bool = False,
 ) -> dict:
     """A complete running v1 Pod; `containers` are {name, resources: {requests, limits}}."""
     spec_containers = [{"name": c["name"], "image": c.get("image", "registry.example/app:1"), "resources": c.get("resources", {})}
@@ -170,6 +171,8 @@ def pod_object(
         spec["runtimeClassName"] = runtime_class
     if share_pid:
         spec["shareProcessNamespace"] = True
+    if host_network:
+        spec["hostNetwork"] = True
     statuses = [
         {"name": c["name"], "ready": True, "restartCount": 0, "image": c["image"], "imageID": f"{c['image']}@sha256:{'0' * 64}",
          "containerID": f"containerd://{hashlib.sha256((uid + c['name']).encode()).hexdigest()}",

@@ -26,7 +26,7 @@ from tests.lab.nodes import POD_CHECKS
 from tests.lab.pods import LabPod
 
 pytestmark = pytest.mark.lab
-P, F, E = "passed", "failed", "error"
+P, F, E, S = "passed", "failed", "error", "skipped"
 NODES = ("fresh-ok", "fresh-broken", "fresh-stuck")
 EXPECTED = {
     "fresh-ok": dict.fromkeys(POD_CHECKS, P),
@@ -37,6 +37,7 @@ EXPECTED = {
         "POD-GPU-NUMA-ALIGNED": F,
         "POD-MEMS-LOCAL": F,
         "POD-THREAD-AFFINITY": F,
+        "POD-CPU-THROTTLING": S,  # no exclusive CPUs under the none policy
     },
 }
 PROFILE = """\
@@ -81,8 +82,9 @@ class Kubelets:
             cpus, gpus, state = "0-1", [1], {"policyName": "none", "defaultCpuSet": "", "checksum": 2}
         upper = next(n for n in self.lab.nodes if n.spec.name == node).dir / "upper"
         (upper / "var/lib/kubelet/cpu_manager_state").write_text(json.dumps(state))
+        sysctls = {x["name"]: x["value"] for x in (pod["spec"].get("securityContext") or {}).get("sysctls", [])}
         lp = LabPod(pod["metadata"]["name"], uid, cpus, gpus=gpus, env=env, shm_mib=2048, namespace=pod["metadata"]["namespace"],
-                    container=c["name"])  # fmt: skip
+                    container=c["name"], sysctls=sysctls)  # fmt: skip
         labpods.start(self.lab, node, lp)
         self.running[(lp.namespace, lp.name)] = lp
         pod["status"].update(phase="Running", containerStatuses=[{"name": c["name"], "ready": True, "restartCount": 0,

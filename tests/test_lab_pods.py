@@ -26,13 +26,32 @@ from tests.lab.pods import LabPod
 
 pytestmark = pytest.mark.lab
 NODE = "gpu-pods"
+POD_SYSCTLS = {
+    "net.ipv4.tcp_tw_reuse": "1",
+    "net.core.somaxconn": "65535",
+    "net.ipv4.ip_local_port_range": "1024 65535",
+    "net.ipv4.ip_local_reserved_ports": "30000-32767",
+}
 GOOD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 PODS = [
     # conformant: Guaranteed, cpu0 (NUMA 0) with GPU0 (NUMA 0), 2 GiB /dev/shm, thread pools of 1; its
     # init container's CPUs are reused by the app container (legal); PID 1 is the pause process; a log
     # shipper with 100m keeps the pod Guaranteed and runs in the shared pool (the GPU container is pinned)
-    LabPod("good", "uid-good", "0", gpus=[0], env=GOOD_ENV, shm_mib=2048, init="setup", share_pid=True, sidecar="log-shipper"),
-    # Burstable, on the shared pool across both NUMA nodes, GPU1, 64 MiB /dev/shm, no thread variables
+    # the pod sets the network sysctls in its own network namespace (securityContext.sysctls); no CFS quota
+    LabPod(
+        "good",
+        "uid-good",
+        "0",
+        gpus=[0],
+        env=GOOD_ENV,
+        shm_mib=2048,
+        init="setup",
+        share_pid=True,
+        sidecar="log-shipper",
+        sysctls=POD_SYSCTLS,
+    ),
+    # Burstable, on the shared pool across both NUMA nodes, GPU1, 64 MiB /dev/shm, no thread variables;
+    # its own network namespace with the kernel's defaults except somaxconn, which it raises
     LabPod(
         "burst",
         "uid-burst",
@@ -41,12 +60,35 @@ PODS = [
         requests={"cpu": "500m", "memory": "1Gi"},
         limits={"cpu": "1", "memory": "2Gi"},
         runtime_class=None,
+        sysctls={"net.core.somaxconn": "65535"},
     ),
     # Guaranteed on cpu1 (NUMA 1) with GPU0 (NUMA 0); a worker thread pins itself to cpu0; OMP too large;
     # shares cpu1 with 'twin' in the kubelet's state
-    LabPod("far-gpu", "uid-far", "1", gpus=[0], env={"OMP_NUM_THREADS": "8", "MKL_NUM_THREADS": "1"}, shm_mib=2048, stray_cpu=0),
+    # (its own network namespace: the kernel's defaults); a CFS quota of 0.2 CPU that a busy worker really hits
+    LabPod(
+        "far-gpu",
+        "uid-far",
+        "1",
+        gpus=[0],
+        env={"OMP_NUM_THREADS": "8", "MKL_NUM_THREADS": "1"},
+        shm_mib=2048,
+        stray_cpu=0,
+        cfs_quota_us=20000,
+        busy=1,
+    ),
     # ... and with its own restartable init container (a sidecar), which must not share the app's CPUs
-    LabPod("twin", "uid-twin", "1", gpus=[1], env=GOOD_ENV, shm_mib=2048, restartable_init="proxy"),
+    # hostNetwork: the node's sysctls; a CFS quota of one CPU it stays under (mostly asleep)
+    LabPod(
+        "twin",
+        "uid-twin",
+        "1",
+        gpus=[1],
+        env=GOOD_ENV,
+        shm_mib=2048,
+        restartable_init="proxy",
+        host_network=True,
+        cfs_quota_us=100000,
+    ),
     # deleted while the run goes on (the API says so at exec), and one whose image has no shell
     LabPod("gone", "uid-gone", "1", gpus=[1], running=False),
     LabPod("distroless", "uid-distroless", "1", gpus=[1], running=False, has_shell=False),
@@ -78,6 +120,10 @@ EXPECTED = {
         THREAD_ENV=F,
         SHM_SIZE=F,
         RUNTIME_CLASS=F,
+        SYSCTL_TCP_TW_REUSE=F,
+        SYSCTL_SOMAXCONN=P,
+        SYSCTL_PORT_RANGE=F,
+        CPU_THROTTLING=S,  # no exclusive CPUs
     ),
     "far-gpu": row(
         QOS_GUARANTEED=P,
@@ -90,6 +136,10 @@ EXPECTED = {
         THREAD_ENV=F,
         SHM_SIZE=P,
         RUNTIME_CLASS=P,
+        SYSCTL_TCP_TW_REUSE=F,
+        SYSCTL_SOMAXCONN=F,
+        SYSCTL_PORT_RANGE=F,
+        CPU_THROTTLING=F,
     ),
     # memory binding is real only on NUMA node 0 here, so a pod on node 1 honestly fails POD-MEMS-LOCAL
     "twin": row(
@@ -103,6 +153,10 @@ EXPECTED = {
         THREAD_ENV=P,
         SHM_SIZE=P,
         RUNTIME_CLASS=P,
+        SYSCTL_TCP_TW_REUSE=P,  # hostNetwork: the node's values
+        SYSCTL_SOMAXCONN=P,
+        SYSCTL_PORT_RANGE=P,
+        CPU_THROTTLING=P,  # a quota, never hit
     ),
     "gone": {**dict.fromkeys(EXEC_CHECKS, E), "POD-QOS-GUARANTEED": P, "POD-RUNTIME-CLASS": P},
     "distroless": {**dict.fromkeys(EXEC_CHECKS, E), "POD-QOS-GUARANTEED": P, "POD-RUNTIME-CLASS": P},
@@ -120,6 +174,7 @@ def node_spec(built) -> NodeSpec:
         siblings={0: "0", 1: "1,3", 3: "1,3"},
         online="0-1,3",
         pci={"0000:18:00.0": pci("0", "0"), "0000:9a:00.0": pci("1", "1,3")},
+        sysctls=POD_SYSCTLS,  # the node's network namespace: what hostNetwork pods see
     )
 
 
@@ -136,6 +191,7 @@ def pods_lab(tmp_path_factory):
             labpods.start(lab, NODE, pod)
         for pod in running:
             labpods.wait_until_strayed(pod)  # the event, not a pause: the stray worker thread has pinned itself
+            labpods.wait_until_throttled(pod)  # and the quota-bound pod's cgroup has counted a throttled period
         yield lab
     finally:
         try:

@@ -67,3 +67,73 @@ def test_memory_quantities():
 )  # fmt: skip
 def test_profile_selector(selector, labels, want):
     assert selector_matches(selector, labels) is want
+
+
+CGROUP_V2_INSIDE = """@self
+Cpus_allowed_list:\t2-3
+Mems_allowed_list:\t0
+@sysctl
+net/ipv4/tcp_tw_reuse=2
+net/core/somaxconn=4096
+net/ipv4/ip_local_port_range=32768\t60999
+net/ipv4/ip_local_reserved_ports=
+@cpu
+v2 /sys/fs/cgroup/
+max 200000 100000
+stat usage_usec 5000000
+stat nr_periods 120
+stat nr_throttled 30
+stat throttled_usec 1500000
+@end
+"""
+
+
+def test_the_pods_own_sysctls_and_cgroup_v2_bandwidth():
+    """cpu.max "QUOTA PERIOD" and cpu.stat as Documentation/admin-guide/cgroup-v2.rst describes them."""
+    f = parse_inside(CGROUP_V2_INSIDE, "pod x")
+    assert f.sysctls == {
+        "net/ipv4/tcp_tw_reuse": "2",
+        "net/core/somaxconn": "4096",
+        "net/ipv4/ip_local_port_range": "32768 60999",
+        "net/ipv4/ip_local_reserved_ports": "",
+    }
+    c = f.cfs
+    assert (c.quota_us, c.period_us, c.nr_periods, c.nr_throttled, c.throttled_us) == (200000, 100000, 120, 30, 1500000)
+    unlimited = parse_inside(CGROUP_V2_INSIDE.replace("max 200000 100000", "max max 100000"), "pod x")
+    assert unlimited.cfs.quota_us is None
+
+
+def test_cgroup_v1_bandwidth():
+    """cpu.cfs_quota_us -1 is no quota; throttled_time is in nanoseconds (sched-bwc.rst)."""
+    text = CGROUP_V2_INSIDE.split("@cpu")[0] + (
+        "@cpu\nv1 /sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/c1\nquota 50000\nperiod 100000\n"
+        "stat nr_periods 10\nstat nr_throttled 4\nstat throttled_time 2000000000\n@end\n"
+    )
+    c = parse_inside(text, "pod x").cfs
+    assert (c.quota_us, c.nr_throttled, c.throttled_us) == (50000, 4, 2000000)
+    assert parse_inside(text.replace("quota 50000", "quota -1"), "pod x").cfs.quota_us is None
+    assert parse_inside(text.split("@cpu")[0] + "@cpu\n@end\n", "pod x").cfs is None
+
+
+def test_kubelet_allowlist_of_unsafe_sysctls():
+    from conformance.checks.sysctl_rules import allowlisted
+    from conformance.facts.kubelet import flags_to_config, parse_kubelet_args
+
+    args = parse_kubelet_args(["kubelet", "--allowed-unsafe-sysctls=net.core.*,kernel.msg*", "--allowed-unsafe-sysctls", "x.y"])
+    allowed, source = flags_to_config(args.flags)["allowedUnsafeSysctls"]
+    assert allowed == ["net.core.*", "kernel.msg*", "x.y"] and source == "flag --allowed-unsafe-sysctls"
+    assert allowlisted("net.core.somaxconn", allowed) == "net.core.*"
+    assert allowlisted("net.ipv4.tcp_tw_reuse", allowed) is None
+
+
+def test_the_acceptance_pod_sets_the_profiles_pod_sysctls():
+    from conformance.cluster.acceptance import manifest
+    from conformance.config.profile import load_profile
+
+    pod = manifest("n1", load_profile(None), "gnc", "img", "nvidia.com/gpu")
+    assert pod["spec"]["securityContext"]["sysctls"] == [
+        {"name": "net.ipv4.tcp_tw_reuse", "value": "1"},
+        {"name": "net.core.somaxconn", "value": "65535"},
+        {"name": "net.ipv4.ip_local_port_range", "value": "1024 65535"},
+        {"name": "net.ipv4.ip_local_reserved_ports", "value": "30000-32767"},
+    ]

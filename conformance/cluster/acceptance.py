@@ -67,6 +67,20 @@ def size_cpus(wanted: int, threads_per_core: int | None) -> tuple[int, str]:
     )
 
 
+def pod_sysctls(profile: Profile) -> dict[str, str]:
+    """The network sysctls the profile wants in a pod's own network namespace (POD-SYSCTL-*)."""
+    lo, hi = profile.get("sysctl.local_port_range")
+    np_lo, np_hi = profile.get("sysctl.nodeport_range")
+    out = {
+        "net.ipv4.tcp_tw_reuse": str(profile.get("sysctl.tcp_tw_reuse")),
+        "net.core.somaxconn": str(profile.get("sysctl.min_somaxconn")),
+        "net.ipv4.ip_local_port_range": f"{lo} {hi}",
+    }
+    if max(lo, np_lo) <= min(hi, np_hi):
+        out["net.ipv4.ip_local_reserved_ports"] = f"{np_lo}-{np_hi}"
+    return out
+
+
 def manifest(
     node: str, profile: Profile, namespace: str, image: str, gpu_resource: str, cpus_n: int | None = None
 ) -> dict[str, Any]:
@@ -96,6 +110,10 @@ def manifest(
     }
     if profile.get("pods.runtime_class"):
         spec["runtimeClassName"] = profile.get("pods.runtime_class")
+    if profile.get("pods.sysctls_set_by") == "pod":
+        # a pod gets network sysctls only by setting them (its network namespace starts from kernel defaults):
+        # the acceptance pod sets what the profile wants, as GPU pods should, so the node must admit them
+        spec["securityContext"] = {"sysctls": [{"name": k, "value": v} for k, v in pod_sysctls(profile).items()]}
     return {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -57,6 +57,28 @@ for e in /proc/[0-9]*/environ; do
     for v in "$@"; do case $kv in "$v="*) printf '%s\n' "$kv";; esac; done
   done
 done
+printf '@sysctl\n'
+for s in net/ipv4/tcp_tw_reuse net/core/somaxconn net/ipv4/ip_local_port_range net/ipv4/ip_local_reserved_ports; do
+  [ -r "/proc/sys/$s" ] || continue
+  v=$(cat "/proc/sys/$s" 2>/dev/null) || continue  # cat: one read of the whole value, as procfs serves it
+  printf '%s=%s\n' "$s" "$v"
+done
+printf '@cpu\n'
+while IFS=: read -r _ ctrl path; do
+  case ",$ctrl," in
+    ,,) for d in "/sys/fs/cgroup$path" /sys/fs/cgroup; do
+          [ -r "$d/cpu.max" ] || continue
+          q=; { IFS= read -r q || :; } < "$d/cpu.max"; printf 'v2 %s\nmax %s\n' "$d" "$q"
+          while IFS= read -r l; do printf 'stat %s\n' "$l"; done < "$d/cpu.stat"; break
+        done ;;
+    *,cpu,*) for d in "/sys/fs/cgroup/$ctrl$path" "/sys/fs/cgroup/cpu$path" "/sys/fs/cgroup/$ctrl" /sys/fs/cgroup/cpu; do
+          [ -r "$d/cpu.cfs_quota_us" ] || continue
+          q=; per=; { IFS= read -r q || :; } < "$d/cpu.cfs_quota_us"; { IFS= read -r per || :; } < "$d/cpu.cfs_period_us"
+          printf 'v1 %s\nquota %s\nperiod %s\n' "$d" "$q" "$per"
+          while IFS= read -r l; do printf 'stat %s\n' "$l"; done < "$d/cpu.stat"; break
+        done ;;
+  esac
+done < /proc/self/cgroup
 printf '@end\n'
 """
 
@@ -87,6 +109,7 @@ class PodInfo:
     share_pid: bool
     containers: list[dict[str, Any]]  # name, cpu_request, cpu_limit, mem_request, mem_limit, gpus
     init_containers: dict[str, bool] = field(default_factory=dict)  # name -> restartable (a sidecar: restartPolicy Always)
+    host_network: bool = False  # spec.hostNetwork: the pod shares the node's network namespace (and sysctls)
 
 
 @dataclass
@@ -108,6 +131,23 @@ class InsideFacts:
     gpu_minors: list[int]
     tasks: list[Task]
     env: dict[int, dict[str, str]]  # pid -> the listed variables it has
+    sysctls: dict[str, str] = field(default_factory=dict)  # net/ipv4/tcp_tw_reuse -> value, as the container's netns has it
+    cfs: CfsBandwidth | None = None  # the container cgroup's CFS bandwidth and throttling
+
+
+@dataclass
+class CfsBandwidth:
+    """The container cgroup's CPU bandwidth limit and how often it was throttled: cgroup v2 cpu.max
+    ("QUOTA PERIOD" or "max PERIOD") and cpu.stat (nr_periods, nr_throttled, throttled_usec); cgroup v1
+    cpu.cfs_quota_us (-1: none), cpu.cfs_period_us and cpu.stat (throttled_time in ns)
+    (Documentation/admin-guide/cgroup-v2.rst "CPU"; Documentation/scheduler/sched-bwc.rst)."""
+
+    cgroup: str
+    quota_us: int | None  # None: no quota
+    period_us: int
+    nr_periods: int
+    nr_throttled: int
+    throttled_us: int
 
 
 def _gpus(resources: Any, resource: str) -> int:
@@ -186,6 +226,7 @@ def gpu_pods(api: Any, node: str, resource: str = GPU_RESOURCE, selector: str | 
                 share_pid=bool(spec.share_process_namespace),
                 containers=containers,
                 init_containers={c.name: getattr(c, "restart_policy", None) == "Always" for c in spec.init_containers or []},
+                host_network=bool(spec.host_network),
             )
         )
     return sorted(out, key=lambda x: (x.namespace, x.name))
@@ -258,6 +299,9 @@ def _exec_failure(e: Exception, ref: ContainerRef, where: str) -> str:
 
 def parse_inside(text: str, where: str) -> InsideFacts:
     section, cpus, mems, shm = "", None, None, None
+    sysctls: dict[str, str] = {}
+    cpu: dict[str, str] = {}
+    cpu_stat: dict[str, int] = {}
     minors: list[int] = []
     tasks: list[Task] = []
     env: dict[int, dict[str, str]] = {}
@@ -289,12 +333,47 @@ def parse_inside(text: str, where: str) -> InsideFacts:
                 task.cpus = parse_cpulist(line.split(":", 1)[1], what=f"{where} task {task.tid} Cpus_allowed_list")
             elif line.startswith("stat "):
                 task.last_cpu = last_cpu(line[5:])
+        elif section == "@sysctl" and "=" in line:
+            k, v = line.split("=", 1)
+            sysctls[k] = " ".join(v.split())
+        elif section == "@cpu":
+            k, _, v = line.partition(" ")
+            if k == "stat":
+                name, _, n = v.partition(" ")
+                if n.strip().isdigit():
+                    cpu_stat[name] = int(n)
+            else:
+                cpu[k] = v.strip()
         elif section == "@env" and cur_env is not None and "=" in line:
             k, v = line.split("=", 1)
             cur_env[k] = env_value(k, v)  # only the profile's names are read; a secret-looking one is still masked
     if cpus is None or mems is None:
         raise FactUnavailable(f"{where}: /proc/self/status gave no Cpus_allowed_list/Mems_allowed_list")
-    return InsideFacts(cpus, mems, shm, sorted(minors), tasks, env)
+    return InsideFacts(cpus, mems, shm, sorted(minors), tasks, env, sysctls, _cfs(cpu, cpu_stat))
+
+
+def _cfs(cpu: dict[str, str], stat: dict[str, int]) -> CfsBandwidth | None:
+    if "v2" in cpu and "max" in cpu:
+        quota, _, period = cpu["max"].partition(" ")
+        return CfsBandwidth(
+            cgroup=cpu["v2"],
+            quota_us=None if quota == "max" else int(quota) if quota.isdigit() else None,
+            period_us=int(period) if period.isdigit() else 100000,
+            nr_periods=stat.get("nr_periods", 0),
+            nr_throttled=stat.get("nr_throttled", 0),
+            throttled_us=stat.get("throttled_usec", 0),
+        )
+    if "v1" in cpu and "quota" in cpu:
+        quota = int(cpu["quota"]) if cpu["quota"].lstrip("-").isdigit() else -1
+        return CfsBandwidth(
+            cgroup=cpu["v1"],
+            quota_us=None if quota < 0 else quota,
+            period_us=int(cpu["period"]) if cpu.get("period", "").isdigit() else 100000,
+            nr_periods=stat.get("nr_periods", 0),
+            nr_throttled=stat.get("nr_throttled", 0),
+            throttled_us=stat.get("throttled_time", 0) // 1000,
+        )
+    return None
 
 
 def last_cpu(stat: str) -> int | None:

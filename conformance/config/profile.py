@@ -132,6 +132,7 @@ def _validate(values: dict[str, Any], source: str) -> None:
     corrected = g["ecc_corrected_limit"]
     corrected_ok = corrected is None or (isinstance(corrected, int) and corrected >= 0)
     need("gpu.ecc_corrected_limit", corrected_ok, "null or an integer >= 0")
+    need("pods.sysctls_set_by", values["pods"]["sysctls_set_by"] in ("pod", "cni"), "pod or cni")
     files = values["site_checks"]
     need("site_checks", isinstance(files, list) and all(isinstance(f, str) and f for f in files), "a list of rule files")
     s = values["sysctl"]

@@ -33,6 +33,8 @@ UPSTREAM_DEFAULTS: dict[str, Any] = {
     "cgroupDriver": "cgroupfs",
     "cgroupsPerQOS": True,
     "featureGates": {},
+    "allowedUnsafeSysctls": [],
+    "cpuCFSQuota": True,
 }
 
 # Deprecated kubelet flags that still override config keys the checks read.
@@ -52,7 +54,9 @@ _MAP_FLAGS = {
     "system-reserved": "systemReserved",
     "feature-gates": "featureGates",
 }
-_BOOL_FLAGS = {"cgroups-per-qos": "cgroupsPerQOS"}
+_BOOL_FLAGS = {"cgroups-per-qos": "cgroupsPerQOS", "cpu-cfs-quota": "cpuCFSQuota"}
+# String-slice flags (pflag StringSlice): comma lists; a repeated flag appends to the first.
+_LIST_FLAGS = {"allowed-unsafe-sysctls": "allowedUnsafeSysctls"}
 
 
 def go_parse_bool(value: str) -> bool | None:
@@ -194,6 +198,10 @@ def flags_to_config(flags: dict[str, list[str | None]]) -> dict[str, tuple[Any, 
     for flag, key in _BOOL_FLAGS.items():
         if flag in flags:
             out[key] = (_parse_bool(flags[flag][-1], flag), f"flag --{flag}")
+    for flag, key in _LIST_FLAGS.items():
+        if flag in flags:
+            items = [x.strip() for v in flags[flag] for x in (v or "").split(",") if x.strip()]
+            out[key] = (items, f"flag --{flag}")
     if "eviction-hard" in flags:  # --eviction-hard=memory.available<100Mi,nodefs.available<10%
         thresholds: dict[str, str] = {}
         for item in (flags["eviction-hard"][-1] or "").split(","):

@@ -40,6 +40,8 @@ reservedMemory:
     limits: {memory: 1Gi}
   - numaNode: 1
     limits: {memory: 1Gi}
+# pods may set these (their network namespaces start from kernel defaults); a pattern covers net.core
+allowedUnsafeSysctls: [net.ipv4.tcp_tw_reuse, "net.core.*"]
 """
 # Drop-in that the kubelet applies over the file: the good node's topology policy comes from here.
 TOPOLOGY_DROPIN = """\
@@ -274,6 +276,7 @@ ALL_CHECKS = [
     "SYSCTL-PORT-RANGE",
     "NODE-NUMA-TOPOLOGY",
     "NODE-NVME-SCHEDULER",
+    "KUBELET-ALLOWED-UNSAFE-SYSCTLS",
 ]
 POD_CHECKS = [
     "POD-QOS-GUARANTEED",
@@ -286,6 +289,10 @@ POD_CHECKS = [
     "POD-THREAD-ENV",
     "POD-SHM-SIZE",
     "POD-RUNTIME-CLASS",
+    "POD-SYSCTL-TCP-TW-REUSE",
+    "POD-SYSCTL-SOMAXCONN",
+    "POD-SYSCTL-PORT-RANGE",
+    "POD-CPU-THROTTLING",
 ]
 GPU_CHECKS = [
     "GPU-COUNT",
@@ -320,6 +327,7 @@ EXPECTED: dict[str, dict[str, str]] = {
     "good": _row("passed"),
     "bad-kubelet": _row(
         "passed",
+        KUBELET_ALLOWED_UNSAFE_SYSCTLS="failed",  # pods setting tcp_tw_reuse or somaxconn would be rejected
         KUBELET_CPU_POLICY="failed",
         KUBELET_CPU_FULL_PCPUS="failed",
         KUBELET_CPU_RECONCILE="failed",

@@ -22,6 +22,10 @@ from tests.lab.builder import Lab
 PROGRAM = """\
 import os, sys, threading, time
 stray = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1] != "-" else None
+for _ in range(int(sys.argv[2]) if len(sys.argv) > 2 else 0):  # busy workers: processes that never sleep
+    if os.fork() == 0:
+        while True:
+            pass
 def work():
     if stray is not None:
         os.sched_setaffinity(0, {stray})
@@ -56,6 +60,11 @@ class LabPod:
     container: str = "app"
     pid: int | None = None
     cgroup: Path | None = None  # the container's cgroup (its main process and every exec join it)
+    host_network: bool = False  # True: the node's network namespace; else one of its own (kernel defaults)
+    sysctls: dict[str, str] = field(default_factory=dict)  # set in its own network namespace (securityContext.sysctls)
+    cfs_quota_us: int | None = None  # a CFS quota per 100 ms period on its CPU cgroup (the kubelet's, from the CPU limit)
+    busy: int = 0  # busy worker processes: with a quota below them, the container is really throttled
+    cpu_cgroup: Path | None = None  # its cgroup in the machine's cgroup v1 cpu hierarchy
 
     def api_object(self, node: str) -> dict[str, Any]:
         gpu = {"nvidia.com/gpu": str(self.gpu_count)}
@@ -68,17 +77,28 @@ class LabPod:
         if self.sidecar:
             small = {"cpu": "100m", "memory": "64Mi"}
             containers.append({"name": self.sidecar, "resources": {"requests": small, "limits": small}})
-        return pod_object(self.namespace, self.name, self.uid, node, containers,
-                          init_containers=inits or None, runtime_class=self.runtime_class, share_pid=self.share_pid)  # fmt: skip
+        return pod_object(self.namespace, self.name, self.uid, node, containers, init_containers=inits or None,
+                          runtime_class=self.runtime_class, share_pid=self.share_pid, host_network=self.host_network)  # fmt: skip
+
+
+def cpu_hierarchy() -> tuple[Path, str] | None:
+    """The machine's cgroup v1 hierarchy with the cpu controller: (mount point, its mount options)."""
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        parts = line.split()
+        if len(parts) > 3 and parts[2] == "cgroup" and "cpu" in parts[3].split(","):
+            known = {"cpu", "cpuacct"}
+            return Path(parts[1]), ",".join(o for o in parts[3].split(",") if o in known)
+    return None
 
 
 def start(lab: Lab, node_name: str, pod: LabPod) -> None:
-    """Start the pod's process tree in the node's mount and network namespaces."""
+    """Start the pod's process tree in the node's mount namespace, in a network namespace of its own
+    (or the node's, for hostNetwork), with its CPU cgroup (and CFS quota) in the cgroup v1 cpu hierarchy."""
     node_pid = lab.node_pid(node_name)
     q = shlex.quote
     env = " ".join(q(f"{k}={v}") for k, v in pod.env.items())
     stray = str(pod.stray_cpu) if pod.stray_cpu is not None else "-"
-    main = f"env -i PATH=/usr/bin:/bin {env} taskset -c {q(pod.cpus)} python3 -c {q(PROGRAM)} {stray}"
+    main = f"env -i PATH=/usr/bin:/bin {env} taskset -c {q(pod.cpus)} python3 -c {q(PROGRAM)} {stray} {pod.busy}"
     lines = [
         "set -e",
         "mount -t tmpfs -o size=4m,mode=755 dev /dev",
@@ -87,10 +107,27 @@ def start(lab: Lab, node_name: str, pod: LabPod) -> None:
         f"mount -t tmpfs -o size={pod.shm_mib}m shm /dev/shm",
         *[f"mknod -m 666 /dev/nvidia{m} c 195 {m}" for m in pod.gpus],
         "mknod -m 666 /dev/nvidiactl c 195 255",
+        *[f"echo {q(v)} > /proc/sys/{q(k.replace('.', '/'))}" for k, v in pod.sysctls.items()],
     ]
+    hierarchy = cpu_hierarchy()
+    if hierarchy is not None:
+        mount, opts = hierarchy
+        rel = f"{lab.cg_dir.name}/pods/{pod.uid}/{pod.container}"
+        pod.cpu_cgroup = mount / rel
+        pod.cpu_cgroup.mkdir(parents=True)
+        if pod.cfs_quota_us is not None:
+            (pod.cpu_cgroup / "cpu.cfs_quota_us").write_text(str(pod.cfs_quota_us))
+        # the container sees the cpu hierarchy where a v1 node mounts it, and runs in its own cgroup there
+        lines += [
+            "mount -t tmpfs -o size=1m cgroup /sys/fs/cgroup",
+            f"mkdir /sys/fs/cgroup/{opts}",
+            f"mount -t cgroup -o {opts} cgroup /sys/fs/cgroup/{opts}",
+            f"echo $$ > /sys/fs/cgroup/{opts}/{q(rel)}/cgroup.procs",
+        ]
     lines.append(f"{main} & exec {q(str(lab.root / 'bin' / 'pause'))}" if pod.share_pid else f"exec {main}")
+    own_net = [] if pod.host_network else ["--net"]
     p = subprocess.Popen(
-        ["nsenter", "-t", str(node_pid), "-m", "-n", "--", "unshare", "--mount", "--pid", "--fork", "--mount-proc",
+        ["nsenter", "-t", str(node_pid), "-m", "-n", "--", "unshare", "--mount", "--pid", "--fork", "--mount-proc", *own_net,
          "sh", "-c", "\n".join(lines)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
@@ -143,11 +180,27 @@ def wait_until_strayed(pod: LabPod, timeout: float = 30.0) -> None:
     raise RuntimeError(f"lab pod {pod.name}: no thread pinned itself to cpu{pod.stray_cpu} within {timeout} s")
 
 
+def wait_until_throttled(pod: LabPod, timeout: float = 30.0) -> None:
+    """Wait for the event a quota-bound pod's test depends on: its CPU cgroup counted a throttled period."""
+    if pod.cfs_quota_us is None or not pod.busy or pod.cpu_cgroup is None:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        stat = dict(line.split() for line in (pod.cpu_cgroup / "cpu.stat").read_text().splitlines() if line.strip())
+        if int(stat.get("nr_throttled", "0")) > 0:
+            return
+        time.sleep(0.02)
+    raise RuntimeError(f"lab pod {pod.name}: not throttled within {timeout} s under a quota of {pod.cfs_quota_us} us")
+
+
 def stop_one(lab: Lab, pod: LabPod) -> None:
     """Kill one pod's processes and remove its cgroups (as the kubelet does on delete)."""
     if pod.pid:
         subprocess.run(["kill", "-9", "--", f"-{pod.pid}"], capture_output=True)
         pod.pid = None
+    if pod.cpu_cgroup is not None:
+        _remove_cgroups(pod.cpu_cgroup, pod.cpu_cgroup.parent.parent.parent)
+        pod.cpu_cgroup = None
     base = lab.cg_dir / "pods" / pod.uid
     deadline = time.monotonic() + 10
     for d in [x for x in base.glob("*") if x.is_dir()] + [base]:
@@ -158,6 +211,28 @@ def stop_one(lab: Lab, pod: LabPod) -> None:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
+
+
+def _remove_cgroups(leaf: Path, stop_at: Path) -> None:
+    """rmdir the pod's cgroup once the kernel lets it go (its processes are killed), then its parents up
+    to `stop_at` while they are empty (another pod's cgroup keeps them)."""
+    deadline = time.monotonic() + 10
+    while leaf.exists():
+        try:
+            leaf.rmdir()
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+    d = leaf.parent
+    while True:
+        try:
+            d.rmdir()
+        except OSError:
+            return
+        if d == stop_at:
+            return
+        d = d.parent
 
 
 def stop(lab: Lab, pods: list[LabPod]) -> None:
@@ -177,9 +252,11 @@ def exec_in(pod: LabPod, argv: list[str]) -> tuple[int, bytes, bytes] | None:
     """An exec: the command in the pod's mount and PID namespaces, on the container's CPUs."""
     if not pod.has_shell:
         return None
-    join = 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"'  # join the container's cgroup first
-    nsenter = ["nsenter", "-t", str(pid1(pod)), "-m", "-p", "--", "taskset", "-c", pod.cpus, *argv]
-    p = subprocess.run(["sh", "-c", join, "sh", str(pod.cgroup), *nsenter], capture_output=True, timeout=60)
+    # join the container's cgroups first (and its CPU cgroup), then its mount, PID and network namespaces
+    join = 'echo $$ > "$1/cgroup.procs" && { [ -z "$2" ] || echo $$ > "$2/cgroup.procs"; } && shift 2 && exec "$@"'
+    nsenter = ["nsenter", "-t", str(pid1(pod)), "-m", "-p", "-n", "--", "taskset", "-c", pod.cpus, *argv]
+    cpu = str(pod.cpu_cgroup) if pod.cpu_cgroup else ""
+    p = subprocess.run(["sh", "-c", join, "sh", str(pod.cgroup), cpu, *nsenter], capture_output=True, timeout=60)
     return p.returncode, p.stdout, p.stderr
 
 

@@ -1,0 +1,61 @@
+"""The network sysctl rules, shared by the node checks (the host's network namespace) and the pod
+checks (each pod's own). Every network namespace starts from the kernel's defaults, not the host's
+values (net/ipv4/tcp_ipv4.c tcp_sk_init: tcp_tw_reuse = 2; net/core/net_namespace.c: somaxconn =
+SOMAXCONN, 4096 since Linux 5.4; net/ipv4/af_inet.c inet_init_net: ip_local_port_range 32768-60999),
+so a pod without hostNetwork sees those unless it sets its own.
+
+Which of them a pod may set (securityContext.sysctls): the kubelet's safe set
+(pkg/kubelet/sysctl/safe_sysctls.go) holds net.ipv4.ip_local_port_range (always) and
+net.ipv4.ip_local_reserved_ports (since Kubernetes 1.27, kernel 3.16+); net.ipv4.tcp_tw_reuse and
+net.core.somaxconn are not in it in any release, so a pod that sets them needs the kubelet's
+allowedUnsafeSysctls (exact names or patterns ending in `*`, matched as prefixes:
+pkg/kubelet/sysctl/allowlist.go), or the values come from a CNI tuning plugin. A hostNetwork pod
+shares the host's values and may not set net.* sysctls at all."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conformance.facts.cpulist import format_cpulist
+
+# sysctl -> (always safe?, Kubernetes release from which it is safe, or None)
+POD_SYSCTLS = {
+    "net.ipv4.tcp_tw_reuse": (False, None),
+    "net.core.somaxconn": (False, None),
+    "net.ipv4.ip_local_port_range": (True, "1.0"),
+    "net.ipv4.ip_local_reserved_ports": (False, "1.27"),
+}
+KERNEL_DEFAULTS = {"net.ipv4.tcp_tw_reuse": "2", "net.core.somaxconn": "4096", "net.ipv4.ip_local_port_range": "32768 60999"}
+
+
+def tw_reuse_problem(value: int, profile: Any) -> str | None:
+    want = profile.get("sysctl.tcp_tw_reuse")
+    return None if value == want else f"net.ipv4.tcp_tw_reuse is {value}; {want} expected"
+
+
+def somaxconn_problem(value: int, profile: Any) -> str | None:
+    want = profile.get("sysctl.min_somaxconn")
+    return None if value >= want else f"net.core.somaxconn is {value}; at least {want} expected"
+
+
+def port_range_problems(port_range: tuple[int, int], reserved: set[int], profile: Any) -> list[str]:
+    lo, hi = port_range
+    want_lo, want_hi = profile.get("sysctl.local_port_range")
+    np_lo, np_hi = profile.get("sysctl.nodeport_range")
+    problems = []
+    if lo > want_lo or hi < want_hi:
+        problems.append(f"ip_local_port_range is {lo}-{hi}; it should cover {want_lo}-{want_hi}")
+    unreserved = set(range(max(lo, np_lo), min(hi, np_hi) + 1)) - reserved
+    if unreserved:
+        problems.append(
+            f"NodePort ports {format_cpulist(unreserved)} are in the ephemeral range but not in ip_local_reserved_ports"
+        )
+    return problems
+
+
+def allowlisted(name: str, allowed: list[str]) -> str | None:
+    """The allowedUnsafeSysctls entry that admits `name` (exact, or a pattern ending in `*`), if any."""
+    for entry in allowed:
+        if entry == name or (entry.endswith("*") and name.startswith(entry[:-1])):
+            return entry
+    return None
