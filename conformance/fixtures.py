@@ -167,6 +167,12 @@ def pod(request: pytest.FixtureRequest, node: str, container: ContainerRef | str
 
 
 @pytest.fixture
+def runtime_handlers(request: pytest.FixtureRequest) -> dict[str, str]:
+    """Every RuntimeClass of the cluster and its handler (Kubernetes API, node.k8s.io/v1)."""
+    return request.config.stash[RUN_KEY].pods.runtime_handlers()
+
+
+@pytest.fixture
 def spec_container(pod: PodInfo, container: ContainerRef) -> dict[str, Any]:
     """The container's resources as the pod spec declares them."""
     return next(c for c in pod.containers if c["name"] == container.container)

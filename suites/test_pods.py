@@ -431,3 +431,37 @@ def test_pod_cpu_throttling(node, container, inside, assignment, facts, evidence
         f"stalled, under a quota of {cpus} on exclusive CPUs {_fmt(assignment)}"
     )
     evidence.add("a CFS quota is set but the container was not throttled yet: a burst above it would be")
+
+
+@check(
+    "RUNTIME-CLASS-HANDLER",
+    "high",
+    title="The GPU pod's RuntimeClass names a handler the node's runtime has, on the systemd cgroup driver",
+    rationale="""A RuntimeClass only names a CRI handler; the node's containerd or CRI-O must define it. A
+    pod whose handler is missing cannot start its sandbox (and one that runs was started before the
+    runtime's configuration lost it); a handler on cgroupfs under a systemd kubelet gives one cgroup tree
+    two owners.""",
+    remediation="Define the handler in the node's runtime: containerd [plugins.<cri>.containerd.runtimes.<handler>] "
+    "with options.SystemdCgroup = true (the NVIDIA Container Toolkit's `nvidia-ctk runtime configure --runtime "
+    "containerd --set-as-default=false` writes the nvidia one); CRI-O [crio.runtime.runtimes.<handler>] with "
+    'cgroup_manager = "systemd". Or point the RuntimeClass at a handler that exists.',
+    source="Kubernetes API: pod spec runtimeClassName, RuntimeClass (node.k8s.io/v1) handler; the node's runtime configuration",
+)
+def test_runtime_class_handler(node, container, pod, runtime_handlers, runtime_config, evidence):
+    if not pod.runtime_class:
+        pytest.skip("no runtimeClassName: the runtime's default handler runs it (judged by RUNTIME-SYSTEMD-CGROUP)")
+    evidence.source = f"RuntimeClass {pod.runtime_class} (API); {', '.join(runtime_config.files) or 'runtime defaults'}"
+    handler = runtime_handlers.get(pod.runtime_class)
+    assert handler is not None, f"RuntimeClass {pod.runtime_class!r} does not exist in the cluster"
+    rc = runtime_config
+    evidence.add(
+        f"RuntimeClass {pod.runtime_class} -> handler {handler!r}",
+        f"{rc.runtime} handlers on the node: {', '.join(sorted(rc.handlers)) or '(none)'}",
+    )
+    h = rc.handlers.get(handler)
+    assert h is not None, (
+        f"handler {handler!r} of RuntimeClass {pod.runtime_class!r} is not defined in the node's {rc.runtime} configuration "
+        f"(defined: {', '.join(sorted(rc.handlers)) or 'none'})"
+    )
+    evidence.add(f"handler {handler}: type {h.runtime_type}, systemd cgroup {h.systemd_cgroup} ({h.source})")
+    assert h.systemd_cgroup is not False, f"handler {handler!r} does not use the systemd cgroup driver ({h.source})"

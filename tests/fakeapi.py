@@ -39,7 +39,7 @@ class Rbac:
 
     documents: list[dict[str, Any]]
 
-    def allowed(self, who: Subject, verb: str, resource: str, namespace: str | None) -> bool:
+    def allowed(self, who: Subject, verb: str, resource: str, namespace: str | None, group: str = "") -> bool:
         roles = {(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d for d in self.documents}
         for b in self.documents:
             if b["kind"] not in ("ClusterRoleBinding", "RoleBinding"):
@@ -54,8 +54,8 @@ class Rbac:
             if role is None:
                 continue
             for rule in role.get("rules") or []:
-                if "" not in rule.get("apiGroups", []) and "*" not in rule.get("apiGroups", []):
-                    continue
+                if group not in rule.get("apiGroups", []) and "*" not in rule.get("apiGroups", []):
+                    continue  # a rule grants only in the API groups it names
                 resources, verbs = rule.get("resources", []), rule.get("verbs", [])
                 if (resource in resources or "*" in resources) and (verb in verbs or "*" in verbs):
                     return True
@@ -234,6 +234,7 @@ class FakeApiServer:
         self.configz: dict[str, Any] = {}  # node -> kubeletconfig dict, or an int HTTP status, or "hang"
         self.requests: list[tuple[str, str, str]] = []  # (user, verb, path)
         self.pods: dict[tuple[str, str], dict] = {}
+        self.runtime_classes: dict[str, str] = {}  # RuntimeClass name -> handler (node.k8s.io/v1)
         self.vanish_on_exec: set[tuple[str, str]] = set()  # pods deleted when an exec reaches them
         # (namespace, pod, container, argv) -> (exit code, stdout, stderr), or None: no such executable
         self.exec_handler: Callable[[str, str, str, list[str]], tuple[int, bytes, bytes] | None] | None = None
@@ -302,6 +303,9 @@ class FakeApiServer:
         parts = [unquote(p) for p in url.path.split("/") if p]
         with self.lock:
             self.requests.append((who.user, method, url.path))
+        if parts[:3] == ["apis", "node.k8s.io", "v1"] and len(parts) in (4, 5) and parts[3] == "runtimeclasses":
+            self._runtime_classes(h, who, method, parts[4] if len(parts) == 5 else None)
+            return
         if parts[:3] == ["api", "v1", "pods"] and method == "GET":
             self._list_pods(h, who, query)
             return
@@ -356,6 +360,38 @@ class FakeApiServer:
             self._send(h, 200, {"kubeletconfig": conf})
             return
         self._status(h, 404, "NotFound", "the server could not find the requested resource")
+
+    def _runtime_classes(self, h: BaseHTTPRequestHandler, who: Subject, method: str, name: str | None) -> None:
+        """node.k8s.io/v1 RuntimeClass: cluster-scoped, read-only here; RBAC in the node.k8s.io group."""
+        if method != "GET":
+            self._status(h, 405, "MethodNotAllowed", f"the server does not allow this method on runtimeclasses: {method}")
+            return
+        verb = "get" if name else "list"
+        if not self.rbac.allowed(who, verb, "runtimeclasses", None, group="node.k8s.io"):
+            target = f'runtimeclasses.node.k8s.io "{name}"' if name else "runtimeclasses.node.k8s.io"
+            message = (
+                f'{target} is forbidden: User "{who.user}" cannot {verb} resource "runtimeclasses" in API group "node.k8s.io"'
+            )
+            self._status(h, 403, "Forbidden", message + " at the cluster scope", {"kind": "runtimeclasses"})
+            return
+        objects = {
+            n: {
+                "apiVersion": "node.k8s.io/v1",
+                "kind": "RuntimeClass",
+                "metadata": {"name": n, "resourceVersion": "7"},
+                "handler": hd,
+            }
+            for n, hd in sorted(self.runtime_classes.items())
+        }
+        if name is None:
+            self._send(h, 200, {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClassList", "metadata": {"resourceVersion": "7"},
+                                "items": list(objects.values())})  # fmt: skip
+        elif name in objects:
+            self._send(h, 200, objects[name])
+        else:
+            self._status(
+                h, 404, "NotFound", f'runtimeclasses.node.k8s.io "{name}" not found', {"name": name, "kind": "runtimeclasses"}
+            )
 
     def _forbidden(
         self, h: BaseHTTPRequestHandler, who: Subject, verb: str, resource: str, ns: str | None, name: str | None

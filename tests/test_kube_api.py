@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from conformance.cluster.api import KubeSpec, api_client, configz, dcgm_metrics, discover
+from conformance.cluster.api import KubeSpec, api_client, configz, dcgm_metrics, discover, runtime_class_handlers
 from conformance.cluster.dcgm import metric_series
 from conformance.config.inventory import load_inventory, merge_discovered
 from conformance.errors import FactUnavailable, UsageError
@@ -167,3 +167,18 @@ def test_discovery_finds_mig_and_labelled_gpu_nodes(tmp_path):
         ("gpu-new", 0, "label nvidia.com/gpu.present=true"),
     ]
     assert found[0].resources == {"nvidia.com/gpu": 0, "nvidia.com/mig-1g.10gb": 14, "nvidia.com/mig-3g.40gb": 4}
+
+
+def test_runtime_classes_in_their_api_group_under_rbac(cluster):
+    """RuntimeClass lives in node.k8s.io: a rule for the core group ("") does not grant it, and the
+    manifest's rule for node.k8s.io does."""
+    api, spec = cluster
+    api.runtime_classes.update({"nvidia": "nvidia", "kata-gpu": "kata"})
+    assert runtime_class_handlers(api_client(spec())) == {"kata-gpu": "kata", "nvidia": "nvidia"}
+    with pytest.raises(FactUnavailable, match=r"lacks the RBAC permission list on runtimeclasses.node.k8s.io"):
+        runtime_class_handlers(api_client(spec("noexec-token")))  # pods and nodes only, in the core group
+    got = client.NodeV1Api(api_client(spec())).read_runtime_class("kata-gpu")
+    assert got.handler == "kata"
+    with pytest.raises(client.exceptions.ApiException) as e:
+        client.NodeV1Api(api_client(spec())).read_runtime_class("missing")
+    assert e.value.status == 404

@@ -38,6 +38,7 @@ EXPECTED = {
         "POD-MEMS-LOCAL": F,
         "POD-THREAD-AFFINITY": F,
         "POD-CPU-THROTTLING": S,  # no exclusive CPUs under the none policy
+        "RUNTIME-CLASS-HANDLER": F,  # its nvidia handler is on cgroupfs
     },
 }
 PROFILE = """\
@@ -53,7 +54,12 @@ def node_spec(name: str, built, policy: str) -> NodeSpec:
     state = json.dumps({"policyName": policy, "defaultCpuSet": "0-1" if policy == "static" else "", "checksum": 1})
     return NodeSpec(
         name=name,
-        files={**driver_files(built, conf, cuda=False), "/var/lib/kubelet/cpu_manager_state": state},
+        files={
+            **driver_files(built, conf, cuda=False),
+            "/var/lib/kubelet/cpu_manager_state": state,
+            # the broken node's nvidia handler creates cgroups itself (cgroupfs) under a systemd kubelet
+            "/etc/containerd/config.toml": labpods.containerd_config({"nvidia": name != "fresh-broken"}),
+        },
         numa=NUMA,
         siblings=SIBLINGS,
         online="0-1",
@@ -108,6 +114,7 @@ def acceptance(tmp_path_factory):
     for name, policy in (("fresh-ok", "static"), ("fresh-broken", "none"), ("fresh-stuck", "static")):
         lab.add(node_spec(name, built, policy))
     api = fake_api()
+    api.runtime_classes["nvidia"] = "nvidia"
     kubelets = Kubelets(lab, api)
     api.on_create, api.on_delete, api.exec_handler = kubelets.create, kubelets.delete, kubelets.exec
     try:

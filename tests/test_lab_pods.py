@@ -75,6 +75,7 @@ PODS = [
         stray_cpu=0,
         cfs_quota_us=20000,
         busy=1,
+        runtime_class="kata-gpu",  # names a handler the node's containerd does not define
     ),
     # ... and with its own restartable init container (a sidecar), which must not share the app's CPUs
     # hostNetwork: the node's sysctls; a CFS quota of one CPU it stays under (mostly asleep)
@@ -88,6 +89,7 @@ PODS = [
         restartable_init="proxy",
         host_network=True,
         cfs_quota_us=100000,
+        runtime_class="nvidia-cgroupfs",  # a handler on the cgroupfs driver
     ),
     # deleted while the run goes on (the API says so at exec), and one whose image has no shell
     LabPod("gone", "uid-gone", "1", gpus=[1], running=False),
@@ -100,7 +102,10 @@ pods:
 """
 
 P, F, E, S = "passed", "failed", "error", "skipped"
-EXEC_CHECKS = [c for c in POD_CHECKS if c not in ("POD-QOS-GUARANTEED", "POD-RUNTIME-CLASS")]
+API_CHECKS = ("POD-QOS-GUARANTEED", "POD-RUNTIME-CLASS", "RUNTIME-CLASS-HANDLER")  # judged without an exec
+EXEC_CHECKS = [c for c in POD_CHECKS if c not in API_CHECKS]
+RUNTIME_CLASSES = {"nvidia": "nvidia", "kata-gpu": "kata", "nvidia-cgroupfs": "nvidia-legacy"}
+CONTAINERD = labpods.containerd_config({"nvidia": True, "nvidia-legacy": False})
 
 
 def row(**kw: str) -> dict[str, str]:
@@ -124,6 +129,7 @@ EXPECTED = {
         SYSCTL_SOMAXCONN=P,
         SYSCTL_PORT_RANGE=F,
         CPU_THROTTLING=S,  # no exclusive CPUs
+        RUNTIME_CLASS_HANDLER=S,  # no runtimeClassName
     ),
     "far-gpu": row(
         QOS_GUARANTEED=P,
@@ -135,11 +141,12 @@ EXPECTED = {
         THREAD_AFFINITY=F,
         THREAD_ENV=F,
         SHM_SIZE=P,
-        RUNTIME_CLASS=P,
+        RUNTIME_CLASS=F,  # kata-gpu, not the profile's nvidia
         SYSCTL_TCP_TW_REUSE=F,
         SYSCTL_SOMAXCONN=F,
         SYSCTL_PORT_RANGE=F,
         CPU_THROTTLING=F,
+        RUNTIME_CLASS_HANDLER=F,
     ),
     # memory binding is real only on NUMA node 0 here, so a pod on node 1 honestly fails POD-MEMS-LOCAL
     "twin": row(
@@ -152,14 +159,15 @@ EXPECTED = {
         THREAD_AFFINITY=P,
         THREAD_ENV=P,
         SHM_SIZE=P,
-        RUNTIME_CLASS=P,
+        RUNTIME_CLASS=F,
         SYSCTL_TCP_TW_REUSE=P,  # hostNetwork: the node's values
         SYSCTL_SOMAXCONN=P,
         SYSCTL_PORT_RANGE=P,
         CPU_THROTTLING=P,  # a quota, never hit
+        RUNTIME_CLASS_HANDLER=F,
     ),
-    "gone": {**dict.fromkeys(EXEC_CHECKS, E), "POD-QOS-GUARANTEED": P, "POD-RUNTIME-CLASS": P},
-    "distroless": {**dict.fromkeys(EXEC_CHECKS, E), "POD-QOS-GUARANTEED": P, "POD-RUNTIME-CLASS": P},
+    "gone": {**dict.fromkeys(EXEC_CHECKS, E), **dict.fromkeys(API_CHECKS, P)},
+    "distroless": {**dict.fromkeys(EXEC_CHECKS, E), **dict.fromkeys(API_CHECKS, P)},
 }
 
 
@@ -167,7 +175,11 @@ def node_spec(built) -> NodeSpec:
     conf = two_gpu_config(cpu1_node_cpus="1,3")
     return NodeSpec(
         name=NODE,
-        files={**driver_files(built, conf, cuda=False), "/var/lib/kubelet/cpu_manager_state": labpods.cpu_manager_state(PODS)},
+        files={
+            **driver_files(built, conf, cuda=False),
+            "/var/lib/kubelet/cpu_manager_state": labpods.cpu_manager_state(PODS),
+            "/etc/containerd/config.toml": CONTAINERD,
+        },
         # cpu0 is a core of its own on NUMA node 0; cpu1 shares a core with cpu3 on node 1 (cpu3 exists
         # only in this sysfs: no pod runs there), so a pod on cpu1 alone does not own a whole core
         numa={0: "0", 1: "1,3"},
@@ -207,6 +219,7 @@ def cluster(pods_lab):
     for pod in PODS:
         api.add_pod(pod.api_object(NODE))
     api.vanish_on_exec.add(("inference", "gone"))
+    api.runtime_classes.update(RUNTIME_CLASSES)
     by_name = {p.name: p for p in PODS}
     api.exec_handler = lambda ns, name, container, argv: labpods.exec_in(by_name[name], argv) if name in by_name else None
     with serve(api) as url:

@@ -101,6 +101,17 @@ def explain(e: Exception, verb: str, resource: str, name: str | None = None) -> 
     return f"Kubernetes API: {verb} {target}: {type(e).__name__}: {e}"
 
 
+def runtime_class_handlers(api: Any) -> dict[str, str]:
+    """Every RuntimeClass (node.k8s.io/v1, cluster-scoped) and the CRI handler it names."""
+    from kubernetes import client
+
+    try:
+        items = client.NodeV1Api(api).list_runtime_class(_request_timeout=15).items
+    except Exception as e:
+        raise FactUnavailable(explain(e, "list", "runtimeclasses.node.k8s.io")) from None
+    return {rc.metadata.name: rc.handler for rc in items}
+
+
 def discover(api: Any, spec: KubeSpec) -> list[DiscoveredNode]:
     """Nodes to audit: those matching the label selector, else those with GPU capacity."""
     from kubernetes import client

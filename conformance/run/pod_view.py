@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 
 from conformance.cluster import acceptance
 from conformance.cluster.acceptance import AcceptancePod
-from conformance.cluster.api import GPU_RESOURCE
+from conformance.cluster.api import GPU_RESOURCE, runtime_class_handlers
 from conformance.cluster.manifests import DEFAULT_IMAGE
 from conformance.cluster.pods import ContainerRef, InsideFacts, PodInfo, exec_inside, gpu_pods
 from conformance.errors import FactUnavailable
@@ -26,6 +26,7 @@ class PodView:
         self.acceptance: dict[str, AcceptancePod | FactUnavailable] | None = None
         self._pods: dict[str, list[PodInfo] | FactUnavailable] = {}
         self._inside: dict[str, InsideFacts | FactUnavailable] = {}
+        self._handlers: dict[str, str] | FactUnavailable | None = None
 
     def pods_on(self, node: str) -> list[PodInfo]:
         """The node's GPU pods (from the API; listed once)."""
@@ -128,6 +129,17 @@ class PodView:
         for pod in (self.acceptance or {}).values():
             if isinstance(pod, AcceptancePod):
                 acceptance.delete(self.store.kube_api, pod)
+
+    def runtime_handlers(self) -> dict[str, str]:
+        """RuntimeClass name -> its handler, read once per run from the API."""
+        if self._handlers is None:
+            try:
+                self._handlers = runtime_class_handlers(self.store.kube_api)
+            except FactUnavailable as e:
+                self._handlers = e
+        if isinstance(self._handlers, FactUnavailable):
+            raise self._handlers
+        return self._handlers
 
     def pod(self, ref: ContainerRef) -> PodInfo:
         return next(p for p in self.pods_on(ref.node) if p.namespace == ref.namespace and p.name == ref.pod)

@@ -18,6 +18,19 @@ from typing import Any
 from tests.fakeapi import pod_object
 from tests.lab.builder import Lab
 
+
+def containerd_config(handlers: dict[str, bool]) -> str:
+    """A containerd 1.x config (version 2) with runc as the default and these handlers: name -> SystemdCgroup."""
+    cri = 'plugins."io.containerd.grpc.v1.cri".containerd'
+    out = ["version = 2", f"[{cri}]", '  default_runtime_name = "runc"']
+    for name, systemd in {"runc": True, **handlers}.items():
+        out += [f"[{cri}.runtimes.{name}]", '  runtime_type = "io.containerd.runc.v2"', f"[{cri}.runtimes.{name}.options]"]
+        if name != "runc":
+            out.append('  BinaryName = "/usr/bin/nvidia-container-runtime"')
+        out.append(f"  SystemdCgroup = {'true' if systemd else 'false'}")
+    return "\n".join(out) + "\n"
+
+
 # The container's main program: a Python process with a worker thread that may pin itself elsewhere.
 PROGRAM = """\
 import os, sys, threading, time
