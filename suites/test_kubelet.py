@@ -354,3 +354,61 @@ def test_allowed_unsafe_sysctls(node, kubelet_config, profile, evidence):
         else:
             missing.append(name)
     assert not missing, f"allowedUnsafeSysctls ({s.source}) does not admit {', '.join(missing)}: pods setting them are rejected"
+
+
+@check(
+    "NODE-SYSTEM-CPUS-ISOLATED",
+    "medium",
+    title="System services and device interrupts stay off the CPUs pods get exclusively",
+    rationale="""Reserving CPUs keeps the CPU manager from handing them out; it does not keep systemd
+    services or interrupts off the others. Without a system.slice cpuset or systemd CPUAffinity= the
+    node's daemons run anywhere, and an IRQ whose affinity includes a pinned CPU interrupts the pod
+    there: the jitter exclusive CPUs were meant to remove. The tuning guidance this suite follows keeps
+    2-4 cores for system components and steers daemons and interrupts onto them.""",
+    remediation="Confine system services to the reserved CPUs (CPUAffinity= in /etc/systemd/system.conf.d/, or "
+    "AllowedCPUs= on system.slice) and interrupts too (irqbalance's IRQBALANCE_BANNED_CPULIST set to the exclusive "
+    "CPUs, or /proc/irq/<N>/smp_affinity_list); with cpuManagerPolicyOptions strict-cpu-reservation the kubelet also "
+    "keeps pods without exclusive CPUs off the reserved ones.",
+    source="/sys/fs/cgroup/system.slice/cpuset.cpus.effective, /etc/systemd/system.conf(.d), /proc/irq/*/smp_affinity_list; "
+    "the kubelet's reservedSystemCPUs and cpu_manager_state",
+)
+def test_system_cpus_isolated(node, facts, kubelet_config, topology, evidence):
+    policy = kubelet_config.get("cpuManagerPolicy")
+    if policy.value != "static":
+        pytest.skip(f"no exclusive CPUs to keep free: cpuManagerPolicy is {policy.value!r} ({policy.source})")
+    reserved = kubelet_config.get("reservedSystemCPUs")
+    if reserved.value:
+        exclusive = topology.online - parse_cpulist(str(reserved.value), what="reservedSystemCPUs")
+        evidence.add(f"exclusive pool: online CPUs minus reservedSystemCPUs {reserved.value} ({reserved.source})")
+    else:
+        state = facts.cpu_manager_state
+        exclusive = frozenset().union(*(c for e in state.entries.values() for c in e.values()))
+        evidence.add("reservedSystemCPUs not set: the exclusive pool is not fixed; judged on the CPUs assigned now")
+    evidence.source = "system.slice cpuset, systemd CPUAffinity=, /proc/irq"
+    options = kubelet_config.get("cpuManagerPolicyOptions").value or {}
+    evidence.add(
+        f"exclusive CPUs: {format_cpulist(exclusive) or '(none)'}",
+        f"strict-cpu-reservation: {options.get('strict-cpu-reservation', 'not set')}",
+    )
+    if not exclusive:
+        pytest.skip("no CPU is handed out exclusively on this node now")
+    sc = facts.system_cpus
+    if sc.affinity is not None:
+        services, how = sc.affinity, f"systemd CPUAffinity= ({sc.affinity_source})"
+    elif sc.slice_cpus is not None:
+        services, how = sc.slice_cpus, "system.slice cpuset.cpus.effective"
+    else:
+        services, how = topology.online, "no CPUAffinity= and no system.slice cpuset: every online CPU"
+    evidence.add(f"system services may run on {format_cpulist(services)} ({how})")
+    problems = []
+    if services & exclusive:
+        problems.append(f"system services may run on exclusive CPUs {format_cpulist(services & exclusive)} ({how})")
+    device_irqs = {n: v for n, v in sc.irqs.items() if v[1]}  # with a device handler; others deliver nothing
+    evidence.add(f"{len(device_irqs)} IRQ(s) with a device handler, of {len(sc.irqs)}")
+    bad = {n: (cpus & exclusive, names) for n, (cpus, names) in sorted(device_irqs.items()) if cpus & exclusive}
+    if bad:
+        listed = [f"{n} ({', '.join(names)}) -> {format_cpulist(cpus)}" for n, (cpus, names) in list(bad.items())[:10]]
+        more = f" and {len(bad) - 10} more" if len(bad) > 10 else ""
+        problems.append(f"IRQs may be delivered to exclusive CPUs: {'; '.join(listed)}{more}")
+    assert not problems, "; ".join(problems)
+    evidence.add("verified: services and device interrupts stay on the reserved CPUs")

@@ -15,7 +15,7 @@ import yaml
 from conformance.facts.kubelet import UPSTREAM_DEFAULTS
 from tests.fakeapi import kubeconfig, node_object, serve
 from tests.kube_fixtures import fake_api
-from tests.lab.nodes import BAD_KUBELET_JSON, EXPECTED, GOOD_KUBELET, SAMPLES
+from tests.lab.nodes import BAD_KUBELET_JSON, EXPECTED, GOOD_KUBELET, POD_CHECKS, SAMPLES
 
 pytestmark = pytest.mark.lab
 SAMPLE = json.loads((SAMPLES / "configz.kind.none-policies.aquasecurity-node-collector.json").read_text())["kubeletconfig"]
@@ -104,10 +104,10 @@ def test_without_nodes_proxy_the_files_decide_and_say_so(lab, cluster, tmp_path)
     nodes = {n["name"]: n for n in doc["nodes"]}
     assert "lacks the RBAC permission get on nodes/proxy" in nodes["good"]["kubelet_config_source"]
     for name in ("good", "bad-kubelet", "bad-runtime"):
-        node_checks = {c: r["outcome"] for c, r in by[name].items() if not c.startswith("POD-")}
-        assert node_checks == {c: o for c, o in EXPECTED[name].items() if not c.startswith("POD-")}
+        node_checks = {c: r["outcome"] for c, r in by[name].items() if c not in POD_CHECKS}
+        assert node_checks == {c: o for c, o in EXPECTED[name].items() if c not in POD_CHECKS}
         # this identity may not list pods either: the pod checks say which permission is missing
-        pods = [r for c, r in by[name].items() if c.startswith("POD-")]
+        pods = [r for c, r in by[name].items() if c in POD_CHECKS]
         assert pods and all(r["outcome"] == "error" and "permission list on pods" in r["message"] for r in pods)
     assert by["good"]["KUBELET-TOPOLOGY-POLICY"]["source"].endswith("[fallback: configz unavailable]")
     assert by["down"]["KUBELET-CPU-POLICY"]["outcome"] == "error"

@@ -216,6 +216,18 @@ for s in net/ipv4/tcp_tw_reuse net/core/somaxconn net/ipv4/ip_local_port_range n
   emit_file "/proc/sys/$s"
 done
 
+# Where system services and device interrupts may run (kept off the CPUs pods get exclusively?): the
+# system.slice cpuset, systemd's CPUAffinity=, and each IRQ's affinity with its handlers' names.
+emit_file /sys/fs/cgroup/system.slice/cpuset.cpus.effective
+emit_file /etc/systemd/system.conf
+emit_glob '/etc/systemd/system.conf.d/*.conf'
+emit_lines '/proc/irq/[0-9]*/smp_affinity_list'
+acts=
+set +f
+for d in "$R"/proc/irq/[0-9]*/*/; do [ -d "$d" ] && acts="$acts${d#"$R"}$NL"; done
+set -f
+rec M irq-actions ok; printf '%s' "$acts" | b64; echo
+
 # NUMA topology and SMT siblings.
 emit_file /sys/devices/system/node/online
 emit_file /sys/devices/system/cpu/online

@@ -43,6 +43,7 @@ from conformance.facts.runtime import (
     merge_containerd,
     parse_containerd_version,
 )
+from conformance.facts.system_cpus import SystemCpus, parse_cpu_affinity, parse_irqs
 from conformance.facts.topology import Topology
 from conformance.facts.xid import XidLog, parse_xid_lines
 
@@ -298,6 +299,23 @@ class NodeFacts:
             port_range=kernel.parse_port_range(b.text("/proc/sys/net/ipv4/ip_local_port_range")),
             reserved_ports=kernel.parse_port_set(b.text("/proc/sys/net/ipv4/ip_local_reserved_ports")),
         )
+
+    @fact
+    def system_cpus(self) -> SystemCpus:
+        """Where system services and device interrupts may run."""
+        self.require_reachable()
+        b = self.bundle
+        effective = b.optional_text("/sys/fs/cgroup/system.slice/cpuset.cpus.effective")
+        slice_cpus = (
+            parse_cpulist(effective, what="system.slice cpuset.cpus.effective") if effective and effective.strip() else None
+        )
+        docs = [(p, t) for p in ["/etc/systemd/system.conf", *sorted(b.glob("/etc/systemd/system.conf.d/*.conf"))]
+                if (t := b.optional_text(p)) is not None]  # fmt: skip
+        affinity, source = parse_cpu_affinity(docs)
+        listed = b.meta("irq-actions")
+        action_dirs = listed.data.decode("utf-8", "replace").splitlines() if listed else []
+        affinities = {p: b.text(p) for p in b.glob("/proc/irq/[0-9]*/smp_affinity_list")}
+        return SystemCpus(slice_cpus, affinity, source, parse_irqs(affinities, action_dirs))
 
     @fact
     def topology(self) -> Topology:

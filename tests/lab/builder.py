@@ -79,6 +79,7 @@ class NodeSpec:
     sshd_config: str = ""  # sshd_config lines for this node's sshd, ahead of (and so winning over) the lab's own
     daemons: list[str] = field(default_factory=list)  # do-nothing processes run under these program names (their comm)
     links: dict[str, str] = field(default_factory=dict)  # symlink on the node -> its target
+    irqs: dict[int, tuple[str, list[str]]] = field(default_factory=dict)  # /proc/irq: IRQ -> (affinity, handler names)
 
 
 @dataclass
@@ -231,6 +232,13 @@ class Lab:
             (pd / bus_id).mkdir()
             for attr, value in attrs.items():
                 (pd / bus_id / attr).write_text(value + "\n")
+        irq = d / "irq"  # bound over /proc/irq: the machine's own interrupts are not the node's
+        irq.mkdir()
+        for n, (affinity, handlers) in s.irqs.items():
+            (irq / str(n)).mkdir()
+            (irq / str(n) / "smp_affinity_list").write_text(affinity + "\n")
+            for h in handlers:
+                (irq / str(n) / h).mkdir()
         (d / "cgmnt").mkdir()
         (d / "sshd_config").write_text(  # the node's own lines first: for sshd the first value of a keyword wins
             node.spec.sshd_config + f"ListenAddress {node.address}:22\nHostKey {d / 'host_ed25519'}\nPidFile none\nUsePAM no\n"
@@ -263,6 +271,7 @@ class Lab:
             f"mount --bind {q(str(d / 'sys' / 'cpu'))} /sys/devices/system/cpu",
             f"mount --bind {q(str(d / 'sys' / 'block'))} /sys/block",
             f"mount --bind {q(str(d / 'sys' / 'pci'))} /sys/bus/pci/devices",
+            f"mount --bind {q(str(d / 'irq'))} /proc/irq",
         ]
         if s.cgroup == "v2":
             lines += [

@@ -125,7 +125,12 @@ GOOD_FILES = {
     "/var/lib/kubelet/memory_manager_state": MEMORY_STATE,
     "/etc/containerd/config.toml": CONTAINERD_V3_MAIN,
     "/etc/containerd/conf.d/99-nvidia.toml": CONTAINERD_V3_NVIDIA,
+    # systemd keeps itself and every service on the reserved CPUs (reservedSystemCPUs 0,4,8,12)
+    "/etc/systemd/system.conf": "[Manager]\n#CPUAffinity=\n",
+    "/etc/systemd/system.conf.d/50-reserved-cpus.conf": "[Manager]\nCPUAffinity=0 4,8 12\n",
 }
+# Interrupts steered to the reserved CPUs; one without a handler (delivers nothing) may go anywhere
+GOOD_IRQS = {24: ("0,4", ["nvme0q0"]), 25: ("8,12", ["mlx5_comp0@pci:0000:17:00.0"]), 9: ("0-15", [])}
 GOOD_ARGS = ["--config=/etc/kubernetes/kubelet-config.yaml", "--config-dir=/etc/kubernetes/kubelet.conf.d", "--v=2"]
 
 BAD_KUBELET_JSON = json.dumps(
@@ -174,6 +179,7 @@ def specs() -> list[NodeSpec]:
         # an unprivileged account, for which the CPU checkpoint is unreadable (permission test)
         users=["auditor"],
         modes={"/var/lib/kubelet/cpu_manager_state": 0o600},
+        irqs=GOOD_IRQS,
     )
     hostile = NodeSpec(
         name="hostile",
@@ -222,6 +228,8 @@ def specs() -> list[NodeSpec]:
         nvme={"nvme0n1": "[none] mq-deadline"},
         cgroup="v1",
         kubepods=None,
+        # irqbalance put an NVMe queue's interrupt on cpu5, which the CPU manager hands out exclusively
+        irqs={**GOOD_IRQS, 31: ("5", ["nvme0q5"])},
     )
     del bad_runtime.files["/etc/containerd/conf.d/99-nvidia.toml"]
     crio_kubelet = GOOD_KUBELET.replace("unix:///run/containerd/containerd.sock", "unix:///var/run/crio/crio.sock")
@@ -277,6 +285,7 @@ ALL_CHECKS = [
     "NODE-NUMA-TOPOLOGY",
     "NODE-NVME-SCHEDULER",
     "KUBELET-ALLOWED-UNSAFE-SYSCTLS",
+    "NODE-SYSTEM-CPUS-ISOLATED",
 ]
 POD_CHECKS = [
     "POD-QOS-GUARANTEED",
@@ -340,6 +349,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         KUBELET_CGROUPS_PER_QOS="failed",
         KUBELET_CPU_STATE="failed",
         NODE_NVME_SCHEDULER="skipped",
+        NODE_SYSTEM_CPUS_ISOLATED="skipped",  # the none policy hands out no CPU exclusively
     ),
     "bad-runtime": _row(
         "passed",
@@ -348,6 +358,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         SYSCTL_TCP_TW_REUSE="failed",
         SYSCTL_SOMAXCONN="failed",
         SYSCTL_PORT_RANGE="failed",
+        NODE_SYSTEM_CPUS_ISOLATED="failed",  # IRQ 31 on cpu5
     ),
     "bad-state": _row(
         "passed",
@@ -356,8 +367,15 @@ EXPECTED: dict[str, dict[str, str]] = {
         NODE_NVME_SCHEDULER="failed",
         RUNTIME_SYSTEMD_CGROUP="failed",
         KUBELET_CGROUP_DRIVER="failed",
+        NODE_SYSTEM_CPUS_ISOLATED="failed",  # no CPUAffinity=, no system.slice cpuset: services run anywhere
     ),
-    "hostile": _row("passed", KUBELET_CPU_STATE="error", NODE_NVME_SCHEDULER="error", RUNTIME_SYSTEMD_CGROUP="error"),
+    "hostile": _row(
+        "passed",
+        KUBELET_CPU_STATE="error",
+        NODE_NVME_SCHEDULER="error",
+        RUNTIME_SYSTEMD_CGROUP="error",
+        NODE_SYSTEM_CPUS_ISOLATED="failed",
+    ),
     "down": _row("error"),
     # the same files, merged as each release merges them (the release from the running binary's --version)
     "containerd2": _row("passed", NODE_NVME_SCHEDULER="skipped"),
