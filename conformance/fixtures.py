@@ -133,22 +133,25 @@ def link_after(request: pytest.FixtureRequest, node: str, visible_gpus: Any) -> 
 
 
 @pytest.fixture
-def dcgm_series(request: pytest.FixtureRequest, node: str, node_spec: NodeSpec) -> tuple[str, dict[str, int] | None]:
-    """(where, {metric: series}) of the node's dcgm-exporter: the inventory's URL, else the API's pod
-    proxy; (why, None) when no exporter pod runs on the node."""
+def dcgm_series(
+    request: pytest.FixtureRequest, node: str, node_spec: NodeSpec
+) -> tuple[str, dict[str, int] | None, tuple[int | None, str]]:
+    """(where, {metric: series}, (collection interval ms, its source)) of the node's dcgm-exporter: the
+    inventory's URL, else the API's pod proxy; (why, None, ...) when no exporter pod runs on the node."""
     run = request.config.stash[RUN_KEY]
     if run.snapshot_dir:
         pytest.skip("the exporter is read live; a snapshot replay does not read it")
     if node_spec.dcgm_exporter:
         where, text = node_spec.dcgm_exporter, dcgm.fetch(node_spec.dcgm_exporter)
+        interval: tuple[int | None, str] = (None, "not known: the inventory gives a metrics URL, not the exporter's pod")
     elif run.kube_api is not None and run.inventory.kubernetes is not None:
         try:
-            where, text = dcgm_metrics(run.kube_api, run.inventory.kubernetes, node)
+            where, text, interval = dcgm_metrics(run.kube_api, run.inventory.kubernetes, node)
         except AssertionError as e:  # no exporter pod on the node: a finding, which the check reports
-            return str(e), None
+            return str(e), None, (None, "no exporter pod")
     else:
         pytest.skip("no dcgm-exporter to ask: configure the Kubernetes API, or the node's dcgm_exporter URL in the inventory")
-    return where, dcgm.metric_series(text)
+    return where, dcgm.metric_series(text), interval
 
 
 @pytest.fixture

@@ -249,12 +249,15 @@ def test_gpu_mig_mode(node, visible_gpus, profile, evidence):
     rationale="""Without utilisation, copy-engine and PCIe throughput metrics, a slow or stuck GPU is
     invisible to alerting and capacity planning.""",
     remediation="Deploy dcgm-exporter (GPU Operator) on the node and enable the profiling (PROF) fields in its "
-    "metrics CSV, e.g. DCGM_FI_PROF_PCIE_TX_BYTES.",
+    "metrics CSV, e.g. DCGM_FI_PROF_PCIE_TX_BYTES; set its collection interval (-c, or DCGM_EXPORTER_INTERVAL, in "
+    "ms; the GPU Operator's ClusterPolicy dcgmExporter.env) at or below the profile's gpu.dcgm_max_interval_ms.",
     source="dcgm-exporter /metrics through the Kubernetes API's pod proxy (or the inventory's dcgm_exporter URL)",
 )
 def test_gpu_dcgm_exporter(node, visible_gpus, dcgm_series, profile, evidence):
-    where, series = dcgm_series
+    where, series, (interval, interval_source) = dcgm_series
     assert series is not None, where  # no exporter runs on the node
+    limit = profile.get("gpu.dcgm_max_interval_ms")
+    evidence.add(f"collection interval: {f'{interval} ms' if interval is not None else 'unknown'} ({interval_source})")
     want = profile.get("gpu.dcgm_metrics")
     if any(x.mig for x in visible_gpus.gpus):
         # DCGM's device-level utilisation fields are not reported for MIG instances; dcgm-exporter's
@@ -264,7 +267,10 @@ def test_gpu_dcgm_exporter(node, visible_gpus, dcgm_series, profile, evidence):
     evidence.source = where
     evidence.add(*(f"{m}: {series.get(m, 0)} series" for m in want))
     missing = [m for m in want if not series.get(m)]
-    assert not missing, f"{where} does not serve {', '.join(missing)}"
+    problems = [f"{where} does not serve {', '.join(missing)}"] if missing else []
+    if limit is not None and interval is not None and interval > limit:
+        problems.append(f"it collects every {interval} ms ({interval_source}), slower than gpu.dcgm_max_interval_ms {limit}")
+    assert not problems, "; ".join(problems)
 
 
 @check(

@@ -141,7 +141,8 @@ def test_dcgm_exporter_metrics_through_the_pod_proxy(cluster):
     api.add_pod(exporter)
     api.proxy_handler = lambda ns, pod, port, path: (200, dcgm_text(full=False)) if (port, path) == (9400, "metrics") else None
     s = spec()
-    where, text = dcgm_metrics(api_client(s), s, "gpu-a1")
+    where, text, interval = dcgm_metrics(api_client(s), s, "gpu-a1")
+    assert interval == (30000, "dcgm-exporter's default (no -c, no DCGM_EXPORTER_INTERVAL)")
     assert where == "pod gpu-operator/nvidia-dcgm-exporter-x1:9400/metrics (API pod proxy)"
     assert metric_series(text) == {"DCGM_FI_DEV_GPU_UTIL": 2, "DCGM_FI_DEV_MEM_COPY_UTIL": 2}
     with pytest.raises(AssertionError, match="no running dcgm-exporter pod"):
@@ -182,3 +183,22 @@ def test_runtime_classes_in_their_api_group_under_rbac(cluster):
     with pytest.raises(client.exceptions.ApiException) as e:
         client.NodeV1Api(api_client(spec())).read_runtime_class("missing")
     assert e.value.status == 404
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "want"),
+    [
+        (["dcgm-exporter", "-c", "5000"], {}, (5000, "argument -c")),
+        (
+            ["dcgm-exporter", "--collect-interval=1000"],
+            {"DCGM_EXPORTER_INTERVAL": "60000"},
+            (1000, "argument --collect-interval"),
+        ),
+        (["dcgm-exporter"], {"DCGM_EXPORTER_INTERVAL": "60000"}, (60000, "environment DCGM_EXPORTER_INTERVAL")),
+        (["dcgm-exporter", "-c", "soon"], {}, (None, "argument -c is 'soon', not a number of milliseconds")),
+    ],
+)  # fmt: skip
+def test_dcgm_exporter_collection_interval(args, env, want):
+    from conformance.cluster.dcgm import collect_interval
+
+    assert collect_interval(args, env) == want

@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from conformance.cluster.dcgm import collect_interval
 from conformance.config.validation import typed_fields
 from conformance.errors import FactUnavailable, UsageError
 
@@ -190,8 +191,9 @@ def parse_spec(block: Any, errors: list[str]) -> KubeSpec | None:
     return spec
 
 
-def dcgm_metrics(api: Any, spec: KubeSpec, node: str) -> tuple[str, str]:
-    """(where, metrics text) of the dcgm-exporter pod on `node`, read through the API server's pod proxy."""
+def dcgm_metrics(api: Any, spec: KubeSpec, node: str) -> tuple[str, str, tuple[int | None, str]]:
+    """(where, metrics text, (collection interval ms, its source)) of the dcgm-exporter pod on `node`, the
+    metrics read through the API server's pod proxy, the interval from the pod's spec."""
     from kubernetes import client
 
     core = client.CoreV1Api(api)
@@ -211,10 +213,17 @@ def dcgm_metrics(api: Any, spec: KubeSpec, node: str) -> tuple[str, str]:
         )
     pod = running[0].metadata.name
     where = f"pod {spec.dcgm_namespace}/{pod}:{spec.dcgm_port}/metrics (API pod proxy)"
+    containers = running[0].spec.containers or []
+    exporter = next((c for c in containers if "dcgm-exporter" in " ".join([c.name, *(c.command or []), *(c.args or [])])),
+                    containers[0] if containers else None)  # fmt: skip
+    interval: tuple[int | None, str] = (None, "the exporter pod has no container")
+    if exporter is not None:
+        env = {e.name: e.value for e in exporter.env or [] if e.value is not None}
+        interval = collect_interval([*(exporter.command or []), *(exporter.args or [])], env)
     try:
         r = core.connect_get_namespaced_pod_proxy_with_path(
             f"{pod}:{spec.dcgm_port}", spec.dcgm_namespace, "metrics", _preload_content=False, _request_timeout=TIMEOUT_S
         )
-        return where, r.data.decode("utf-8", "replace")
+        return where, r.data.decode("utf-8", "replace"), interval
     except Exception as e:
         raise FactUnavailable(f"{where}: {explain(e, 'get', 'pods/proxy', pod)}") from None

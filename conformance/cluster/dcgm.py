@@ -38,3 +38,26 @@ def fetch(url: str, timeout: float = 5.0) -> str:
     if len(body) > MAX_BYTES:
         raise FactUnavailable(f"dcgm-exporter at {url}: answer larger than {MAX_BYTES} bytes")
     return body.decode("utf-8", "replace")
+
+
+# dcgm-exporter's collection interval (NVIDIA/dcgm-exporter, its CLI: --collect-interval / -c in
+# milliseconds, else the DCGM_EXPORTER_INTERVAL environment variable, default 30000).
+DEFAULT_INTERVAL_MS = 30000
+
+
+def collect_interval(args: list[str], env: dict[str, str]) -> tuple[int | None, str]:
+    """(interval in ms, where it comes from) of a dcgm-exporter container: its command-line flag wins
+    over the environment (urfave/cli), which wins over the default."""
+    value = None
+    for i, a in enumerate(args):
+        name, eq, v = a.partition("=")
+        if name in ("-c", "--c", "-collect-interval", "--collect-interval"):
+            value = (v if eq else (args[i + 1] if i + 1 < len(args) else None), f"argument {name}")
+    if value is None and "DCGM_EXPORTER_INTERVAL" in env:
+        value = (env["DCGM_EXPORTER_INTERVAL"], "environment DCGM_EXPORTER_INTERVAL")
+    if value is None:
+        return DEFAULT_INTERVAL_MS, "dcgm-exporter's default (no -c, no DCGM_EXPORTER_INTERVAL)"
+    text, source = value
+    if text is None or not str(text).strip().isdigit():
+        return None, f"{source} is {text!r}, not a number of milliseconds"
+    return int(str(text).strip()), source

@@ -129,6 +129,9 @@ def _validate(values: dict[str, Any], source: str) -> None:
     need("gpu.nvlink_links_up", up == "all" or (isinstance(up, int) and not isinstance(up, bool) and up >= 0), "all or a number")
     for key in ("retired_pages_limit", "ecc_aggregate_uncorrected_limit"):
         need(f"gpu.{key}", isinstance(g[key], int) and g[key] >= 0, "an integer >= 0")
+    interval = g["dcgm_max_interval_ms"]
+    interval_ok = interval is None or (isinstance(interval, int) and not isinstance(interval, bool) and interval > 0)
+    need("gpu.dcgm_max_interval_ms", interval_ok, "null or a number of milliseconds")
     corrected = g["ecc_corrected_limit"]
     corrected_ok = corrected is None or (isinstance(corrected, int) and corrected >= 0)
     need("gpu.ecc_corrected_limit", corrected_ok, "null or an integer >= 0")
