@@ -346,7 +346,7 @@ def _replayed_report(item: ReplayItem, report: pytest.TestReport) -> pytest.Test
     decided = (report.when == "setup" and r["outcome"] == "error") or (report.when == "call" and r["outcome"] != "error")
     if not decided:
         return report
-    r["test"] = item.nodeid
+    r.setdefault("test", item.nodeid)  # the live run's test id stays: a replay renders the same result
     if not report.passed:
         report.longrepr = f"{r['outcome'].upper()} [{r['check']}] {r['node']}: {r['message']}"
     props = [("check", r["check"]), ("node", r["node"]), ("severity", r["severity"]), ("outcome", r["outcome"])]
