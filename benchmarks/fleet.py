@@ -5,9 +5,10 @@ reused, one command per fact, nodes one after another).
 
     sudo python -m benchmarks.fleet [--sizes 10,50,100,200] [--parallel 64]
 
-Prints wall time, nodes per second, remote executions per node and peak memory per size, the naive
-time for 10 nodes and the ratio. Goals (issue 6): 100 nodes in at most 10 s on 2 cores, at most 2
-remote executions per node, at least 10 x faster than the naive approach.
+Prints wall time, nodes per second, remote executions per node, peak memory and the runner's CPU
+(user + system of the `conformance run` process) per size; beside it, the floor for any SSH-based
+audit here: plain OpenSSH sending the very same collector bytes to the same nodes, `--parallel` at a
+time, and the ratio of the two; then the naive time for 10 nodes and that ratio.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -94,7 +96,8 @@ def relay_inventory(lab: Lab, lines: DelayLines, nodes: int, tmp: Path) -> Path:
     return inv
 
 
-def timed_run(inv: Path, out: Path, parallel: int) -> tuple[float, int, dict]:
+def timed_run(inv: Path, out: Path, parallel: int) -> tuple[float, int, dict, float]:
+    """(wall s, peak RSS KB, results, CPU s of the run's process: paramiko's threads included)."""
     t = time.monotonic()
     p = subprocess.Popen(
         [sys.executable, "-m", "conformance", "run", "--inventory", str(inv), "--output", str(out), f"--parallel={parallel}"],
@@ -103,7 +106,33 @@ def timed_run(inv: Path, out: Path, parallel: int) -> tuple[float, int, dict]:
     )
     _, _, usage = os.wait4(p.pid, 0)
     wall = time.monotonic() - t
-    return wall, usage.ru_maxrss, json.loads((out / "results.json").read_text())
+    return wall, usage.ru_maxrss, json.loads((out / "results.json").read_text()), usage.ru_utime + usage.ru_stime
+
+
+def openssh_floor(lab: Lab, lines: DelayLines, n: int, parallel: int, known_hosts: Path) -> tuple[float, float]:
+    """Plain OpenSSH: the collector's exact bytes on stdin of `sh -s` on each node, `parallel` at a time
+    (the floor of any SSH-based audit over these links). Returns (wall s, CPU s of the ssh clients)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from conformance.collection.collect import MAX_BYTES, collector_script
+
+    script = collector_script()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+
+    def one(port: int) -> int:
+        argv = ["ssh", "-F", "/dev/null", "-i", str(lab.client_key), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+                "-o", f"UserKnownHostsFile={known_hosts}", "-p", str(port), "root@127.0.0.1",
+                "sh", "-s", "--", "''", str(MAX_BYTES)]  # fmt: skip
+        return subprocess.run(argv, input=script, capture_output=True, timeout=300).returncode
+
+    t = time.monotonic()
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        codes = list(pool.map(one, lines.ports[:n]))
+    wall = time.monotonic() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if any(codes):
+        print(f"  (OpenSSH floor: {sum(c != 0 for c in codes)} of {n} collections failed)")
+    return wall, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
 
 
 def naive(lab: Lab, lines: DelayLines, n: int, known_hosts: Path) -> tuple[float, int]:
@@ -159,15 +188,18 @@ def main() -> int:
         print(f"lab of {max(sizes)} nodes (namespaces, sshd, kubelet process) built in {time.monotonic() - t:.1f} s")
         lines = DelayLines([(n.address, 22) for n in lab.nodes], delay=0.025)
         try:
-            print(f"{'nodes':>6} {'wall s':>8} {'nodes/s':>8} {'exec/node':>10} {'peak MB':>8}  verdicts")
+            print(f"{'nodes':>6} {'wall s':>8} {'nodes/s':>8} {'exec/node':>10} {'peak MB':>8} {'CPU ms/node':>12} "
+                  f"{'floor s':>8} {'ratio':>6}  verdicts")  # fmt: skip
             ours: dict[int, float] = {}
             for n in sizes:
                 inv = relay_inventory(lab, lines, n, tmp)
-                wall, rss_kb, doc = timed_run(inv, tmp / f"out-{n}", args.parallel)
+                floor, _ = openssh_floor(lab, lines, n, args.parallel, tmp / "known_hosts_relay")
+                wall, rss_kb, doc, cpu = timed_run(inv, tmp / f"out-{n}", args.parallel)
                 ours[n] = wall
                 execs = statistics.mean(x["collection"]["remote_executions"] for x in doc["nodes"])
                 verdicts = {v: sum(x["verdict"] == v for x in doc["nodes"]) for v in ("accepted", "rejected", "unreachable")}
-                print(f"{n:>6} {wall:>8.1f} {n / wall:>8.1f} {execs:>10.1f} {rss_kb / 1024:>8.0f}  {verdicts}")
+                print(f"{n:>6} {wall:>8.1f} {n / wall:>8.1f} {execs:>10.1f} {rss_kb / 1024:>8.0f} {cpu / n * 1000:>12.0f} "
+                      f"{floor:>8.1f} {wall / floor:>6.2f}  {verdicts}")  # fmt: skip
             k = args.naive_nodes
             relay_inventory(lab, lines, k, tmp)  # writes the relay ports' known_hosts
             naive_s, per_node = naive(lab, lines, k, tmp / "known_hosts_relay")
