@@ -217,26 +217,25 @@ def stop_one(lab: Lab, pod: LabPod) -> None:
     base = lab.cg_dir / "pods" / pod.uid
     deadline = time.monotonic() + 10
     for d in [x for x in base.glob("*") if x.is_dir()] + [base]:
-        while d.exists():
-            try:
-                d.rmdir()
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        _rmdir_when_empty(d, deadline)
 
 
-def _remove_cgroups(leaf: Path, stop_at: Path) -> None:
-    """rmdir the pod's cgroup once the kernel lets it go (its processes are killed), then its parents up
-    to `stop_at` while they are empty (another pod's cgroup keeps them)."""
-    deadline = time.monotonic() + 10
-    while leaf.exists():
+def _rmdir_when_empty(d: Path, deadline: float) -> None:
+    """rmdir a cgroup once the kernel lets it go (its processes were killed: the event is the rmdir
+    succeeding), failing at the deadline."""
+    while d.exists():
         try:
-            leaf.rmdir()
+            d.rmdir()
         except OSError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
+
+
+def _remove_cgroups(leaf: Path, stop_at: Path) -> None:
+    """rmdir the pod's cgroup, then its parents up to `stop_at` while they are empty (another pod's
+    cgroup keeps them)."""
+    _rmdir_when_empty(leaf, time.monotonic() + 10)
     d = leaf.parent
     while True:
         try:
