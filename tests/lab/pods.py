@@ -37,8 +37,9 @@ import os, sys, threading, time
 stray = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1] != "-" else None
 for _ in range(int(sys.argv[2]) if len(sys.argv) > 2 else 0):  # busy workers: processes that never sleep
     if os.fork() == 0:
+        spins = 0
         while True:
-            pass
+            spins += 1
 def work():
     if stray is not None:
         os.sched_setaffinity(0, {stray})
