@@ -19,17 +19,6 @@ from conformance.errors import UsageError
 from conformance.outputs import diff, diff_lines, load_results, push_to_gateway
 
 EXIT_OK, EXIT_REJECTED, EXIT_INTERRUPTED, EXIT_USAGE = 0, 1, 2, 4
-SUITE_MODULES = (
-    "test_kubelet",
-    "test_cgroup_runtime",
-    "test_sysctl",
-    "test_node_hardware",
-    "test_gpu",
-    "test_gpu_health",
-    "test_pods",
-    "test_latency",
-    "test_site",
-)
 
 
 def suites_dir() -> Path:
@@ -248,12 +237,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def load_registry() -> dict:
-    from conformance.checks import REGISTRY
+    from conformance.checks import load_builtin
 
     suites_dir()
-    for mod in SUITE_MODULES:
-        importlib.import_module(f"suites.{mod}")
-    return REGISTRY
+    return load_builtin()
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
@@ -296,11 +283,11 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 def load_site_checks(paths: list[str], inventory_site: list[str] | None = None) -> list:
     """The declarative rules in `paths` (registered beside the built-in checks) and the Python site
     checks there (imported, so a bad file is a usage error naming it before anything runs)."""
-    from conformance.checks import REGISTRY
+    from conformance.checks import REGISTRY, builtin_ids
     from conformance.config.site_rules import load_rules, python_dirs
 
-    load_registry()
-    rules = load_rules([*paths, *(inventory_site or [])], {c for c, s in REGISTRY.items() if s.origin == "built-in"})
+    suites_dir()
+    rules = load_rules([*paths, *(inventory_site or [])], builtin_ids())
     for r in rules:
         REGISTRY[r.spec.id] = r.spec
     for where in python_dirs(paths):

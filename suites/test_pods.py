@@ -8,9 +8,9 @@ import pytest
 
 from conformance.checks import check
 from conformance.checks.sysctl_rules import port_range_problems, somaxconn_problem, tw_reuse_problem
-from conformance.errors import ConformanceError, FactUnavailable, ParseError
+from conformance.errors import ConformanceError, FactUnavailable
 from conformance.facts.cpulist import format_cpulist
-from conformance.facts.kernel import parse_port_range, parse_port_set
+from conformance.facts.kernel import parse_int_sysctl, parse_port_range, parse_port_set
 from conformance.facts.units import bytes_of, cpu_count
 
 
@@ -318,12 +318,6 @@ def _pod_sysctls(pod, inside, evidence, names: list[str]) -> dict[str, str]:
     return inside.sysctls
 
 
-def _int_sysctl(value: str, name: str) -> int:
-    if not value.lstrip("-").isdigit():
-        raise FactUnavailable(f"{name}: {value!r} is not a number")
-    return int(value)
-
-
 SYSCTL_REMEDIATION = (
     "Set it for the pod: securityContext.sysctls (net.ipv4.tcp_tw_reuse and net.core.somaxconn are not in the "
     "kubelet's safe set, so the node's kubelet must list them in allowedUnsafeSysctls, see "
@@ -344,7 +338,7 @@ SYSCTL_REMEDIATION = (
 )
 def test_pod_sysctl_tw_reuse(node, container, pod, inside, profile, evidence):
     values = _pod_sysctls(pod, inside, evidence, ["net/ipv4/tcp_tw_reuse"])
-    problem = tw_reuse_problem(_int_sysctl(values["net/ipv4/tcp_tw_reuse"], "net.ipv4.tcp_tw_reuse"), profile)
+    problem = tw_reuse_problem(parse_int_sysctl(values["net/ipv4/tcp_tw_reuse"], "net.ipv4.tcp_tw_reuse"), profile)
     assert problem is None, problem
 
 
@@ -359,7 +353,7 @@ def test_pod_sysctl_tw_reuse(node, container, pod, inside, profile, evidence):
 )
 def test_pod_sysctl_somaxconn(node, container, pod, inside, profile, evidence):
     values = _pod_sysctls(pod, inside, evidence, ["net/core/somaxconn"])
-    problem = somaxconn_problem(_int_sysctl(values["net/core/somaxconn"], "net.core.somaxconn"), profile)
+    problem = somaxconn_problem(parse_int_sysctl(values["net/core/somaxconn"], "net.core.somaxconn"), profile)
     assert problem is None, problem
 
 
@@ -375,12 +369,7 @@ def test_pod_sysctl_somaxconn(node, container, pod, inside, profile, evidence):
 def test_pod_sysctl_port_range(node, container, pod, inside, profile, evidence):
     names = ["net/ipv4/ip_local_port_range", "net/ipv4/ip_local_reserved_ports"]
     values = _pod_sysctls(pod, inside, evidence, names)
-    try:
-        port_range = parse_port_range(values[names[0]])
-        reserved = parse_port_set(values[names[1]])
-    except ParseError as e:
-        raise FactUnavailable(str(e)) from None
-    problems = port_range_problems(port_range, reserved, profile)
+    problems = port_range_problems(parse_port_range(values[names[0]]), parse_port_set(values[names[1]]), profile)
     assert not problems, "; ".join(problems)
 
 

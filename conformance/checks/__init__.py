@@ -6,6 +6,7 @@ def test_cpu_manager_policy(kubelet_config, profile, evidence): ...
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -35,6 +36,29 @@ class CheckSpec:
 
 REGISTRY: dict[str, CheckSpec] = {}
 SITE_PREFIX = "SITE-"  # every site check's id starts with it; no built-in id does
+# The modules of suites/ that declare the built-in checks (imported by name: checks never import a suite).
+SUITE_MODULES = (
+    "test_kubelet",
+    "test_cgroup_runtime",
+    "test_sysctl",
+    "test_node_hardware",
+    "test_gpu",
+    "test_gpu_health",
+    "test_pods",
+    "test_latency",
+    "test_site",
+)
+
+
+def load_builtin() -> dict[str, CheckSpec]:
+    """Import every suite so the registry holds every built-in check; returns the registry."""
+    for mod in SUITE_MODULES:
+        importlib.import_module(f"suites.{mod}")
+    return REGISTRY
+
+
+def builtin_ids() -> set[str]:
+    return {cid for cid, spec in load_builtin().items() if spec.origin == "built-in"}
 
 
 def check(id: str, severity: str, *, title: str, rationale: str, remediation: str, source: str) -> Callable[[F], F]:

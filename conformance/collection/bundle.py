@@ -91,6 +91,11 @@ class Bundle:
     def meta(self, name: str) -> Record | None:
         return self._index.get(("M", name))
 
+    def meta_lines(self, name: str) -> list[str] | None:
+        """A meta record that lists paths, one per line (None: the collector did not write it)."""
+        rec = self.meta(name)
+        return None if rec is None else [x for x in rec.data.decode("utf-8", "replace").split("\n") if x]
+
     def dirs(self) -> dict[str, bool]:
         return {r.name: r.status == "present" for r in self.records if r.kind == "D"}
 

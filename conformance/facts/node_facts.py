@@ -312,8 +312,7 @@ class NodeFacts:
         docs = [(p, t) for p in ["/etc/systemd/system.conf", *sorted(b.glob("/etc/systemd/system.conf.d/*.conf"))]
                 if (t := b.optional_text(p)) is not None]  # fmt: skip
         affinity, source = parse_cpu_affinity(docs)
-        listed = b.meta("irq-actions")
-        action_dirs = listed.data.decode("utf-8", "replace").splitlines() if listed else []
+        action_dirs = b.meta_lines("irq-actions") or []
         affinities = {p: b.text(p) for p in b.glob("/proc/irq/[0-9]*/smp_affinity_list")}
         return SystemCpus(slice_cpus, affinity, source, parse_irqs(affinities, action_dirs))
 
@@ -349,10 +348,10 @@ class NodeFacts:
         """GPUs from NVML (the probe), else nvidia-smi, joined with their PCI sysfs attributes."""
         self.require_reachable()
         b = self.bundle
-        listed = b.meta("gpus")
+        listed = b.meta_lines("gpus")
         if listed is None:
             raise FactUnavailable(f"node {self.name}: the collector did not list PCI GPUs (older snapshot?)")
-        functions = sorted(p for p in listed.data.decode("utf-8", "replace").split("\n") if p)
+        functions = sorted(listed)
         probe = b.optional_command("nvml-probe")
         notes: list[str] = []
         if probe is None and not functions:
@@ -395,8 +394,7 @@ class NodeFacts:
                 g.pci = parse_pci_function(g.bus_id, attrs)
         facts.pci_functions = functions
         facts.notes = notes + facts.notes
-        switches = b.meta("nvswitches")
-        facts.nvswitches = sorted(p for p in switches.data.decode("utf-8", "replace").split("\n") if p) if switches else []
+        facts.nvswitches = sorted(b.meta_lines("nvswitches") or [])
         facts.daemons = {name: b.processes(comm) for name, comm in GPU_DAEMONS.items()}
         return facts
 

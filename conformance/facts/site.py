@@ -11,17 +11,17 @@ of the [Install] targets, masked by a link to /dev/null in /etc/systemd/system; 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-import tomllib
 from typing import Any
-
-import yaml
 
 from conformance.collection.bundle import Bundle
 from conformance.config.site_rules import DPKG_STATUS, SYSTEMD_WANTS, UNIT_CGROUPS, SiteRule, sysctl_path
-from conformance.errors import FactUnavailable
+from conformance.errors import FactUnavailable, ParseError
 from conformance.facts.debversion import satisfies
+from conformance.facts.kubelet import load_yaml_mapping
+from conformance.facts.runtime import load_toml
 
 SHOWN = 160  # characters of a value shown in evidence
 
@@ -29,10 +29,6 @@ SHOWN = 160  # characters of a value shown in evidence
 def _short(v: Any) -> str:
     s = str(v)
     return s if len(s) <= SHOWN else s[:SHOWN] + "..."
-
-
-def _text(b: Bundle, path: str) -> str:
-    return b.text(path, what=path)
 
 
 def _number(v: Any, what: str) -> float:
@@ -58,14 +54,15 @@ def compare(actual: Any, p: dict[str, Any], what: str) -> list[str]:
 
 
 def _parsed(text: str, fmt: str, path: str) -> Any:
-    try:
-        if fmt == "json":
+    """The file as the rule's format reads it, with the project's own loaders (a ParseError names the file)."""
+    if fmt == "toml":
+        return load_toml(text, path)
+    if fmt == "json":
+        try:
             return json.loads(text)
-        if fmt == "toml":
-            return tomllib.loads(text)
-        return yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError, RecursionError) as e:
-        raise FactUnavailable(f"{path}: not valid {fmt.upper()}: {' '.join(str(e).split())[:200]}") from None
+        except (ValueError, RecursionError) as e:
+            raise ParseError(f"{path}: not valid JSON: {e}") from None
+    return load_yaml_mapping(text, path, "a YAML mapping")
 
 
 def _key(doc: Any, dotted: str, path: str) -> tuple[bool, Any]:
@@ -104,7 +101,7 @@ def judge_file(b: Bundle, p: dict[str, Any]) -> tuple[list[str], list[str]]:
         if k in p and str(p[k]) not in (have, ident):
             problems.append(f"{path} is owned by {k} {have} ({ident}), expected {p[k]}")
     if any(k in p for k in ("equals", "contains", "not_contains", "regex", "format")):
-        text = _text(b, path)
+        text = b.text(path)
         rec = b.file(path)
         if rec is not None and rec.truncated:
             lines.append(f"{path}: only the first {b.max_bytes} bytes were read")
@@ -130,12 +127,12 @@ def judge_file(b: Bundle, p: dict[str, Any]) -> tuple[list[str], list[str]]:
 
 
 def judge_sysctl(b: Bundle, p: dict[str, Any]) -> tuple[list[str], list[str]]:
-    value = " ".join(_text(b, sysctl_path(p["name"])).split())
+    value = " ".join(b.text(sysctl_path(p["name"])).split())
     return compare(value, p, p["name"]), [f"{p['name']} = {_short(value)} ({sysctl_path(p['name'])})"]
 
 
 def judge_cmdline(b: Bundle, p: dict[str, Any]) -> tuple[list[str], list[str]]:
-    text = _text(b, "/proc/cmdline").strip()
+    text = b.text("/proc/cmdline").strip()
     params = text.split()
     lines = [f"/proc/cmdline: {_short(text)}"]
     if "has" in p:
@@ -149,7 +146,7 @@ def judge_module(b: Bundle, p: dict[str, Any]) -> tuple[list[str], list[str]]:
     def norm(name: str) -> str:
         return name.replace("-", "_")  # the kernel treats - and _ in module names alike
 
-    loaded = {norm(line.split()[0]) for line in _text(b, "/proc/modules").splitlines() if line.strip()}
+    loaded = {norm(line.split()[0]) for line in b.text("/proc/modules").splitlines() if line.strip()}
     want = p.get("loaded", True)
     is_loaded = norm(p["name"]) in loaded
     lines = [f"/proc/modules: {p['name']} {'loaded' if is_loaded else 'not loaded'} ({len(loaded)} modules loaded)"]
@@ -193,6 +190,7 @@ def judge_systemd(b: Bundle, p: dict[str, Any]) -> tuple[list[str], list[str]]:
     return problems, lines
 
 
+@functools.lru_cache(maxsize=4)
 def dpkg_packages(text: str) -> dict[str, tuple[str, str]]:
     """{package: (status, version)} from dpkg's status file (stanzas separated by blank lines)."""
     out = {}
@@ -210,7 +208,7 @@ def judge_package(b: Bundle, p: dict[str, Any]) -> tuple[list[str], list[str]]:
             f"no dpkg database on this node ({DPKG_STATUS} missing): package rules read dpkg's status file; an RPM "
             "database needs rpm itself to read, so write a file rule or a Python site check for it"
         )
-    pkgs = dpkg_packages(_text(b, DPKG_STATUS))
+    pkgs = dpkg_packages(b.text(DPKG_STATUS))
     status, version = pkgs.get(p["name"], ("", ""))
     installed = status.endswith(" installed")
     lines = [f"dpkg: {p['name']} " + (f"{version} ({status})" if status else "not known to dpkg")]

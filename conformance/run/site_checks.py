@@ -4,29 +4,18 @@ commands counted)."""
 
 from __future__ import annotations
 
-import importlib
 import threading
 from pathlib import Path
 from typing import Any
 
 import testinfra.host
 
-from conformance.checks import REGISTRY
+from conformance.checks import REGISTRY, builtin_ids
 from conformance.collection.collect import transport_for
 from conformance.collection.testinfra_host import SuiteBackend, host_over
 from conformance.config.site_rules import SiteRule, apply_overrides, load_rules, needs_section
 from conformance.errors import UsageError
 from conformance.run.fleet import Fleet
-
-BUILT_IN_SUITES = ("test_kubelet", "test_cgroup_runtime", "test_sysctl", "test_node_hardware", "test_gpu", "test_gpu_health",
-                   "test_pods", "test_latency")  # fmt: skip
-
-
-def builtin_ids() -> set[str]:
-    """Every built-in check id (the suites' modules declare them when imported)."""
-    for mod in BUILT_IN_SUITES:
-        importlib.import_module(f"suites.{mod}")
-    return {cid for cid, spec in REGISTRY.items() if spec.origin == "built-in"}
 
 
 class SiteChecks:
