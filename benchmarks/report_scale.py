@@ -92,7 +92,8 @@ def synthesize(nodes: int, checks: int, seed: int = 1) -> dict:
     }
 
 
-def browser_time(html: Path, strategy: str) -> float | None:
+def browser_time(html: Path, strategy: str, shown: tuple[str, ...] = (".gnc span.verdict", ".gnc table.m")) -> float | None:
+    """Seconds from navigation until every CSS selector in `shown` matches a displayed element."""
     chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
     if not (chromium and driver_path):
         print("no chromium/chromedriver: browser timing skipped", file=sys.stderr)
@@ -121,7 +122,7 @@ def browser_time(html: Path, strategy: str) -> float | None:
         d.get(html.as_uri())
 
         def usable(x: webdriver.Chrome) -> bool:
-            found = [x.find_elements(By.CSS_SELECTOR, sel) for sel in (".gnc span.verdict", ".gnc table.m")]
+            found = [x.find_elements(By.CSS_SELECTOR, sel) for sel in shown]
             return all(f and f[0].is_displayed() for f in found)
 
         WebDriverWait(d, 300, poll_frequency=0.05).until(usable)

@@ -105,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--waivers", metavar="FILE", help="waivers YAML (see inventory/waivers.example.yaml)")
     run.add_argument("--baseline", metavar="RESULTS_JSON", help="a previous results.json to compare with")
     run.add_argument("--pushgateway", metavar="URL", help="also push the Prometheus metrics to this Pushgateway")
+    run.add_argument(
+        "--group-by", metavar="LABEL", help="node label that groups nodes in the report's fleet view (default: a node-pool label)"
+    )
     run.add_argument("--snapshot", metavar="DIR", help="evaluate snapshots saved by 'conformance collect' (offline)")
     run.add_argument(
         "--measure",
@@ -145,6 +148,16 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--output", metavar="DIR", help="output folder (default: a new timestamped folder under reports/)")
     rep.add_argument("--baseline", metavar="RESULTS_JSON", help="a previous results.json to compare with")
     rep.add_argument("--pushgateway", metavar="URL", help="also push the Prometheus metrics to this Pushgateway")
+    rep.add_argument(
+        "--group-by", metavar="LABEL", help="node label that groups nodes in the report's fleet view (default: a node-pool label)"
+    )
+    rep.add_argument(
+        "--items",
+        choices=("auto", "result", "node"),
+        default="auto",
+        help="pytest items of the re-render: one per result, one per node (faster at fleet scale; the same outputs), "
+        "or auto (per node above 20,000 results)",
+    )
     rep.add_argument("-v", "--verbose", action="count", default=0)
 
     dif = sub.add_parser(
@@ -222,6 +235,16 @@ def build_parser() -> argparse.ArgumentParser:
     mer.add_argument("--output", metavar="DIR", help="output folder (default: a new timestamped folder under reports/)")
     mer.add_argument("--baseline", metavar="RESULTS_JSON", help="a previous results.json to compare with")
     mer.add_argument("--pushgateway", metavar="URL", help="also push the Prometheus metrics to this Pushgateway")
+    mer.add_argument(
+        "--group-by", metavar="LABEL", help="node label that groups nodes in the report's fleet view (default: a node-pool label)"
+    )
+    mer.add_argument(
+        "--items",
+        choices=("auto", "result", "node"),
+        default="auto",
+        help="pytest items of the re-render: one per result, one per node (faster at fleet scale; the same outputs), "
+        "or auto (per node above 20,000 results)",
+    )
     mer.add_argument("-v", "--verbose", action="count", default=0)
 
     chk = sub.add_parser(
@@ -390,6 +413,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         ("host-root", args.host_root),
         ("waivers", args.waivers),
         ("baseline", args.baseline),
+        ("group-by", args.group_by),
     ):
         if value:
             pargs.append(f"--{flag}={value}")
@@ -445,15 +469,18 @@ def cmd_manifests(args: argparse.Namespace) -> int:
 def cmd_merge(args: argparse.Namespace) -> int:
     import tempfile
 
-    from conformance.outputs.merge import expected_from, gather, missing_nodes
+    from conformance.outputs.merge import expected_from, gather, merged_document, missing_nodes
 
     work = Path(tempfile.mkdtemp(prefix="gnc-merge-"))
     found = gather(args.sources, work)
     marker = missing_nodes(found, expected_from(args.expect), work)
-    files = [str(f) for f in ([marker] if marker else []) + [path for path, _ in found]]
+    docs = ([load_results(marker)] if marker else []) + [doc for _, doc in found]
     note = "; some expected nodes sent nothing (marked incomplete)" if marker else ""
     print(f"merging {len(found)} results document(s){note}")
-    args.results = files
+    # one merged document for the report session: the sources are read and parsed once, here
+    merged = work / "merged-results.json"
+    merged.write_text(json.dumps(merged_document(docs, args.sources), separators=(",", ":")), encoding="utf-8")
+    args.results = [str(merged)]
     return cmd_report(args)
 
 
@@ -466,8 +493,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     pargs = ["--rootdir", str(out), "-c", "/dev/null", *_pytest_args(out, args.verbose)]
     pargs += [f"--replay={f}" for f in args.results]
+    pargs.append(f"--replay-items={args.items}")
     if args.baseline:
         pargs.append(f"--baseline={args.baseline}")
+    if args.group_by:
+        pargs.append(f"--group-by={args.group_by}")
     return _finish(int(pytest.main(pargs)), out, args.pushgateway)
 
 

@@ -16,7 +16,7 @@ from conformance.cluster.pods import ContainerRef
 from conformance.config.site_rules import SiteRule
 from conformance.errors import ConformanceError, UsageError
 from conformance.outputs import diff, junit_xml, load_results, prometheus_text
-from conformance.outputs.replay import ReplayItem, make_items
+from conformance.outputs.replay import NodeReplayItem, ReplayItem, make_items, node_summary_message
 from conformance.session import RUN_KEY, Run
 
 MESSAGE_LIMIT = 2000
@@ -90,6 +90,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="append",
         metavar="RESULTS_JSON",
         help="render reports from results.json files instead of running checks (repeat to merge runs)",
+    )
+    g.addoption(
+        "--group-by",
+        dest="conformance_group_by",
+        metavar="LABEL",
+        default=None,
+        help="the node label that groups nodes in the report's fleet view (default: the first common node-pool label)",
+    )
+    g.addoption(
+        "--replay-items",
+        dest="conformance_replay_items",
+        choices=("auto", "result", "node"),
+        default="auto",
+        help="a replay's pytest items: one per result, one per node, or auto (per node above 20,000 results); "
+        "the outputs are the same",
     )
     g.addoption(
         "--html-passed",
@@ -208,7 +223,7 @@ def pytest_collection(session: pytest.Session) -> bool | None:
     run: Run | None = session.config.stash.get(RUN_KEY, None)
     if run is None or run.ledger.replay is None:
         return None
-    session.items = make_items(session, run.ledger.replay)
+    session.items = make_items(session, run.ledger.replay, session.config.getoption("conformance_replay_items"))
     session.testscollected = len(session.items)
     session.config.hook.pytest_collection_modifyitems(session=session, config=session.config, items=session.items)
     session.config.hook.pytest_collection_finish(session=session)
@@ -267,6 +282,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report: pytest.TestReport = yield
     if isinstance(item, ReplayItem):
         return _replayed_report(item, report)
+    if isinstance(item, NodeReplayItem):
+        return _replayed_node_report(item, report)
     spec = _spec(item)
     if spec is None or not hasattr(item, "callspec"):
         return report
@@ -354,6 +371,27 @@ def _replayed_report(item: ReplayItem, report: pytest.TestReport) -> pytest.Test
     report.user_properties.extend(props)
     report.conformance_result = r  # type: ignore[attr-defined]
     item.config.stash[RUN_KEY].results.append(r)
+    return report
+
+
+def _replayed_node_report(item: NodeReplayItem, report: pytest.TestReport) -> pytest.TestReport:
+    if report.when != "call":
+        return report
+    rows = item.results
+    failing = [r for r in rows if r["outcome"] in ("failed", "error")]
+    worst = "error" if any(r["outcome"] == "error" for r in failing) else "failed" if failing else "passed"
+    order = ("critical", "high", "medium", "low")
+    severity = min((r["severity"] for r in failing), key=lambda s: order.index(s) if s in order else 9, default="")
+    # one row in the HTML table for the node; its failing results in the row's extras (html_report)
+    report.conformance_result = {  # type: ignore[attr-defined]
+        "node": rows[0]["node"], "check": f"{len(failing)} of {len(rows)} results", "severity": severity, "outcome": worst,
+        "message": node_summary_message(failing) if failing else "every result passed, skipped or was waived",
+        "source": "replayed results", "evidence": [f"{r['outcome'].upper()} [{r['check']}] {r['message']}" for r in failing],
+        "node_item": True,
+    }  # fmt: skip
+    if failing:
+        report.longrepr = f"{worst.upper()} {rows[0]['node']}: {report.conformance_result['message']}"  # type: ignore[attr-defined]
+    item.config.stash[RUN_KEY].results.extend(rows)
     return report
 
 

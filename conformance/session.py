@@ -15,6 +15,7 @@ from conformance import __version__
 from conformance.checks import BLOCKING, REGISTRY
 from conformance.cluster.acceptance import AcceptancePod
 from conformance.cluster.api import api_client, discover
+from conformance.cluster.kubelet_access import access_report
 from conformance.collection.bundle import Bundle
 from conformance.config.inventory import Inventory, NodeSpec, load_inventory, local_inventory, merge_discovered
 from conformance.config.profile import Profile
@@ -53,6 +54,7 @@ class Run:
         self.measurements = MeasurementStore(self.fleet, self.store, self.say)
         self.site = SiteChecks(self.fleet, timeout)
         self.ledger = Ledger()
+        self.api_access: list[str] = []  # the API grants the run relies on, as the API server answered
 
     @classmethod
     def from_options(cls, config: pytest.Config) -> Run:
@@ -81,6 +83,8 @@ class Run:
         run.site.load(getattr(opt, "conformance_checks", None) or [])
         run.store.options.site = run.site.needs()
         run.store.kube_api = kube_api
+        if kube_api is not None and inv.kubernetes is not None:
+            run.api_access = access_report(kube_api, inv.kubernetes.configz, run.fleet.pod_namespaces())
         run.pytest_config = config
         run.measurements.measure = bool(getattr(opt, "conformance_measure", False))
         run.pods.acceptance_pod = bool(getattr(opt, "conformance_acceptance_pod", False))
@@ -98,6 +102,7 @@ class Run:
         run.ledger.replay = doc
         run.ledger.started_at = doc["started_at"]
         run.ledger.replayed_nodes = {n["name"]: n for n in doc["nodes"]}
+        run.api_access = list(doc.get("api_access") or [])
         for n in doc["nodes"]:
             run.fleet.profile_names[n["name"]] = n.get("profile", "default")
             run.fleet.profile_reasons[n["name"]] = n.get("profile_reason", "")
@@ -158,7 +163,10 @@ class Run:
             out["acceptance_pod"] = record.to_json() if record is not None else {"error": str(made)}
         facts = self.store.collected(node)
         if facts is not None and self.store.kube_api is not None:
-            out["kubelet_config_source"] = "configz" if facts.configz is not None else f"node files ({facts.configz_error})"
+            k8s = self.inventory.kubernetes
+            via = "the kubelet" if k8s is not None and k8s.configz == "kubelet" else "the API proxy"
+            live = facts.configz is not None
+            out["kubelet_config_source"] = f"configz (from {via})" if live else f"node files ({facts.configz_error})"
         if collection is not None:
             out["collection"] = collection
         return out
@@ -176,6 +184,7 @@ class Run:
             "checks": {cid: REGISTRY[cid].to_json() for cid in used if cid in REGISTRY},
             "waivers": self.ledger.waivers_json() if self.ledger.replay is None else self.ledger.replay.get("waivers"),
             "diff": self.ledger.diff,
+            **({"api_access": self.api_access} if self.api_access else {}),
             "results": self.results,
         }
 

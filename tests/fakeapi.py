@@ -77,6 +77,7 @@ def node_object(
     internal_ip: str | None = None,
     labels: dict[str, str] | None = None,
     extra: dict[str, str] | None = None,
+    kubelet_port: int = 10250,
 ) -> dict:
     """A complete v1 Node as the API server returns it; `extra`: more capacity (e.g. nvidia.com/mig-1g.10gb)."""
     capacity = {"cpu": "16", "memory": "131072Mi", "pods": "110", "ephemeral-storage": "1Ti", **(extra or {})}
@@ -100,6 +101,7 @@ def node_object(
             "capacity": capacity,
             "allocatable": capacity,
             "addresses": addresses,
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
             "conditions": [
                 {
                     "type": "Ready",
@@ -303,6 +305,9 @@ class FakeApiServer:
         parts = [unquote(p) for p in url.path.split("/") if p]
         with self.lock:
             self.requests.append((who.user, method, url.path))
+        if parts == ["apis", "authorization.k8s.io", "v1", "selfsubjectaccessreviews"] and method == "POST":
+            self._access_review(h, who, body)
+            return
         if parts[:3] == ["apis", "node.k8s.io", "v1"] and len(parts) in (4, 5) and parts[3] == "runtimeclasses":
             self._runtime_classes(h, who, method, parts[4] if len(parts) == 5 else None)
             return
@@ -360,6 +365,31 @@ class FakeApiServer:
             self._send(h, 200, {"kubeletconfig": conf})
             return
         self._status(h, 404, "NotFound", "the server could not find the requested resource")
+
+    def _access_review(self, h: BaseHTTPRequestHandler, who: Subject, body: bytes) -> None:
+        """SelfSubjectAccessReview: any authenticated user may ask (system:basic-user); the answer is the
+        same RBAC evaluation every request gets. A namespace-less question asks about all namespaces, which
+        only cluster-wide bindings answer."""
+        try:
+            review = json.loads(body)
+            attrs = review["spec"]["resourceAttributes"]
+            verb, resource = attrs["verb"], attrs["resource"]
+        except (ValueError, KeyError, TypeError):
+            self._status(h, 400, "BadRequest", "the body of the request was in an unknown format")
+            return
+        # the API server defaults a missing kind/apiVersion from the URL, and refuses a different one
+        if (
+            review.get("kind", "SelfSubjectAccessReview") != "SelfSubjectAccessReview"
+            or review.get("apiVersion", "authorization.k8s.io/v1") != "authorization.k8s.io/v1"
+        ):
+            self._status(h, 400, "BadRequest", "expected a SelfSubjectAccessReview of authorization.k8s.io/v1")
+            return
+        full = f"{resource}/{attrs['subresource']}" if attrs.get("subresource") else resource
+        allowed = self.rbac.allowed(who, verb, full, attrs.get("namespace") or None, group=attrs.get("group") or "")
+        review.update(kind="SelfSubjectAccessReview", apiVersion="authorization.k8s.io/v1")
+        review["status"] = {"allowed": allowed, **({} if allowed else {"reason": "no RBAC policy matched"})}
+        review["metadata"] = {"creationTimestamp": None}
+        self._send(h, 201, review)
 
     def _runtime_classes(self, h: BaseHTTPRequestHandler, who: Subject, method: str, name: str | None) -> None:
         """node.k8s.io/v1 RuntimeClass: cluster-scoped, read-only here; RBAC in the node.k8s.io group."""

@@ -17,6 +17,10 @@ TOKENS = {
     "limited-token": Subject(LIMITED),  # only the nodes role: no nodes/proxy (configz)
     "nobody-token": Subject("system:serviceaccount:default:nobody"),  # authenticated, no role
     "noexec-token": Subject("system:serviceaccount:gpu-node-conformance:noexec"),  # nodes and pods, but no pods/exec
+    # nodes, and the unbound nodes/proxy fallback role of deploy/rbac.yaml (configz: proxy), bound as its comment says
+    "proxy-token": Subject("system:serviceaccount:gpu-node-conformance:proxy"),
+    # nodes and runtime classes cluster-wide; the pods role only in namespace "inference", through a RoleBinding
+    "scoped-token": Subject("system:serviceaccount:gpu-node-conformance:scoped"),
 }
 LIMITED_BINDING = {
     "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -47,5 +51,27 @@ NOEXEC = [
 ]
 
 
+def _binding(kind: str, name: str, role: str, account: str, namespace: str | None = None) -> dict:
+    meta = {"name": name, **({"namespace": namespace} if namespace else {})}
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": kind,
+        "metadata": meta,
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": "gpu-node-conformance"}],
+    }
+
+
+PROXY = [
+    _binding("ClusterRoleBinding", "proxy-nodes", "gpu-node-conformance-nodes", "proxy"),
+    _binding("ClusterRoleBinding", "gpu-node-conformance-kubelet-proxy", "gpu-node-conformance-kubelet-proxy-fallback", "proxy"),
+]
+SCOPED = [
+    _binding("ClusterRoleBinding", "scoped-nodes", "gpu-node-conformance-nodes", "scoped"),
+    _binding("ClusterRoleBinding", "scoped-configz", "gpu-node-conformance-kubelet-configz", "scoped"),
+    _binding("RoleBinding", "gpu-node-conformance-pods", "gpu-node-conformance-pods", "scoped", namespace="inference"),
+]
+
+
 def fake_api() -> FakeApiServer:
-    return FakeApiServer([*RBAC, LIMITED_BINDING, *NOEXEC], TOKENS)
+    return FakeApiServer([*RBAC, LIMITED_BINDING, *NOEXEC, *PROXY, *SCOPED], TOKENS)

@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from contextlib import ExitStack
 
 import pytest
 import yaml
 
 from conformance.facts.kubelet import UPSTREAM_DEFAULTS
 from tests.fakeapi import kubeconfig, node_object, serve
+from tests.fakekubelet import FakeKubelet, kubelet_pki, serve_kubelet
 from tests.kube_fixtures import fake_api
 from tests.lab.nodes import BAD_KUBELET_JSON, EXPECTED, GOOD_KUBELET, POD_CHECKS, SAMPLES
 
@@ -45,25 +47,31 @@ AUDITED = ("good", "bad-kubelet", "bad-runtime", "down")
 
 
 @pytest.fixture(scope="module")
-def cluster(lab):
+def cluster(lab, tmp_path_factory):
     api = fake_api()
-    address = {n.spec.name: n.address for n in lab.nodes}
+    nodes = {n.spec.name: n for n in lab.nodes}
+    pki = kubelet_pki(tmp_path_factory.mktemp("kubelet-pki"), [nodes[name].address for name in AUDITED])
     for name in AUDITED:
         # the lab's nodes have no GPUs: they are selected by label, as a pool is
         api.add_node(
-            node_object(name, internal_ip=address[name], labels={"pool": "lab"}), BAD_LIVE if name == "bad-kubelet" else GOOD_LIVE
+            node_object(name, internal_ip=nodes[name].address, labels={"pool": "lab"}),
+            BAD_LIVE if name == "bad-kubelet" else GOOD_LIVE,
         )
     api.add_node(node_object("cpu-only", internal_ip="198.18.0.1", labels={"pool": "other"}))  # not selected
-    with serve(api) as url:
-        yield url
+    with ExitStack() as stack:
+        for name in AUDITED:  # each kubelet at <InternalIP>:10250 inside the node's namespace ('down' has no sshd only)
+            stack.enter_context(serve_kubelet(FakeKubelet(api, name), pki, nodes[name].address, 10250, nodes[name].netns))
+        yield stack.enter_context(serve(api)), pki.ca
 
 
-def audit(lab, url, token, tmp_path):
+def audit(lab, cluster, token, tmp_path, mode="kubelet"):
+    url, ca = cluster
     (tmp_path / "kubeconfig").write_text(kubeconfig(url, token))
     inv = {
-        "kubernetes": {"kubeconfig": str(tmp_path / "kubeconfig"), "node_selector": "pool=lab"},
+        "kubernetes": {"kubeconfig": str(tmp_path / "kubeconfig"), "node_selector": "pool=lab", "configz": mode,
+                       "kubelet_ca": str(ca)},
         "defaults": yaml.safe_load(lab.inventory())["defaults"],
-    }
+    }  # fmt: skip
     (tmp_path / "inv.yaml").write_text(yaml.safe_dump(inv))
     out = tmp_path / "out"
     p = subprocess.run(
@@ -82,7 +90,11 @@ def test_configz_decides_and_drift_is_reported(lab, cluster, tmp_path):
     nodes = {n["name"]: n for n in doc["nodes"]}
     assert set(nodes) == set(AUDITED), p.stderr[-2000:]
     assert nodes["bad-runtime"]["discovered"] == "label selector pool=lab"
-    assert all(n["kubelet_config_source"] == "configz" for n in nodes.values())
+    assert all(n["kubelet_config_source"] == "configz (from the kubelet)" for n in nodes.values())
+    # deploy/rbac.yaml's identity: configz with nodes/configz alone, and the report says so
+    assert doc["api_access"][0] == "kubelet configz: read from each kubelet, authorised by get nodes/configz (least privilege)"
+    assert not any("nodes/proxy" in line for line in doc["api_access"])
+    assert "authorised by get nodes/configz (least privilege)" in (tmp_path / "out" / "report.html").read_text()
     assert by["good"]["KUBELET-CPU-POLICY"]["source"] == "live kubelet (configz)"
     # the live kubelet runs 10s: the check passes on the truth, and the drift from the file is in the result
     reconcile = by["bad-kubelet"]["KUBELET-CPU-RECONCILE"]
@@ -99,10 +111,11 @@ def test_configz_decides_and_drift_is_reported(lab, cluster, tmp_path):
     assert nodes["down"]["verdict"] == "unreachable"
 
 
-def test_without_nodes_proxy_the_files_decide_and_say_so(lab, cluster, tmp_path):
+def test_without_nodes_configz_the_files_decide_and_say_so(lab, cluster, tmp_path):
     _, doc, by = audit(lab, cluster, "limited-token", tmp_path)
     nodes = {n["name"]: n for n in doc["nodes"]}
-    assert "lacks the RBAC permission get on nodes/proxy" in nodes["good"]["kubelet_config_source"]
+    assert "403 (Forbidden (user=system:serviceaccount:gpu-node-conformance:limited" in nodes["good"]["kubelet_config_source"]
+    assert "grant get on nodes/configz" in nodes["good"]["kubelet_config_source"]
     for name in ("good", "bad-kubelet", "bad-runtime"):
         node_checks = {c: r["outcome"] for c, r in by[name].items() if c not in POD_CHECKS}
         assert node_checks == {c: o for c, o in EXPECTED[name].items() if c not in POD_CHECKS}
@@ -111,3 +124,14 @@ def test_without_nodes_proxy_the_files_decide_and_say_so(lab, cluster, tmp_path)
         assert pods and all(r["outcome"] == "error" and "permission list on pods" in r["message"] for r in pods)
     assert by["good"]["KUBELET-TOPOLOGY-POLICY"]["source"].endswith("[fallback: configz unavailable]")
     assert by["down"]["KUBELET-CPU-POLICY"]["outcome"] == "error"
+
+
+def test_the_nodes_proxy_fallback_works_and_is_warned(lab, cluster, tmp_path):
+    _, doc, by = audit(lab, cluster, "proxy-token", tmp_path, mode="proxy")
+    nodes = {n["name"]: n for n in doc["nodes"]}
+    assert all(n["kubelet_config_source"] == "configz (from the API proxy)" for n in nodes.values())
+    assert by["bad-kubelet"]["KUBELET-CPU-RECONCILE"]["outcome"] == "passed"  # the live 10s decides, as above
+    proxy = "kubelet configz: read through the API server's node proxy, authorised by get nodes/proxy"
+    assert doc["api_access"][0].startswith(proxy)
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "<b>kubelet configz: read through the API server&#x27;s node proxy" in html

@@ -24,8 +24,11 @@ def test_report_and_merge_write_what_the_live_run_wrote(tmp_path):
     host = sample_host_root(tmp_path / "host")
     live = tmp_path / "live"
     conformance("run", "--host-root", str(host), "--output", str(live))
-    for command in (["report", str(live / "results.json")], ["merge", str(live)]):
-        out = tmp_path / command[0]
+    commands = [["report", str(live / "results.json")], ["merge", str(live)]]
+    # one pytest item per node instead of per result (the fleet-scale path): the same outputs
+    commands += [["report", str(live / "results.json"), "--items", "node"], ["merge", str(live), "--items", "node"]]
+    for command in commands:
+        out = tmp_path / "-".join(command[:1] + command[2:]).replace("--", "")
         p = conformance(*command, "--output", str(out))
         assert (out / "results.json").is_file(), p.stdout + p.stderr
         a, b = json.loads((live / "results.json").read_text()), json.loads((out / "results.json").read_text())

@@ -1,5 +1,6 @@
 """The Kubernetes API through the official `kubernetes` client: which nodes to audit (discovery) and
-each kubelet's live configuration (`nodes/<node>/proxy/configz`). The suite only reads here.
+each kubelet's live configuration (configz; how it is read, with which grant: `kubelet_access.py`).
+The suite only reads here.
 
 Every API failure becomes a message that names what to fix: the missing RBAC permission on a 403,
 the kubeconfig or context on a configuration error, the API server on a 5xx or a timeout."""
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conformance.cluster.dcgm import collect_interval
+from conformance.cluster.kubelet_access import CONFIGZ_MODES, parse_configz
 from conformance.config.validation import typed_fields
 from conformance.errors import FactUnavailable, UsageError
 
@@ -28,7 +30,8 @@ class KubeSpec:
     discover: bool = True
     node_selector: str | None = None  # a label selector; default: nodes with nvidia.com/gpu capacity
     gpu_resource: str = GPU_RESOURCE
-    configz: bool = True  # read each kubelet's live config (needs get nodes/proxy)
+    configz: str = "kubelet"  # kubelet (get nodes/configz), proxy (get nodes/proxy, broad) or off
+    kubelet_ca: str | None = None  # the CA of the kubelets' serving certificates (default: the cluster CA)
     namespace: str = "gpu-node-conformance"  # where the acceptance pod is created
     dcgm_namespace: str = "gpu-operator"  # where dcgm-exporter runs (GPU Operator default)
     dcgm_selector: str = "app=nvidia-dcgm-exporter"
@@ -42,7 +45,8 @@ SPEC_TYPES = {
     "discover": bool,
     "node_selector": str,
     "gpu_resource": str,
-    "configz": bool,
+    "configz": str,  # a mode, or a boolean from earlier inventories (read in parse_spec)
+    "kubelet_ca": str,
     "namespace": str,
     "dcgm_namespace": str,
     "dcgm_selector": str,
@@ -156,8 +160,8 @@ def _int(v: Any) -> int:
 
 
 def configz(api: Any, node: str) -> dict[str, Any]:
-    """The kubelet's running configuration through the API server's node proxy. The generated client
-    would stringify the body, so the raw response is read and parsed here."""
+    """The kubelet's running configuration through the API server's node proxy (`configz: proxy`, which
+    needs get nodes/proxy). The generated client would stringify the body, so the raw response is read."""
     from kubernetes import client
 
     try:
@@ -167,13 +171,7 @@ def configz(api: Any, node: str) -> dict[str, Any]:
         body = r.data
     except Exception as e:
         raise FactUnavailable(explain(e, "get", "nodes/proxy", node)) from None
-    try:
-        doc = json.loads(body)
-    except ValueError as e:
-        raise FactUnavailable(f"configz of node {node}: not JSON ({e})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("kubeletconfig"), dict):
-        raise FactUnavailable(f"configz of node {node}: no 'kubeletconfig' object in the answer")
-    return doc["kubeletconfig"]
+    return parse_configz(body, node)
 
 
 def parse_spec(block: Any, errors: list[str]) -> KubeSpec | None:
@@ -184,8 +182,16 @@ def parse_spec(block: Any, errors: list[str]) -> KubeSpec | None:
         errors.append("kubernetes: must be a mapping (kubeconfig, context, in_cluster, node_selector, ...)")
         return None
     spec = KubeSpec()
-    for k, v in typed_fields(block, SPEC_TYPES, "kubernetes", errors).items():
+    for k, v in typed_fields({k: v for k, v in block.items() if k != "configz"}, SPEC_TYPES, "kubernetes", errors).items():
         setattr(spec, k, v)
+    mode = block.get("configz", "kubelet")
+    if isinstance(mode, bool):  # earlier inventories: true read configz (now from the kubelet), false did not
+        mode = "kubelet" if mode else "off"
+    if mode in CONFIGZ_MODES:
+        spec.configz = mode
+    else:
+        errors.append(f"kubernetes.configz: {mode!r} is not one of {', '.join(CONFIGZ_MODES)}")
+        spec.configz = "off"
     if spec.in_cluster and spec.kubeconfig:
         errors.append("kubernetes: give kubeconfig or in_cluster, not both")
     return spec

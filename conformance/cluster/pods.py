@@ -179,17 +179,25 @@ def selector_matches(selector: str | None, labels: dict[str, str]) -> bool:
     return True
 
 
-def gpu_pods(api: Any, node: str, resource: str = GPU_RESOURCE, selector: str | None = None) -> list[PodInfo]:
+def gpu_pods(
+    api: Any, node: str, resource: str = GPU_RESOURCE, selector: str | None = None, namespaces: list[str] | None = None
+) -> list[PodInfo]:
     """The running pods on `node` whose containers request `resource`, or whose labels match the
-    profile's `selector` (then every container is checked)."""
+    profile's `selector` (then every container is checked); only in `namespaces` when given, so that
+    list pods and pods/exec may be granted there alone."""
     from kubernetes import client
 
-    try:
-        pods = (
-            client.CoreV1Api(api).list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}", _request_timeout=15).items
-        )
-    except Exception as e:
-        raise FactUnavailable(explain(e, "list", "pods")) from None
+    core = client.CoreV1Api(api)
+    where = f"spec.nodeName={node}"
+    pods = []
+    for ns in namespaces or [None]:
+        try:
+            if ns is None:
+                pods = core.list_pod_for_all_namespaces(field_selector=where, _request_timeout=15).items
+            else:
+                pods += core.list_namespaced_pod(ns, field_selector=where, _request_timeout=15).items
+        except Exception as e:
+            raise FactUnavailable(explain(e, "list", f"pods in namespace {ns}" if ns else "pods")) from None
     out = []
     for p in pods:
         spec = p.spec

@@ -187,6 +187,11 @@ def _validate(values: dict[str, Any], source: str) -> None:
     need("runtime.gpu_handlers", isinstance(values["runtime"]["gpu_handlers"], list), "a list of handler names")
     need("pods.acceptance_pod", isinstance(p["acceptance_pod"], bool), "true or false")
     need("pods.numa_alignment", p["numa_alignment"] in ("single", "gpus"), "single or gpus")
+    need(
+        "pods.namespaces",
+        isinstance(p["namespaces"], list) and all(isinstance(v, str) and v for v in p["namespaces"]),
+        "a list of namespace names ([]: every namespace)",
+    )
     need("pods.selector", p["selector"] is None or isinstance(p["selector"], str), "a label selector such as app=llm, or null")
     need("pods.exec_timeout_s", _is_number(p["exec_timeout_s"]) and p["exec_timeout_s"] > 0, "a number of seconds")
     need("pods.acceptance_cpus", isinstance(p["acceptance_cpus"], int) and p["acceptance_cpus"] >= 1, "a whole number of CPUs")

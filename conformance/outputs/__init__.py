@@ -114,14 +114,32 @@ def _epoch(iso: str | None) -> float:
     return datetime.fromisoformat(iso).timestamp() if iso else 0.0
 
 
+# The series of one run stay bounded at fleet scale: per-result series for at most this many results;
+# above it only the results that need attention (failed, error, waived) get one, and the per-check
+# outcome counts carry the rest. Worst case: PROM_RESULT_SERIES_MAX (or the failing results) + checks x 5
+# outcome counts + one verdict series per node + 3 run series.
+PROM_RESULT_SERIES_MAX = 10_000
+
+
 def prometheus_text(doc: dict[str, Any]) -> str:
-    """Text exposition format: one series per (node, check, subject), per-node verdicts, run times."""
+    """Text exposition format: one series per (node, check, subject) (bounded, above), per-check outcome
+    counts, per-node verdicts, run times."""
     p = "gpu_node_conformance"
+    results = doc["results"]
+    bounded = len(results) > PROM_RESULT_SERIES_MAX
     out = [
-        f"# HELP {p}_check_result 1 for the outcome of a check on a node and subject (labels say which).",
+        f"# HELP {p}_check_result 1 for the outcome of a check on a node and subject (labels say which)"
+        + (f"; this run had {len(results)} results, above {PROM_RESULT_SERIES_MAX}: only failed, error and waived ones."
+           if bounded else "."),
         f"# TYPE {p}_check_result gauge",
-    ]
-    for r in doc["results"]:
+    ]  # fmt: skip
+    outcomes: dict[tuple[str, str, str], int] = {}
+    for r in results:
+        key = (r["check"], r["severity"], r["outcome"])
+        outcomes[key] = outcomes.get(key, 0) + 1
+    for r in results:
+        if bounded and r["outcome"] in ("passed", "skipped"):
+            continue
         labels = _labels(
             node=r["node"],
             check=r["check"],
@@ -130,6 +148,12 @@ def prometheus_text(doc: dict[str, Any]) -> str:
             outcome=r["outcome"],
         )
         out.append(f"{p}_check_result{labels} 1")
+    out += [
+        f"# HELP {p}_check_outcomes How many results of a check had each outcome in this run.",
+        f"# TYPE {p}_check_outcomes gauge",
+    ]
+    for (check, severity, outcome), n in sorted(outcomes.items()):
+        out.append(f"{p}_check_outcomes{_labels(check=check, severity=severity, outcome=outcome)} {n}")
     out += [
         f"# HELP {p}_node_accepted 1 when the node is accepted, else 0; verdict and profile as labels.",
         f"# TYPE {p}_node_accepted gauge",

@@ -11,6 +11,7 @@ import pytest
 
 from conformance import __version__
 from conformance.checks import REGISTRY
+from conformance.outputs.fleet_view import MATRIX_MAX_NODES, fleet_view
 from conformance.outputs.svg import heatmap, histogram
 from conformance.session import RUN_KEY, Run
 
@@ -32,6 +33,13 @@ _STYLE = """<style>
 .gnc .o-waived{background:#6a1b9a}
 .gnc .o-none{background:#eeeeee}
 tbody.gnc-target td{outline:2px solid #1565c0}
+.gnc .v-accepted{background:#2e7d32}
+.gnc .v-rejected{background:#c62828}
+.gnc .v-unreachable{background:#ef6c00}
+.gnc .v-incomplete{background:#9e9e9e}
+.gnc .fleet-total .verdict{font-size:15px;margin-right:6px}
+.gnc table.fleet td.n{text-align:right;min-width:28px}
+.gnc table.fleet td.hot{background:#ffcdd2}
 </style>
 <script>
 // A click on a matrix cell shows its result row: re-enable the outcome filter that hides it,
@@ -116,9 +124,12 @@ def _run(session: pytest.Session) -> Run | None:
 WROTE = "; <b>this run created acceptance pods (the only write the suite makes to a cluster)</b>"
 
 
-def verdict_table(run: Run) -> str:
+def verdict_table(run: Run, summaries: list[dict[str, Any]]) -> str:
     rows = []
-    for n in (run.node_summary(name) for name in run.node_names):
+    fleet = len(summaries) > MATRIX_MAX_NODES
+    for n in summaries:
+        if fleet and n["verdict"] == "accepted":
+            continue  # at fleet scale the fleet view lists every node; here only those that need attention
         c = n["counts"]
         col = n.get("collection") or {}
         why = col.get("error") if n["verdict"] == "unreachable" else ", ".join(n["blocking"])
@@ -143,15 +154,26 @@ def verdict_table(run: Run) -> str:
             f"<td>{c['passed']}</td><td>{c['failed']}</td><td>{c['error']}</td><td>{c['skipped']}</td>"
             f"<td>{c['waived']}</td><td>{e(why)}</td></tr>"
         )
+    scope = f" Showing the {len(rows)} nodes that were not accepted; the fleet overview lists all." if fleet else ""
     return (
         "<h2>Node verdicts</h2><p>A node is <b>accepted</b> when no critical or high check failed or errored."
+        f"{scope}"
         f" Tool version {e(__version__)}; inventory {e(run.inventory.path)}; started {e(run.ledger.started_at)}"
         f"{'; snapshot replay from ' + e(run.snapshot_dir) if run.snapshot_dir else ''}"
         f"{'; <b>run interrupted: results incomplete</b>' if run.ledger.interrupted else ''}"
         f"{WROTE if run.pods.acceptance else ''}.</p>"
+        f"{api_access(run.api_access)}"
         "<table><tr><th>node</th><th>verdict</th><th>profile</th><th>passed</th><th>failed</th><th>error</th>"
         f"<th>skipped</th><th>waived</th><th>blocking checks / reason</th></tr>{''.join(rows)}</table>"
     )
+
+
+def api_access(lines: list[str]) -> str:
+    """The Kubernetes API grants the run relied on; a broad grant (nodes/proxy) stands out."""
+    if not lines:
+        return ""
+    items = "".join(f"<li>{'<b>' + e(x) + '</b>' if 'nodes/proxy' in x else e(x)}</li>" for x in lines)
+    return f"<p>Kubernetes API access of this run (as the API server answered for the suite's identity):</p><ul>{items}</ul>"
 
 
 def waivers_and_diff(run: Run) -> str:
@@ -305,7 +327,13 @@ def pytest_html_results_summary(prefix: list[str], summary: list[str], postfix: 
     run = _run(session)
     if run is None or not run.results:
         return
-    sections = [verdict_table(run), waivers_and_diff(run), matrix(run), bandwidth_section(run), latency_section(run)]
+    summaries = [run.node_summary(name) for name in run.node_names]
+    if len(summaries) > MATRIX_MAX_NODES:
+        wanted = session.config.getoption("conformance_group_by")
+        middle = fleet_view(summaries, run.results, wanted)  # the matrix would be unreadable at this size
+    else:
+        middle = matrix(run)
+    sections = [verdict_table(run, summaries), waivers_and_diff(run), middle, bandwidth_section(run), latency_section(run)]
     prefix.append(f"<div class='gnc'>{_STYLE}{''.join(sections)}</div>")
 
 

@@ -97,3 +97,25 @@ def expected_from(values: list[str]) -> list[str]:
         else:
             names += [x.strip() for x in v.split(",") if x.strip()]
     return names
+
+
+def merged_document(docs: list[dict[str, Any]], sources: list[str]) -> dict[str, Any]:
+    """One results.json holding every node's latest run from `docs` (as `conformance report` of all of
+    them would replay them), named after the merge's sources."""
+    from conformance.outputs.replay import merge_parsed
+
+    m = merge_parsed(docs, sources)
+    finished = max((d.get("finished_at") or "" for d in docs), default="")
+    return {
+        "schema_version": 1,
+        "tool": {"name": "gpu-node-conformance", "version": __version__},
+        "started_at": m["started_at"],
+        "finished_at": finished,
+        "complete": m["complete"],
+        "inventory": f"merged from {len(docs)} document(s) in {', '.join(sources)}",
+        "nodes": m["nodes"],
+        "checks": m["checks"],
+        "results": m["results"],
+        **({"waivers": m["waivers"]} if m.get("waivers") is not None else {}),
+        **({"api_access": m["api_access"]} if m.get("api_access") else {}),
+    }

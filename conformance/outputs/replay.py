@@ -18,7 +18,12 @@ from conformance.outputs import load_results
 
 
 def merge_documents(paths: list[str]) -> dict[str, Any]:
-    docs = sorted((load_results(p) for p in paths), key=lambda d: d.get("finished_at") or "")
+    return merge_parsed([load_results(p) for p in paths], list(paths))
+
+
+def merge_parsed(documents: list[dict[str, Any]], paths: list[str]) -> dict[str, Any]:
+    """One document from several (their `sources`: `paths`); a node's latest run wins."""
+    docs = sorted(documents, key=lambda d: d.get("finished_at") or "")
     nodes: dict[str, dict[str, Any]] = {}
     results: dict[str, list[dict[str, Any]]] = {}
     checks: dict[str, Any] = {}
@@ -36,6 +41,7 @@ def merge_documents(paths: list[str]) -> dict[str, Any]:
         "checks": checks,
         "results": [r for name in nodes for r in results[name]],
         "waivers": docs[-1].get("waivers") if docs else None,
+        "api_access": list(dict.fromkeys(x for d in docs for x in d.get("api_access") or [])),
     }
 
 
@@ -86,9 +92,52 @@ def _safe(text: Any) -> str:
     return re.sub(r"[^A-Za-z0-9._:=/-]", "_", str(text))
 
 
-def make_items(session: pytest.Session, doc: dict[str, Any]) -> list[ReplayItem]:
-    items = []
+class NodeReplayItem(pytest.Item):
+    """All recorded results of one node, replayed as one pytest item: merging and re-rendering a large
+    fleet pay pytest's per-item cost per node, not per result. The results recorded, and so results.json,
+    JUnit and Prometheus, are the same as with one item per result (the per-result test ids are kept)."""
+
+    def __init__(self, *, results: list[dict[str, Any]], **kw: Any) -> None:
+        super().__init__(**kw)
+        self.results = [dict(r) for r in results]
+        for r in self.results:
+            r.setdefault("test", result_id(r))
+
+    def runtest(self) -> None:
+        failing = [r for r in self.results if r["outcome"] in ("failed", "error")]
+        if failing:
+            raise AssertionError(node_summary_message(failing))
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        return str(excinfo.value)
+
+    def reportinfo(self) -> tuple[str, int, str]:
+        return "replay", 0, self.name
+
+
+def node_summary_message(failing: list[dict[str, Any]]) -> str:
+    checks = ", ".join(dict.fromkeys(r["check"] for r in failing))
+    return f"{len(failing)} failed or errored result(s): {checks}"
+
+
+# Above this many results a replay uses one item per node (RESULT_ROWS_MAX x ~1.5 ms of pytest per item).
+RESULT_ROWS_MAX = 20_000
+
+
+def result_id(r: dict[str, Any]) -> str:
+    """The test id a replayed result gets when its document has none (a live run records its own)."""
+    sub = "".join(f"[{_safe(k)}={_safe(v)}]" for k, v in sorted((r.get("subject") or {}).items()))
+    return f"{_safe(r['node'])}::{_safe(r['check'])}{sub}"
+
+
+def make_items(session: pytest.Session, doc: dict[str, Any], per: str = "auto") -> list[pytest.Item]:
+    """Replay items: one per result, or one per node (`per` node, or auto above RESULT_ROWS_MAX results)."""
+    if per == "node" or (per == "auto" and len(doc["results"]) > RESULT_ROWS_MAX):
+        by_node: dict[str, list[dict[str, Any]]] = {n["name"]: [] for n in doc["nodes"]}
+        for r in doc["results"]:
+            by_node.setdefault(r["node"], []).append(r)
+        return [NodeReplayItem.from_parent(session, name=_safe(node), results=rows) for node, rows in by_node.items() if rows]
+    items: list[pytest.Item] = []
     for r in doc["results"]:
-        sub = "".join(f"[{_safe(k)}={_safe(v)}]" for k, v in sorted((r.get("subject") or {}).items()))
-        items.append(ReplayItem.from_parent(session, name=f"{_safe(r['node'])}::{_safe(r['check'])}{sub}", result=r))
+        items.append(ReplayItem.from_parent(session, name=result_id(r), result=r))
     return items

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conformance.cluster.api import configz
+from conformance.cluster.kubelet_access import configz_from_kubelet, kubelet_endpoint
 from conformance.collection.bundle import Bundle
 from conformance.collection.collect import collect_all, stderr_progress
 from conformance.errors import FactUnavailable, UsageError
@@ -76,15 +77,18 @@ class FactStore:
             return self._facts
 
     def read_configz(self, nodes: list[str]) -> dict[str, tuple[dict[str, Any] | None, str | None]]:
-        """Each kubelet's live config through the API server, concurrently; a failure (403 on
-        nodes/proxy, timeout) is kept as the reason the node's files decide instead."""
+        """Each kubelet's live config, concurrently: from the kubelet itself (get nodes/configz) or
+        through the API server's node proxy (get nodes/proxy), as the inventory says; a failure (403,
+        an untrusted certificate, a timeout) is kept as the reason the node's files decide instead."""
         spec = self.fleet.inventory.kubernetes
-        if spec is None or not spec.configz:
+        if spec is None or spec.configz == "off":
             return {}
 
         def one(node: str) -> tuple[str, tuple[dict[str, Any] | None, str | None]]:
             try:
-                return node, (configz(self.kube_api, node), None)
+                if spec.configz == "proxy":
+                    return node, (configz(self.kube_api, node), None)
+                return node, (configz_from_kubelet(self.kube_api, kubelet_endpoint(self.kube_api, node), spec.kubelet_ca), None)
             except FactUnavailable as e:
                 return node, (None, str(e))
 

@@ -32,3 +32,11 @@ class Fleet:
 
     def profile_for(self, node: str) -> Profile:
         return self._profiles[node]
+
+    def pod_namespaces(self) -> list[str]:
+        """The namespaces the pod checks are limited to (profiles' `pods.namespaces`); [] when any profile
+        in use looks in every namespace."""
+        scopes = [self._profiles[n].get("pods.namespaces") or [] for n in self.node_names]
+        if not scopes or any(not s for s in scopes):
+            return []
+        return sorted({ns for s in scopes for ns in s})

@@ -33,8 +33,10 @@ class PodView:
         if node not in self._pods:
             spec = self.fleet.inventory.kubernetes
             try:
-                selector = self.fleet.profile_for(node).get("pods.selector")
-                self._pods[node] = gpu_pods(self.store.kube_api, node, spec.gpu_resource if spec else GPU_RESOURCE, selector)
+                profile = self.fleet.profile_for(node)
+                resource = spec.gpu_resource if spec else GPU_RESOURCE
+                namespaces = profile.get("pods.namespaces") or None
+                self._pods[node] = gpu_pods(self.store.kube_api, node, resource, profile.get("pods.selector"), namespaces)
             except FactUnavailable as e:
                 self._pods[node] = e
         got = self._pods[node]

@@ -1,0 +1,85 @@
+"""The report at fleet scale: above MATRIX_MAX_NODES nodes the fleet view replaces the node x check
+matrix (verdict counts per profile and per node pool, failing checks by pool expanding to the failing
+nodes, every node listed and searchable); Prometheus series stay bounded above PROM_RESULT_SERIES_MAX
+results. Synthetic results, rendered by the real `conformance report`."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+from conformance.outputs import PROM_RESULT_SERIES_MAX, prometheus_text
+from conformance.outputs.fleet_view import MATRIX_MAX_NODES, group_label
+
+POOLS = ("h100-a", "h200-b")
+SPEC = {"id": "", "severity": "high", "title": "t", "rationale": "r", "remediation": "fix", "source": "s", "family": "kubelet"}
+
+
+def fleet(nodes: int, checks: int = 2) -> dict:
+    """Node i fails check X-1 when i % 7 == 0 (on both pools); node 3 is unreachable."""
+    results, rows = [], []
+    for i in range(nodes):
+        name = f"gpu-{i:04d}"
+        mine = []
+        for c in range(checks):
+            outcome = "error" if i == 3 else "failed" if (c == 1 and i % 7 == 0) else "passed"
+            mine.append({"node": name, "check": f"X-{c}", "subject": {}, "severity": "high", "outcome": outcome,
+                         "message": f"<b>{name}</b> X-{c} {outcome}" if outcome != "passed" else "", "evidence": [],
+                         "source": "s", "waiver": None, "duration_s": 0.0})  # fmt: skip
+        results += mine
+        counts = {o: sum(r["outcome"] == o for r in mine) for o in ("passed", "failed", "error", "skipped", "waived")}
+        verdict = "unreachable" if i == 3 else "rejected" if i % 7 == 0 else "accepted"
+        down = {"collection": {"error": "ssh: timed out", "error_kind": "unreachable", "notes": []}} if i == 3 else {}
+        rows.append({"name": name, "verdict": verdict, "profile": "default", "transport": "ssh",
+                     "labels": {"pool": POOLS[i % 2]}, "counts": counts, "blocking": ["X-1"] if verdict == "rejected" else [],
+                     **down})  # fmt: skip
+    return {"schema_version": 1, "tool": {"name": "gpu-node-conformance", "version": "t"},
+            "started_at": "2026-12-03T10:00:00+00:00", "finished_at": "2026-12-03T10:01:00+00:00", "complete": True,
+            "inventory": "synthetic", "nodes": rows,
+            "checks": {f"X-{c}": dict(SPEC, id=f"X-{c}") for c in range(checks)}, "results": results}  # fmt: skip
+
+
+def test_a_large_run_gets_the_fleet_view(tmp_path):
+    n = MATRIX_MAX_NODES + 1
+    (tmp_path / "results.json").write_text(json.dumps(fleet(n)))
+    p = subprocess.run([sys.executable, "-m", "conformance", "report", str(tmp_path / "results.json"), "--output",
+                        str(tmp_path / "out")], capture_output=True, text=True, timeout=300)  # fmt: skip
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "Fleet overview" in html, p.stderr[-2000:]
+    assert "<table class='m'>" not in html  # no node x check matrix at this size
+    failing = [i for i in range(n) if i % 7 == 0 and i != 3]
+    assert f"{n} nodes: <span class='verdict v-accepted'>{n - len(failing) - 1} accepted</span>" in html
+    assert "Nodes grouped by label <code>pool</code>" in html
+    # X-1 failed on nodes of both pools: the row counts per pool and expands to each node and its message, escaped
+    row = re.search(r"<tr><td>X-1</td><td>high</td>(.*?)</tr>", html).group(1)
+    x1 = [*failing, 3]  # the unreachable node errors on every check
+    per_pool = [sum(1 for i in x1 if i % 2 == k) for k in (0, 1)]
+    assert re.findall(r"<td class='n hot'>(\d+)</td>", row) == [str(c) for c in per_pool]
+    assert f"<summary>{len(x1)} node(s)</summary>" in row and "&lt;b&gt;gpu-0007&lt;/b&gt; X-1 failed" in row
+    # every node is in the searchable list; the verdict table keeps only those that need attention
+    listed = re.search(r"<table class='fleet' id='gnc-nodes'>(.*?)</table>", html).group(1)
+    assert all(f"<td>gpu-{i:04d}</td>" in listed for i in range(n))
+    assert "Showing the" in html and "ssh: timed out" in listed
+
+
+def test_the_group_label_is_found_or_named():
+    nodes = fleet(4)["nodes"]
+    assert group_label(nodes, None) == "pool"
+    assert group_label(nodes, "topology.kubernetes.io/zone") == "topology.kubernetes.io/zone"
+    assert group_label([dict(x, labels={}) for x in nodes], None) is None  # then the profile groups them
+
+
+def test_prometheus_series_stay_bounded():
+    doc = fleet(PROM_RESULT_SERIES_MAX // 2 + 1)  # two results per node: just above the bound
+    text = prometheus_text(doc)
+    per_result = [line for line in text.splitlines() if line.startswith("gpu_node_conformance_check_result{")]
+    not_passed = [r for r in doc["results"] if r["outcome"] != "passed"]
+    assert len(per_result) == len(not_passed) and all('outcome="passed"' not in line for line in per_result)
+    counts = {line.split("{")[1].split("}")[0]: int(line.rsplit(" ", 1)[1])
+              for line in text.splitlines() if line.startswith("gpu_node_conformance_check_outcomes{")}  # fmt: skip
+    assert sum(counts.values()) == len(doc["results"])
+    assert counts['check="X-0",severity="high",outcome="passed"'] == len(doc["nodes"]) - 1
+    small = prometheus_text(fleet(10))
+    assert sum(line.startswith("gpu_node_conformance_check_result{") for line in small.splitlines()) == 20  # all, below the bound
