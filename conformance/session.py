@@ -55,6 +55,8 @@ class Run:
         self.site = SiteChecks(self.fleet, timeout)
         self.ledger = Ledger()
         self.api_access: list[str] = []  # the API grants the run relies on, as the API server answered
+        self._index: dict[str, list[dict[str, Any]]] = {}
+        self._index_size = -1
 
     @classmethod
     def from_options(cls, config: pytest.Config) -> Run:
@@ -136,8 +138,17 @@ class Run:
         extra = self.measurements.executions(node) + self.site.executions(node)
         return self.store.collection_record(node, extra, self.ledger.replayed_nodes)
 
+    def results_of(self, node: str) -> list[dict[str, Any]]:
+        """The node's results, from an index rebuilt when results were added (one pass, not one per node)."""
+        if self._index_size != len(self.results):
+            self._index = {}
+            for r in self.results:
+                self._index.setdefault(r["node"], []).append(r)
+            self._index_size = len(self.results)
+        return self._index.get(node, [])
+
     def node_summary(self, node: str) -> dict[str, Any]:
-        rows = [r for r in self.results if r["node"] == node]
+        rows = self.results_of(node)
         counts = {o: 0 for o in ("passed", "failed", "error", "skipped", "waived")}
         for r in rows:
             counts[r["outcome"]] += 1

@@ -259,9 +259,20 @@ def load_results(path: str | Path) -> dict[str, Any]:
 
     p = Path(path)
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
         raise UsageError(f"{p}: not a readable results.json: {e}") from None
+    return results_from_text(text, str(p))
+
+
+def results_from_text(text: str, where: str) -> dict[str, Any]:
+    """A results document from its JSON text; `where` names it in the error."""
+    from conformance.errors import UsageError
+
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise UsageError(f"{where}: not a readable results.json: {e}") from None
     if not isinstance(doc, dict) or doc.get("schema_version") != 1 or not isinstance(doc.get("results"), list):
-        raise UsageError(f"{p}: not a gpu-node-conformance results.json (schema_version 1)")
+        raise UsageError(f"{where}: not a gpu-node-conformance results.json (schema_version 1)")
     return doc

@@ -11,14 +11,14 @@ from typing import Any
 from conformance import __version__
 from conformance.cluster.manifests import results_in_log
 from conformance.errors import UsageError
-from conformance.outputs import load_results
+from conformance.outputs import load_results, results_from_text
 
 MISSING = "missing"
 
 
-def gather(paths: list[str], folder: Path) -> list[tuple[Path, dict[str, Any]]]:
-    """Every results document under `paths` (as a file `--replay` reads: pod logs' blocks are written
-    to `folder`), with its parsed content."""
+def gather(paths: list[str]) -> list[tuple[Path, dict[str, Any]]]:
+    """Every results document under `paths`: results.json files, and the framed blocks of pod logs
+    (named `LOG#N`), each with its parsed content."""
     found: list[tuple[Path, dict[str, Any]]] = []
     for raw in paths:
         p = Path(raw)
@@ -33,10 +33,8 @@ def gather(paths: list[str], folder: Path) -> list[tuple[Path, dict[str, Any]]]:
                     continue  # snapshots and other JSON files in the same folder
             elif f.suffix in (".log", ".txt"):
                 for i, doc in enumerate(results_in_log(f.read_text(encoding="utf-8", errors="replace"))):
-                    out = folder / f"{f.stem}.{i}.json"
-                    out.write_text(doc, encoding="utf-8")
-                    try:
-                        found.append((out, load_results(out)))
+                    try:  # parsed once, here; the block's path names it in messages
+                        found.append((Path(f"{f}#{i + 1}"), results_from_text(doc, f"{f}: results block {i + 1}")))
                     except UsageError as e:
                         raise UsageError(f"{f}: results block {i + 1} is not a results.json: {e}") from None
     if not found:
