@@ -145,20 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
         "  conformance report node-a/results.json node-b/results.json --output reports/merged",
     )
     rep.add_argument("results", nargs="+", metavar="RESULTS_JSON")
-    rep.add_argument("--output", metavar="DIR", help="output folder (default: a new timestamped folder under reports/)")
-    rep.add_argument("--baseline", metavar="RESULTS_JSON", help="a previous results.json to compare with")
-    rep.add_argument("--pushgateway", metavar="URL", help="also push the Prometheus metrics to this Pushgateway")
-    rep.add_argument(
-        "--group-by", metavar="LABEL", help="node label that groups nodes in the report's fleet view (default: a node-pool label)"
-    )
-    rep.add_argument(
-        "--items",
-        choices=("auto", "result", "node"),
-        default="auto",
-        help="pytest items of the re-render: one per result, one per node (faster at fleet scale; the same outputs), "
-        "or auto (per node above 20,000 results)",
-    )
-    rep.add_argument("-v", "--verbose", action="count", default=0)
+    _add_rerender_args(rep)
 
     dif = sub.add_parser(
         "diff",
@@ -232,20 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mer.add_argument("sources", nargs="+", metavar="FILE|DIR")
     mer.add_argument("--expect", action="append", default=[], metavar="NODES", help="node names, comma lists or @FILE")
-    mer.add_argument("--output", metavar="DIR", help="output folder (default: a new timestamped folder under reports/)")
-    mer.add_argument("--baseline", metavar="RESULTS_JSON", help="a previous results.json to compare with")
-    mer.add_argument("--pushgateway", metavar="URL", help="also push the Prometheus metrics to this Pushgateway")
-    mer.add_argument(
-        "--group-by", metavar="LABEL", help="node label that groups nodes in the report's fleet view (default: a node-pool label)"
-    )
-    mer.add_argument(
-        "--items",
-        choices=("auto", "result", "node"),
-        default="auto",
-        help="pytest items of the re-render: one per result, one per node (faster at fleet scale; the same outputs), "
-        "or auto (per node above 20,000 results)",
-    )
-    mer.add_argument("-v", "--verbose", action="count", default=0)
+    _add_rerender_args(mer)
 
     chk = sub.add_parser(
         "checks",
@@ -373,6 +347,24 @@ def cmd_collect(args: argparse.Namespace) -> int:
         else:
             print(f"{b.node}: {len(b.records)} records in {b.duration_s:.2f} s -> {f}")
     return EXIT_REJECTED if bad else EXIT_OK
+
+
+def _add_rerender_args(p: argparse.ArgumentParser) -> None:
+    """The options `report` and `merge` share: where the reports go and how they are rendered."""
+    p.add_argument("--output", metavar="DIR", help="output folder (default: a new timestamped folder under reports/)")
+    p.add_argument("--baseline", metavar="RESULTS_JSON", help="a previous results.json to compare with")
+    p.add_argument("--pushgateway", metavar="URL", help="also push the Prometheus metrics to this Pushgateway")
+    p.add_argument(
+        "--group-by", metavar="LABEL", help="node label that groups nodes in the report's fleet view (default: a node-pool label)"
+    )
+    p.add_argument(
+        "--items",
+        choices=("auto", "result", "node"),
+        default="auto",
+        help="pytest items of the re-render: one per result, one per node (faster at fleet scale; the same outputs), "
+        "or auto (per node above 20,000 results)",
+    )
+    p.add_argument("-v", "--verbose", action="count", default=0)
 
 
 def _pytest_args(out: Path, verbose: int) -> list[str]:
