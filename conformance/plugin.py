@@ -5,6 +5,7 @@ It stays inert for test functions that are not checks, so the project's own test
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from conformance.checks import CheckSpec, Evidence, spec_of
 from conformance.cluster.pods import ContainerRef
 from conformance.config.site_rules import SiteRule
 from conformance.errors import ConformanceError, UsageError
-from conformance.outputs import diff, junit_xml, load_results, prometheus_text
+from conformance.outputs import diff, junit_chunks, load_results, prometheus_text
 from conformance.outputs.replay import NodeReplayItem, ReplayItem, make_items, node_summary_message
 from conformance.session import RUN_KEY, Run
 
@@ -414,9 +415,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if opt("conformance_results"):
         run.write_results(opt("conformance_results"), doc)
     if opt("conformance_junit"):
-        _write(opt("conformance_junit"), junit_xml(doc))
+        _write_chunks(opt("conformance_junit"), junit_chunks(doc))
     if opt("conformance_prometheus"):
         _write(opt("conformance_prometheus"), prometheus_text(doc).encode("utf-8"))
+
+
+def _write_chunks(path: str, chunks: Iterable[bytes]) -> None:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with p.open("wb") as f:
+        for chunk in chunks:
+            f.write(chunk)
 
 
 def _write(path: str, data: bytes) -> None:

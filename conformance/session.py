@@ -200,11 +200,9 @@ class Run:
         }
 
     def write_results(self, path: str, doc: dict[str, Any] | None = None) -> None:
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_suffix(p.suffix + ".tmp")
-        tmp.write_text(json.dumps(doc or self.to_json(), indent=2, sort_keys=False) + "\n", encoding="utf-8")
-        tmp.replace(p)
+        from conformance.outputs import write_json_document
+
+        write_json_document(path, doc or self.to_json())
 
 
 def _verdict(rows: list[dict[str, Any]], blocking: list[str], collection: dict[str, Any] | None) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -44,10 +45,16 @@ def _case_details(r: dict[str, Any]) -> str:
 
 def junit_xml(doc: dict[str, Any]) -> bytes:
     """One testsuite per node; each testcase is named by check id (and subject), classname = node."""
-    root = ET.Element("testsuites", name="gpu-node-conformance")
+    return b"".join(junit_chunks(doc))
+
+
+def junit_chunks(doc: dict[str, Any]) -> Iterator[bytes]:
+    """junit.xml in pieces, one testsuite at a time, so that 10,000 nodes' JUnit is never one tree in
+    memory. The bytes are those of the whole tree indented with ET.indent (two spaces per level)."""
     by_node: dict[str, list[dict[str, Any]]] = {n["name"]: [] for n in doc["nodes"]}
     for r in doc["results"]:
         by_node.setdefault(r["node"], []).append(r)
+    suites = []
     totals = {"tests": 0, "failures": 0, "errors": 0}
     for node in doc["nodes"]:
         rows = by_node.get(node["name"], [])
@@ -59,36 +66,74 @@ def junit_xml(doc: dict[str, Any]) -> bytes:
         }
         for k in totals:
             totals[k] += counts[k]
-        suite = ET.SubElement(
-            root, "testsuite", name=node["name"], timestamp=doc.get("started_at") or "", **{k: str(v) for k, v in counts.items()}
+        suites.append((node, rows, counts))
+    root = ET.Element("testsuites", name="gpu-node-conformance", **{k: str(v) for k, v in totals.items()})
+    yield b'<?xml version="1.0" encoding="utf-8"?>\n'
+    if not suites:
+        yield ET.tostring(root, encoding="utf-8", xml_declaration=False)
+        return
+    opening = ET.tostring(root, encoding="utf-8", xml_declaration=False)  # <testsuites ... />
+    yield opening[: -len(b" />")] + b">"
+    for node, rows, counts in suites:
+        suite = _suite(doc, node, rows, counts)
+        ET.indent(suite, level=1)
+        yield b"\n  " + ET.tostring(suite, encoding="utf-8", xml_declaration=False)
+    yield b"\n</testsuites>"
+
+
+def _suite(doc: dict[str, Any], node: dict[str, Any], rows: list[dict[str, Any]], counts: dict[str, int]) -> ET.Element:
+    suite = ET.Element(
+        "testsuite", name=node["name"], timestamp=doc.get("started_at") or "", **{k: str(v) for k, v in counts.items()}
+    )
+    props = ET.SubElement(suite, "properties")
+    for k in ("verdict", "profile"):
+        ET.SubElement(props, "property", name=k, value=str(node.get(k, "")))
+    for r in rows:
+        sub = subject_text(r.get("subject") or {})
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname=node["name"],
+            name=r["check"] + (f" [{sub}]" if sub else ""),
+            time=f"{r.get('duration_s', 0):.3f}",
         )
-        props = ET.SubElement(suite, "properties")
-        for k in ("verdict", "profile"):
-            ET.SubElement(props, "property", name=k, value=str(node.get(k, "")))
-        for r in rows:
-            sub = subject_text(r.get("subject") or {})
-            case = ET.SubElement(
-                suite,
-                "testcase",
-                classname=node["name"],
-                name=r["check"] + (f" [{sub}]" if sub else ""),
-                time=f"{r.get('duration_s', 0):.3f}",
-            )
-            text = "\n".join([r["message"], f"source: {r['source']}", *r.get("evidence", [])])
-            if r["outcome"] == "failed":
-                ET.SubElement(case, "failure", message=r["message"][:500], type=r["severity"]).text = text
-            elif r["outcome"] == "error":
-                ET.SubElement(case, "error", message=r["message"][:500], type="error").text = text
-            elif r["outcome"] == "skipped":
-                ET.SubElement(case, "skipped", message=r["message"][:500])
-            elif r["outcome"] == "waived":
-                w = r.get("waiver") or {}
-                ET.SubElement(case, "skipped", message=f"waived until {w.get('expires')}: {w.get('justification')}")
-            ET.SubElement(case, "system-out").text = _case_details(r)
-    for k, v in totals.items():
-        root.set(k, str(v))
-    ET.indent(root)
-    return b'<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="utf-8")
+        text = "\n".join([r["message"], f"source: {r['source']}", *r.get("evidence", [])])
+        if r["outcome"] == "failed":
+            ET.SubElement(case, "failure", message=r["message"][:500], type=r["severity"]).text = text
+        elif r["outcome"] == "error":
+            ET.SubElement(case, "error", message=r["message"][:500], type="error").text = text
+        elif r["outcome"] == "skipped":
+            ET.SubElement(case, "skipped", message=r["message"][:500])
+        elif r["outcome"] == "waived":
+            w = r.get("waiver") or {}
+            ET.SubElement(case, "skipped", message=f"waived until {w.get('expires')}: {w.get('justification')}")
+        ET.SubElement(case, "system-out").text = _case_details(r)
+    return suite
+
+
+def write_json_document(path: str | Path, doc: dict[str, Any]) -> None:
+    """results.json, written as a stream and then renamed into place: the run's metadata indented, and
+    each node and each result on a line of its own (compact JSON, the C encoder), so that 500,000
+    results are neither one string in memory nor minutes of indenting."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(p.suffix + ".tmp")
+    compact = json.JSONEncoder(separators=(",", ":")).encode
+    keys = list(doc)
+    with tmp.open("w", encoding="utf-8") as f:
+        f.write("{\n")
+        for i, key in enumerate(keys):
+            value, comma = doc[key], "," if i < len(keys) - 1 else ""
+            if key in ("nodes", "results") and isinstance(value, list) and value:
+                f.write(f"  {json.dumps(key)}: [\n")
+                last = len(value) - 1
+                for j, item in enumerate(value):
+                    f.write(f"    {compact(item)}{',' if j < last else ''}\n")
+                f.write(f"  ]{comma}\n")
+            else:
+                f.write(f"  {json.dumps(key)}: {json.dumps(value, indent=2).replace(chr(10), chr(10) + '  ')}{comma}\n")
+        f.write("}\n")
+    tmp.replace(p)
 
 
 def junit_case_details(case: ET.Element) -> dict[str, str]:
