@@ -21,24 +21,31 @@ from conformance.facts.gpu import GpuFacts
 from conformance.facts.node_facts import NodeFacts
 from conformance.measurements.gpu_measure import H2DMeasurement
 from conformance.measurements.latency import Endpoint, LatencyResult
-from conformance.session import RUN_KEY
+from conformance.session import RUN_KEY, Run
+
+
+@pytest.fixture(scope="session")
+def gnc_run(request: pytest.FixtureRequest) -> Run:
+    """The run, once per session: fixtures that take it (not `request`) spare pytest building a
+    `request` fixture definition for every check it runs (about 6 per check)."""
+    return request.config.stash[RUN_KEY]
 
 
 @pytest.fixture
-def facts(request: pytest.FixtureRequest, node: str) -> NodeFacts:
+def facts(gnc_run: Run, node: str) -> NodeFacts:
     """The node's facts (every node is collected once, concurrently, on first use)."""
-    return request.config.stash[RUN_KEY].store.facts_for(node)
+    return gnc_run.store.facts_for(node)
 
 
 @pytest.fixture
-def node_spec(request: pytest.FixtureRequest, node: str) -> NodeSpec:
+def node_spec(gnc_run: Run, node: str) -> NodeSpec:
     """The node's inventory entry: address, labels, and what the Kubernetes API said of it."""
-    return request.config.stash[RUN_KEY].spec(node)
+    return gnc_run.spec(node)
 
 
 @pytest.fixture
-def profile(request: pytest.FixtureRequest, node: str) -> Profile:
-    return request.config.stash[RUN_KEY].profile_for(node)
+def profile(gnc_run: Run, node: str) -> Profile:
+    return gnc_run.profile_for(node)
 
 
 @pytest.fixture
@@ -47,11 +54,11 @@ def evidence() -> Evidence:
 
 
 @pytest.fixture
-def latency(request: pytest.FixtureRequest, node: str, endpoint: Endpoint | None) -> LatencyResult:
+def latency(gnc_run: Run, node: str, endpoint: Endpoint | None) -> LatencyResult:
     """The endpoint's latency measurement (taken once per node and endpoint)."""
     if endpoint is None:
         pytest.skip("no endpoint configured for this node in the inventory")
-    run = request.config.stash[RUN_KEY]
+    run = gnc_run
     if run.snapshot_dir:
         pytest.skip("latency is measured live against the endpoint; a snapshot replay does not measure it")
     try:
@@ -79,9 +86,9 @@ def visible_gpus(node_gpus: GpuFacts) -> GpuFacts:
 
 
 @pytest.fixture
-def h2d(request: pytest.FixtureRequest, node: str, node_gpus: GpuFacts) -> H2DMeasurement:
+def h2d(gnc_run: Run, node: str, node_gpus: GpuFacts) -> H2DMeasurement:
     """The node's H2D bandwidth measurement (opt-in; taken once per node, all nodes concurrently)."""
-    run = request.config.stash[RUN_KEY]
+    run = gnc_run
     if run.snapshot_dir:
         pytest.skip("bandwidth is measured live on the node; a snapshot replay does not measure it")
     if not run.measurements.measuring(node):
@@ -106,7 +113,7 @@ class BusyLink:
 
 
 @pytest.fixture
-def link_after(request: pytest.FixtureRequest, node: str, visible_gpus: Any) -> BusyLink:
+def link_after(gnc_run: Run, node: str, visible_gpus: Any) -> BusyLink:
     """Link readings under load, per GPU uuid: what the bandwidth probe read while its copies ran, and
     for a GPU that had compute processes at collection time, its current state then. Idle links
     downshift their generation, so only these readings judge a generation."""
@@ -115,7 +122,7 @@ def link_after(request: pytest.FixtureRequest, node: str, visible_gpus: Any) -> 
         for g in visible_gpus.gpus
         if g.processes and g.pcie_gen is not None
     }
-    run = request.config.stash[RUN_KEY]
+    run = gnc_run
     if run.snapshot_dir:
         return BusyLink(False, loaded, "a snapshot replay has no bandwidth run")
     if not run.measurements.measuring(node):
@@ -134,11 +141,11 @@ def link_after(request: pytest.FixtureRequest, node: str, visible_gpus: Any) -> 
 
 @pytest.fixture
 def dcgm_series(
-    request: pytest.FixtureRequest, node: str, node_spec: NodeSpec
+    gnc_run: Run, node: str, node_spec: NodeSpec
 ) -> tuple[str, dict[str, int] | None, tuple[int | None, str]]:
     """(where, {metric: series}, (collection interval ms, its source)) of the node's dcgm-exporter: the
     inventory's URL, else the API's pod proxy; (why, None, ...) when no exporter pod runs on the node."""
-    run = request.config.stash[RUN_KEY]
+    run = gnc_run
     if run.snapshot_dir:
         pytest.skip("the exporter is read live; a snapshot replay does not read it")
     if node_spec.dcgm_exporter:
@@ -155,9 +162,9 @@ def dcgm_series(
 
 
 @pytest.fixture
-def pod(request: pytest.FixtureRequest, node: str, container: ContainerRef | str | None) -> PodInfo:
+def pod(gnc_run: Run, node: str, container: ContainerRef | str | None) -> PodInfo:
     """The GPU pod under test (from the API). Skips a node with none; errors when pods could not be listed."""
-    run = request.config.stash[RUN_KEY]
+    run = gnc_run
     if container is None:
         if run.snapshot_dir:
             pytest.skip("pods are read live through the Kubernetes API; a snapshot replay has none")
@@ -170,9 +177,9 @@ def pod(request: pytest.FixtureRequest, node: str, container: ContainerRef | str
 
 
 @pytest.fixture
-def runtime_handlers(request: pytest.FixtureRequest) -> dict[str, str]:
+def runtime_handlers(gnc_run: Run) -> dict[str, str]:
     """Every RuntimeClass of the cluster and its handler (Kubernetes API, node.k8s.io/v1)."""
-    return request.config.stash[RUN_KEY].pods.runtime_handlers()
+    return gnc_run.pods.runtime_handlers()
 
 
 @pytest.fixture
@@ -182,9 +189,9 @@ def spec_container(pod: PodInfo, container: ContainerRef) -> dict[str, Any]:
 
 
 @pytest.fixture
-def inside(request: pytest.FixtureRequest, pod: PodInfo, container: ContainerRef) -> InsideFacts:
+def inside(gnc_run: Run, pod: PodInfo, container: ContainerRef) -> InsideFacts:
     """What the container sees, from one exec into it."""
-    return request.config.stash[RUN_KEY].pods.inside(container)
+    return gnc_run.pods.inside(container)
 
 
 @pytest.fixture
@@ -217,17 +224,17 @@ gpus = _fact("gpus")
 
 
 @pytest.fixture
-def site_params(request: pytest.FixtureRequest, node: str, site_rule: SiteRule) -> dict[str, Any]:
+def site_params(gnc_run: Run, node: str, site_rule: SiteRule) -> dict[str, Any]:
     """A declarative site rule's matcher fields, with the node's profile's thresholds laid over them."""
-    return request.config.stash[RUN_KEY].site.params(site_rule, node)
+    return gnc_run.site.params(site_rule, node)
 
 
 @pytest.fixture
-def host(request: pytest.FixtureRequest, node: str) -> testinfra.host.Host:
+def host(gnc_run: Run, node: str) -> testinfra.host.Host:
     """testinfra's host, bound to the node through the suite's own transport (SSH, OpenSSH or local) and
     credentials, for Python site checks that need a command. Each command is one more remote execution,
     counted in the node's collection record."""
-    run = request.config.stash[RUN_KEY]
+    run = gnc_run
     if run.snapshot_dir:
         pytest.skip("this site check runs commands on the node; a snapshot replay cannot")
     return run.site.host_for(node)
