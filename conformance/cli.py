@@ -419,7 +419,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.acceptance_pod:
         pargs.append("--acceptance-pod")
     pargs += args.pytest_args
-    rc = _finish(int(pytest.main(pargs)), out, args.pushgateway)
+    rc = _finish(int(pytest.main(pargs)), out, args.pushgateway, args.verbose)
     if args.print_results and (out / "results.json").is_file():
         from conformance.cluster.manifests import RESULTS_BEGIN, RESULTS_END
 
@@ -473,15 +473,15 @@ def cmd_merge(args: argparse.Namespace) -> int:
     merged = work / "merged-results.json"
     merged.write_text(json.dumps(merged_document(docs, args.sources), separators=(",", ":")), encoding="utf-8")
     del found, docs  # the report session reads the merged document: at fleet scale this halves the peak memory
-    args.results = [str(merged)]
+    args.results, args.merged = [str(merged)], True
     return cmd_report(args)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     import pytest
 
-    for f in args.results:
-        load_results(f)  # a clear usage error before pytest starts
+    for f in args.results if not getattr(args, "merged", False) else []:
+        load_results(f)  # a clear usage error before pytest starts (merge has checked its sources)
     out = Path(args.output) if args.output else _default_output()
     out.mkdir(parents=True, exist_ok=True)
     pargs = ["--rootdir", str(out), "-c", "/dev/null", *_pytest_args(out, args.verbose)]
@@ -491,10 +491,16 @@ def cmd_report(args: argparse.Namespace) -> int:
         pargs.append(f"--baseline={args.baseline}")
     if args.group_by:
         pargs.append(f"--group-by={args.group_by}")
-    return _finish(int(pytest.main(pargs)), out, args.pushgateway)
+    return _finish(int(pytest.main(pargs)), out, args.pushgateway, args.verbose)
 
 
-def _finish(rc: int, out: Path, pushgateway: str | None) -> int:
+# Above this many nodes the terminal gets the verdict counts and the nodes not accepted (at most
+# LISTED_MAX of them) instead of a line per node; -v lists every node; the report has them all.
+SUMMARY_NODES = 50
+LISTED_MAX = 100
+
+
+def _finish(rc: int, out: Path, pushgateway: str | None, verbose: int = 0) -> int:
     """Print the verdicts, the diff and where the reports are; map to the exit codes."""
     import pytest
 
@@ -506,14 +512,24 @@ def _finish(rc: int, out: Path, pushgateway: str | None) -> int:
         return EXIT_INTERRUPTED if rc == pytest.ExitCode.INTERRUPTED else EXIT_USAGE
     doc = json.loads(results.read_text(encoding="utf-8"))
     print()
-    for n in doc["nodes"]:
+    listed = doc["nodes"]
+    if len(listed) > SUMMARY_NODES and not verbose:
+        counts: dict[str, int] = {}
+        for n in listed:
+            counts[n["verdict"]] = counts.get(n["verdict"], 0) + 1
+        print(f"{len(listed)} nodes: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+        listed = [n for n in listed if n["verdict"] != "accepted"]
+        if len(listed) > LISTED_MAX:
+            print(f"the first {LISTED_MAX} of {len(listed)} nodes not accepted (all are in report.html; -v lists every node):")
+            listed = listed[:LISTED_MAX]
+    for n in listed:
         c = n["counts"]
         line = (
             f"{n['name']:<24} {n['verdict'].upper():<11} {c['passed']} passed, {c['failed']} failed, "
             f"{c['error']} errors, {c['skipped']} skipped, {c['waived']} waived (profile {n['profile']})"
         )
         error = (n.get("collection") or {}).get("error")
-        reason = error if n["verdict"] == "unreachable" and error else ", ".join(n["blocking"])
+        reason = error if n["verdict"] in ("unreachable", "incomplete") and error else ", ".join(n["blocking"])
         print(line + (f"  - {reason}" if n["verdict"] != "accepted" and reason else ""))
         for note in (n.get("collection") or {}).get("notes", []):
             print(f"{'':<24} note: {note}")

@@ -140,9 +140,7 @@ def link_after(gnc_run: Run, node: str, visible_gpus: Any) -> BusyLink:
 
 
 @pytest.fixture
-def dcgm_series(
-    gnc_run: Run, node: str, node_spec: NodeSpec
-) -> tuple[str, dict[str, int] | None, tuple[int | None, str]]:
+def dcgm_series(gnc_run: Run, node: str, node_spec: NodeSpec) -> tuple[str, dict[str, int] | None, tuple[int | None, str]]:
     """(where, {metric: series}, (collection interval ms, its source)) of the node's dcgm-exporter: the
     inventory's URL, else the API's pod proxy; (why, None, ...) when no exporter pod runs on the node."""
     run = gnc_run

@@ -123,7 +123,7 @@ def _node_list(nodes: list[dict[str, Any]], results: list[dict[str, Any]], group
             failing[r["node"]].append(r["check"])
     rows = []
     for n in sorted(nodes, key=lambda n: (n["verdict"] == "accepted", n["name"])):
-        reason = ((n.get("collection") or {}).get("error") or "") if n["verdict"] == "unreachable" else ""
+        reason = ((n.get("collection") or {}).get("error") or "") if n["verdict"] in ("unreachable", "incomplete") else ""
         checks = ", ".join(failing.get(n["name"], []))
         rows.append(
             f"<tr><td>{e(n['name'])}</td><td>{e(n['verdict'])}</td><td>{e(n.get('profile', '-'))}</td>"

@@ -132,7 +132,7 @@ def verdict_table(run: Run, summaries: list[dict[str, Any]]) -> str:
             continue  # at fleet scale the fleet view lists every node; here only those that need attention
         c = n["counts"]
         col = n.get("collection") or {}
-        why = col.get("error") if n["verdict"] == "unreachable" else ", ".join(n["blocking"])
+        why = col.get("error") if n["verdict"] in ("unreachable", "incomplete") else ", ".join(n["blocking"])
         notes = list(col.get("notes", []))
         if n.get("discovered"):
             notes.append(f"found through the Kubernetes API: {n['discovered']}")
