@@ -92,37 +92,59 @@ def synthesize(nodes: int, checks: int, seed: int = 1) -> dict:
     }
 
 
-def browser_time(html: Path, strategy: str, shown: tuple[str, ...] = (".gnc span.verdict", ".gnc table.m")) -> float | None:
-    """Seconds from navigation until every CSS selector in `shown` matches a displayed element."""
+def _driver(strategy: str = "normal"):  # headless Chromium through chromedriver; None when either is missing
     chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
     if not (chromium and driver_path):
         print("no chromium/chromedriver: browser timing skipped", file=sys.stderr)
         return None
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = chromium
-    for a in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--disable-background-networking",
-        "--window-size=1400,1000",
-    ):
+    opts.page_load_strategy = strategy
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000"):
         opts.add_argument(a)
-    opts.page_load_strategy = strategy  # "none": time what a reader sees, not the end of all scripts
-    d = webdriver.Chrome(service=Service(executable_path=driver_path), options=opts)
+    return webdriver.Chrome(service=Service(executable_path=driver_path), options=opts)
+
+
+def paint_times(html: Path, identifiers: tuple[str, ...]) -> dict[str, float] | None:
+    """Milliseconds from navigation until the browser painted each element marked `elementtiming=ID`
+    (Element Timing API: text in the viewport when it is first painted), read after the page loaded."""
+    d = _driver()
+    if d is None:
+        return None
+    try:
+        d.set_page_load_timeout(300)
+        d.get(html.as_uri())
+        entries = d.execute_async_script(
+            "const done = arguments[arguments.length - 1];"
+            "new PerformanceObserver(l => done(l.getEntries().map(e => [e.identifier, e.renderTime])))"
+            ".observe({type: 'element', buffered: true});"
+            "setTimeout(() => done([]), 5000);"
+        )
+        got = {name: float(t) for name, t in entries}
+        return {i: got[i] for i in identifiers if i in got}
+    finally:
+        d.quit()
+
+
+def browser_time(html: Path, strategy: str, shown: tuple[str, ...] = (".gnc span.verdict", ".gnc table.m")) -> float | None:
+    """Seconds from navigation until every CSS selector in `shown` matches a displayed element (asked
+    through WebDriver, so it also waits for the page's scripts to let go of the main thread)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    d = _driver(strategy)  # "none": time what a reader sees, not the end of all scripts
+    if d is None:
+        return None
     d.set_page_load_timeout(300)
     try:
         t = time.monotonic()
         d.get(html.as_uri())
 
-        def usable(x: webdriver.Chrome) -> bool:
-            found = [x.find_elements(By.CSS_SELECTOR, sel) for sel in shown]
+        def usable(x: object) -> bool:
+            found = [d.find_elements(By.CSS_SELECTOR, sel) for sel in shown]
             return all(f and f[0].is_displayed() for f in found)
 
         WebDriverWait(d, 300, poll_frequency=0.05).until(usable)

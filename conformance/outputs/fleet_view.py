@@ -74,7 +74,8 @@ def fleet_view(nodes: list[dict[str, Any]], results: list[dict[str, Any]], wante
     )
     grouped = f"label <code>{e(label)}</code>" if label else "profile (no pool label on most nodes; name one with --group-by)"
     parts = [
-        f"<h2>Fleet overview</h2><p class='fleet-total'>{len(nodes)} nodes: {badges}</p>",
+        # elementtiming: the browser records when this text is painted (benchmarks/merge_scale.py reads it)
+        f"<h2>Fleet overview</h2><p class='fleet-total' elementtiming='gnc-fleet-total'>{len(nodes)} nodes: {badges}</p>",
         _counts_table("profile", by_profile),
         f"<p>Nodes grouped by {grouped}.</p>",
         _counts_table("group", by_group),

@@ -329,11 +329,12 @@ def pytest_html_results_summary(prefix: list[str], summary: list[str], postfix: 
         return
     summaries = [run.node_summary(name) for name in run.node_names]
     if len(summaries) > MATRIX_MAX_NODES:
+        # the fleet first, where the page opens; the matrix would be unreadable at this size
         wanted = session.config.getoption("conformance_group_by")
-        middle = fleet_view(summaries, run.results, wanted)  # the matrix would be unreadable at this size
+        sections = [fleet_view(summaries, run.results, wanted), verdict_table(run, summaries), waivers_and_diff(run)]
     else:
-        middle = matrix(run)
-    sections = [verdict_table(run, summaries), waivers_and_diff(run), middle, bandwidth_section(run), latency_section(run)]
+        sections = [verdict_table(run, summaries), waivers_and_diff(run), matrix(run)]
+    sections += [bandwidth_section(run), latency_section(run)]
     prefix.append(f"<div class='gnc'>{_STYLE}{''.join(sections)}</div>")
 
 
