@@ -510,7 +510,9 @@ def _finish(rc: int, out: Path, pushgateway: str | None, verbose: int = 0) -> in
     if not results.is_file():
         print(f"error: pytest ended with exit code {rc} and wrote no results", file=sys.stderr)
         return EXIT_INTERRUPTED if rc == pytest.ExitCode.INTERRUPTED else EXIT_USAGE
-    doc = json.loads(results.read_text(encoding="utf-8"))
+    from conformance.plugin import written_summary
+
+    doc = written_summary(results) or json.loads(results.read_text(encoding="utf-8"))
     print()
     listed = doc["nodes"]
     if len(listed) > SUMMARY_NODES and not verbose:

@@ -414,10 +414,21 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     doc = run.to_json()
     if opt("conformance_results"):
         run.write_results(opt("conformance_results"), doc)
+        # what the command line prints next, without reading 200 MB of results.json back at fleet scale
+        WRITTEN[str(Path(opt("conformance_results")).resolve())] = {k: doc.get(k) for k in SUMMARY_KEYS}
     if opt("conformance_junit"):
         _write_chunks(opt("conformance_junit"), junit_chunks(doc))
     if opt("conformance_prometheus"):
         _write(opt("conformance_prometheus"), prometheus_text(doc).encode("utf-8"))
+
+
+SUMMARY_KEYS = ("nodes", "waivers", "diff", "complete")
+WRITTEN: dict[str, dict[str, Any]] = {}  # results.json path -> its SUMMARY_KEYS, for the CLI in this process
+
+
+def written_summary(path: Path) -> dict[str, Any] | None:
+    """The summary of the results.json this process just wrote at `path` (once), else None."""
+    return WRITTEN.pop(str(path.resolve()), None)
 
 
 def _write_chunks(path: str, chunks: Iterable[bytes]) -> None:
