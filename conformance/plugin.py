@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from conformance import fixtures
-from conformance.checks import CheckSpec, Evidence, spec_of
+from conformance.checks import SEVERITIES, CheckSpec, Evidence, spec_of
 from conformance.cluster.pods import ContainerRef
 from conformance.config.site_rules import SiteRule
 from conformance.errors import ConformanceError, UsageError
-from conformance.outputs import diff, junit_chunks, load_results, prometheus_text
+from conformance.outputs import FAILING, diff, junit_chunks, load_results, prometheus_text
 from conformance.outputs.replay import NodeReplayItem, ReplayItem, make_items, node_summary_message
 from conformance.session import RUN_KEY, Run
 
@@ -379,16 +379,15 @@ def _replayed_node_report(item: NodeReplayItem, report: pytest.TestReport) -> py
     if report.when != "call":
         return report
     rows = item.results
-    failing = [r for r in rows if r["outcome"] in ("failed", "error")]
+    failing = [r for r in rows if r["outcome"] in FAILING]
     worst = "error" if any(r["outcome"] == "error" for r in failing) else "failed" if failing else "passed"
-    order = ("critical", "high", "medium", "low")
-    severity = min((r["severity"] for r in failing), key=lambda s: order.index(s) if s in order else 9, default="")
+    rank = {sev: i for i, sev in enumerate(SEVERITIES)}
+    severity = min((r["severity"] for r in failing), key=lambda sev: rank.get(sev, len(rank)), default="")
     # one row in the HTML table for the node; its failing results in the row's extras (html_report)
     report.conformance_result = {  # type: ignore[attr-defined]
         "node": rows[0]["node"], "check": f"{len(failing)} of {len(rows)} results", "severity": severity, "outcome": worst,
         "message": node_summary_message(failing) if failing else "every result passed, skipped or was waived",
         "source": "replayed results", "evidence": [f"{r['outcome'].upper()} [{r['check']}] {r['message']}" for r in failing],
-        "node_item": True,
     }  # fmt: skip
     if failing:
         report.longrepr = f"{worst.upper()} {rows[0]['node']}: {report.conformance_result['message']}"  # type: ignore[attr-defined]

@@ -318,6 +318,11 @@ def _pod_sysctls(pod, inside, evidence, names: list[str]) -> dict[str, str]:
     return inside.sysctls
 
 
+def _pod_int_sysctl(pod, inside, evidence, path: str) -> int:
+    """One integer sysctl of the pod's network namespace, e.g. net/core/somaxconn."""
+    return parse_int_sysctl(_pod_sysctls(pod, inside, evidence, [path])[path], path.replace("/", "."))
+
+
 SYSCTL_REMEDIATION = (
     "Set it for the pod: securityContext.sysctls (net.ipv4.tcp_tw_reuse and net.core.somaxconn are not in the "
     "kubelet's safe set, so the node's kubelet must list them in allowedUnsafeSysctls, see "
@@ -337,8 +342,7 @@ SYSCTL_REMEDIATION = (
     source="exec: /proc/sys/net/ipv4/tcp_tw_reuse in the container",
 )
 def test_pod_sysctl_tw_reuse(node, container, pod, inside, profile, evidence):
-    values = _pod_sysctls(pod, inside, evidence, ["net/ipv4/tcp_tw_reuse"])
-    problem = tw_reuse_problem(parse_int_sysctl(values["net/ipv4/tcp_tw_reuse"], "net.ipv4.tcp_tw_reuse"), profile)
+    problem = tw_reuse_problem(_pod_int_sysctl(pod, inside, evidence, "net/ipv4/tcp_tw_reuse"), profile)
     assert problem is None, problem
 
 
@@ -352,8 +356,7 @@ def test_pod_sysctl_tw_reuse(node, container, pod, inside, profile, evidence):
     source="exec: /proc/sys/net/core/somaxconn in the container",
 )
 def test_pod_sysctl_somaxconn(node, container, pod, inside, profile, evidence):
-    values = _pod_sysctls(pod, inside, evidence, ["net/core/somaxconn"])
-    problem = somaxconn_problem(parse_int_sysctl(values["net/core/somaxconn"], "net.core.somaxconn"), profile)
+    problem = somaxconn_problem(_pod_int_sysctl(pod, inside, evidence, "net/core/somaxconn"), profile)
     assert problem is None, problem
 
 

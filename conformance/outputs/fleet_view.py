@@ -12,6 +12,8 @@ from collections import Counter, defaultdict
 from html import escape
 from typing import Any
 
+from conformance.outputs import FAILING
+
 # Above this many nodes the report shows the fleet view and drops the node x check matrix and the
 # per-node verdict rows of accepted nodes (each node stays in the fleet view's node list).
 MATRIX_MAX_NODES = 300
@@ -27,11 +29,12 @@ GROUP_LABELS = (
     "node.kubernetes.io/instance-type",
     "nvidia.com/gpu.product",
 )
-VERDICTS = ("accepted", "rejected", "unreachable", "incomplete")
-FAILING = ("failed", "error")
+VERDICT_COLOURS = {"accepted": "#2e7d32", "rejected": "#c62828", "unreachable": "#ef6c00", "incomplete": "#9e9e9e"}
+VERDICTS = tuple(VERDICT_COLOURS)
 
 
 def e(value: Any) -> str:
+    """Escaped for HTML text and (quoted) attribute values: every value in the report passes here."""
     return escape(str(value), quote=True)
 
 

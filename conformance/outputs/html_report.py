@@ -4,19 +4,17 @@ pytest-html 4 inserts cells as HTML in the browser: every value from a node is e
 
 from __future__ import annotations
 
-from html import escape
 from typing import Any
 
 import pytest
 
 from conformance import __version__
 from conformance.checks import REGISTRY
-from conformance.outputs.fleet_view import MATRIX_MAX_NODES, fleet_view
+from conformance.outputs.fleet_view import MATRIX_MAX_NODES, VERDICT_COLOURS, e, fleet_view
 from conformance.outputs.svg import heatmap, histogram
 from conformance.session import RUN_KEY, Run
 
 SYMBOLS = {"passed": "✓", "failed": "✗", "error": "!", "skipped": "–", "waived": "w", None: ""}
-VERDICT_COLOURS = {"accepted": "#2e7d32", "rejected": "#c62828", "unreachable": "#ef6c00", "incomplete": "#9e9e9e"}
 _STYLE = """<style>
 .gnc table{border-collapse:collapse;margin:6px 0 14px}
 .gnc td,.gnc th{border:1px solid #ccc;padding:2px 6px;font-size:12px}
@@ -33,10 +31,6 @@ _STYLE = """<style>
 .gnc .o-waived{background:#6a1b9a}
 .gnc .o-none{background:#eeeeee}
 tbody.gnc-target td{outline:2px solid #1565c0}
-.gnc .v-accepted{background:#2e7d32}
-.gnc .v-rejected{background:#c62828}
-.gnc .v-unreachable{background:#ef6c00}
-.gnc .v-incomplete{background:#9e9e9e}
 .gnc .fleet-total .verdict{font-size:15px;margin-right:6px}
 .gnc table.fleet td.n{text-align:right;min-width:28px}
 .gnc table.fleet td.hot{background:#ffcdd2}
@@ -86,6 +80,8 @@ document.addEventListener("click", function (ev) {
   })();
 });
 </script>"""
+# the fleet view's verdict badges, in the colours of the verdict table
+_STYLE = _STYLE.replace("</style>", "".join(f".gnc .v-{v}{{background:{c}}}\n" for v, c in VERDICT_COLOURS.items()) + "</style>")
 
 
 _CONFIG: list[pytest.Config] = []
@@ -107,10 +103,6 @@ def _passed_rows(report: pytest.TestReport) -> bool:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     session.config._gnc_items = len(session.items)  # type: ignore[attr-defined]
-
-
-def e(value: Any) -> str:
-    return escape(str(value), quote=True)
 
 
 def pytest_html_report_title(report: Any) -> None:
