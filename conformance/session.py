@@ -15,7 +15,7 @@ from conformance import __version__
 from conformance.checks import BLOCKING, REGISTRY
 from conformance.cluster.acceptance import AcceptancePod
 from conformance.cluster.api import api_client, discover
-from conformance.cluster.kubelet_access import access_report
+from conformance.cluster.kubelet_access import KubeletEndpoint, access_report
 from conformance.collection.bundle import Bundle
 from conformance.config.inventory import Inventory, NodeSpec, load_inventory, local_inventory, merge_discovered
 from conformance.config.profile import Profile
@@ -64,13 +64,13 @@ class Run:
         if getattr(opt, "conformance_replay", None):
             return cls.from_results(opt.conformance_replay)
         snapshot = getattr(opt, "conformance_snapshot", None)
-        kube_api = None
+        kube_api, endpoints = None, {}
         if snapshot and not getattr(opt, "conformance_inventory", None):
             bundles = load_snapshots(snapshot)
             inv = Inventory(f"(snapshots in {snapshot})", [NodeSpec(name=n) for n in bundles])
         elif getattr(opt, "conformance_inventory", None):
             inv = load_inventory(opt.conformance_inventory)
-            kube_api = discover_nodes(inv) if inv.kubernetes else None
+            kube_api, endpoints = discover_nodes(inv) if inv.kubernetes else (None, {})
         else:
             inv = local_inventory(getattr(opt, "conformance_host_root", "") or "")
         run = cls(
@@ -85,6 +85,7 @@ class Run:
         run.site.load(getattr(opt, "conformance_checks", None) or [])
         run.store.options.site = run.site.needs()
         run.store.kube_api = kube_api
+        run.store.kubelet_endpoints = endpoints
         if kube_api is not None and inv.kubernetes is not None:
             run.api_access = access_report(kube_api, inv.kubernetes.configz, run.fleet.pod_namespaces())
         run.pytest_config = config
@@ -245,16 +246,18 @@ def write_snapshots(bundles: dict[str, Bundle], folder: str) -> list[Path]:
     return written
 
 
-def discover_nodes(inv: Inventory) -> Any:
+def discover_nodes(inv: Inventory) -> tuple[Any, dict[str, KubeletEndpoint]]:
     """Ask the Kubernetes API for the nodes to audit and merge them into the inventory. Returns the
-    ApiClient (also used for configz)."""
+    ApiClient (also used for configz) and the discovered nodes' kubelet endpoints."""
     spec = inv.kubernetes
     assert spec is not None
     api = api_client(spec)
+    endpoints: dict[str, KubeletEndpoint] = {}
     if spec.discover:
         found = discover(api, spec)
         merge_discovered(inv, found)
+        endpoints = {d.name: d.kubelet for d in found if d.kubelet is not None}
         if not inv.nodes:
             what = f"label selector {spec.node_selector}" if spec.node_selector else f"{spec.gpu_resource} capacity"
             raise UsageError(f"{inv.path}: the Kubernetes API lists no node with {what}, and the inventory names none")
-    return api
+    return api, endpoints

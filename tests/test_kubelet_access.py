@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from conformance.cluster.api import KubeSpec, api_client, parse_spec
+from conformance.cluster.api import KubeSpec, api_client, discover, parse_spec
 from conformance.cluster.kubelet_access import access_report, can_i, configz_from_kubelet, kubelet_endpoint
 from conformance.cluster.pods import gpu_pods
 from conformance.errors import FactUnavailable
@@ -74,6 +74,9 @@ def test_the_endpoint_is_the_nodes_internal_ip_and_daemon_port(cluster):
     port = api.nodes["gpu-a1"]["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
     e = kubelet_endpoint(client(), "gpu-a1")
     assert (e.address, e.port, e.url("/configz")) == ("127.0.0.1", port, f"https://127.0.0.1:{port}/configz")
+    # discovery reads the same from the node list, so discovered nodes need no GET of their own
+    found = {d.name: d.kubelet for d in discover(client(), KubeSpec())}
+    assert found["gpu-a1"] == e and found["no-ip"] is None
     with pytest.raises(FactUnavailable, match="node no-ip: its Node object has no InternalIP"):
         kubelet_endpoint(client(), "no-ip")
 

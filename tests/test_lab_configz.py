@@ -61,11 +61,11 @@ def cluster(lab, tmp_path_factory):
     with ExitStack() as stack:
         for name in AUDITED:  # each kubelet at <InternalIP>:10250 inside the node's namespace ('down' has no sshd only)
             stack.enter_context(serve_kubelet(FakeKubelet(api, name), pki, nodes[name].address, 10250, nodes[name].netns))
-        yield stack.enter_context(serve(api)), pki.ca
+        yield stack.enter_context(serve(api)), pki.ca, api
 
 
 def audit(lab, cluster, token, tmp_path, mode="kubelet"):
-    url, ca = cluster
+    url, ca, _ = cluster
     (tmp_path / "kubeconfig").write_text(kubeconfig(url, token))
     inv = {
         "kubernetes": {"kubeconfig": str(tmp_path / "kubeconfig"), "node_selector": "pool=lab", "configz": mode,
@@ -95,6 +95,8 @@ def test_configz_decides_and_drift_is_reported(lab, cluster, tmp_path):
     assert doc["api_access"][0] == "kubelet configz: read from each kubelet, authorised by get nodes/configz (least privilege)"
     assert not any("nodes/proxy" in line for line in doc["api_access"])
     assert "authorised by get nodes/configz (least privilege)" in (tmp_path / "out" / "report.html").read_text()
+    # the kubelets' addresses came with discovery's node list: no Node was fetched one by one
+    assert not [path for _, _, path in cluster[2].requests if path.startswith("/api/v1/nodes/")]
     assert by["good"]["KUBELET-CPU-POLICY"]["source"] == "live kubelet (configz)"
     # the live kubelet runs 10s: the check passes on the truth, and the drift from the file is in the result
     reconcile = by["bad-kubelet"]["KUBELET-CPU-RECONCILE"]

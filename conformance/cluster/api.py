@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conformance.cluster.dcgm import collect_interval
-from conformance.cluster.kubelet_access import CONFIGZ_MODES, parse_configz
+from conformance.cluster.kubelet_access import CONFIGZ_MODES, KubeletEndpoint, endpoint_of, parse_configz
 from conformance.config.validation import typed_fields
 from conformance.errors import FactUnavailable, UsageError
 
@@ -62,6 +62,7 @@ class DiscoveredNode:
     gpus: int = 0
     why: str = ""
     resources: dict[str, int] = field(default_factory=dict)  # every nvidia.com/* capacity
+    kubelet: KubeletEndpoint | None = None  # where configz is read (configz: kubelet)
 
 
 def api_client(spec: KubeSpec) -> Any:
@@ -147,8 +148,8 @@ def discover(api: Any, spec: KubeSpec) -> list[DiscoveredNode]:
             why = "label nvidia.com/gpu.present=true"
         else:
             continue
-        ip = next((a.address for a in (n.status.addresses or []) if a.type == "InternalIP"), None) if n.status else None
-        out.append(DiscoveredNode(n.metadata.name, ip, labels, gpus, why, resources))
+        kubelet = endpoint_of(n)
+        out.append(DiscoveredNode(n.metadata.name, kubelet.address if kubelet else None, labels, gpus, why, resources, kubelet))
     return sorted(out, key=lambda d: d.name)
 
 

@@ -63,9 +63,21 @@ def parse_configz(body: bytes | str, node: str) -> dict[str, Any]:
     return doc["kubeletconfig"]
 
 
+def endpoint_of(obj: Any) -> KubeletEndpoint | None:
+    """Where a Node's kubelet listens, as the API server knows it: the first InternalIP and
+    `status.daemonEndpoints.kubeletEndpoint.Port` (what the API server itself dials); None without an
+    InternalIP."""
+    status = obj.status
+    address = next((a.address for a in (status.addresses or []) if a.type == "InternalIP"), None) if status else None
+    if not address:
+        return None
+    endpoint = status.daemon_endpoints.kubelet_endpoint if status.daemon_endpoints else None
+    port = endpoint.port if endpoint is not None and endpoint.port else KUBELET_PORT
+    return KubeletEndpoint(obj.metadata.name, address, int(port))
+
+
 def kubelet_endpoint(api: Any, node: str) -> KubeletEndpoint:
-    """Where the node's kubelet listens, as the API server knows it: the first InternalIP of the Node
-    and `status.daemonEndpoints.kubeletEndpoint.Port` (what the API server itself dials)."""
+    """The kubelet endpoint of a node the inventory names (discovered nodes carry theirs)."""
     from kubernetes import client
 
     from conformance.cluster.api import explain
@@ -74,13 +86,10 @@ def kubelet_endpoint(api: Any, node: str) -> KubeletEndpoint:
         obj = client.CoreV1Api(api).read_node(node, _request_timeout=TIMEOUT_S)
     except Exception as e:
         raise FactUnavailable(explain(e, "get", "nodes", node)) from None
-    status = obj.status
-    address = next((a.address for a in (status.addresses or []) if a.type == "InternalIP"), None) if status else None
-    if not address:
+    found = endpoint_of(obj)
+    if found is None:
         raise FactUnavailable(f"node {node}: its Node object has no InternalIP address to reach the kubelet at")
-    endpoint = status.daemon_endpoints.kubelet_endpoint if status.daemon_endpoints else None
-    port = endpoint.port if endpoint is not None and endpoint.port else KUBELET_PORT
-    return KubeletEndpoint(node, address, int(port))
+    return found
 
 
 def _tls_context(api: Any, kubelet_ca: str | None) -> ssl.SSLContext:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conformance.cluster.api import configz
-from conformance.cluster.kubelet_access import configz_from_kubelet, kubelet_endpoint
+from conformance.cluster.kubelet_access import KubeletEndpoint, configz_from_kubelet, kubelet_endpoint
 from conformance.collection.bundle import Bundle
 from conformance.collection.collect import collect_all, stderr_progress
 from conformance.errors import FactUnavailable, UsageError
@@ -35,6 +35,7 @@ class FactStore:
         self.snapshot_dir: str | None = None
         self.snapshots: dict[str, Bundle] = {}
         self.kube_api: Any = None  # an ApiClient when the inventory configures the Kubernetes API
+        self.kubelet_endpoints: dict[str, KubeletEndpoint] = {}  # from discovery; other nodes are looked up
         self.xdist_worker = False  # a pytest-xdist worker: collects only its own nodes
         self.remote_collection: dict[str, dict[str, Any]] = {}  # under xdist, the workers' collection summaries
         self._facts: dict[str, NodeFacts] | None = None
@@ -88,7 +89,8 @@ class FactStore:
             try:
                 if spec.configz == "proxy":
                     return node, (configz(self.kube_api, node), None)
-                return node, (configz_from_kubelet(self.kube_api, kubelet_endpoint(self.kube_api, node), spec.kubelet_ca), None)
+                endpoint = self.kubelet_endpoints.get(node) or kubelet_endpoint(self.kube_api, node)
+                return node, (configz_from_kubelet(self.kube_api, endpoint, spec.kubelet_ca), None)
             except FactUnavailable as e:
                 return node, (None, str(e))
 
