@@ -463,25 +463,29 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
     from conformance.outputs.merge import expected_from, gather, merged_document, missing_nodes
 
-    work = Path(tempfile.mkdtemp(prefix="gnc-merge-"))
     found = gather(args.sources)
-    marker = missing_nodes(found, expected_from(args.expect), work)
-    docs = ([load_results(marker)] if marker else []) + [doc for _, doc in found]
+    marker = missing_nodes(found, expected_from(args.expect))
+    docs = ([marker] if marker else []) + [doc for _, doc in found]
     note = "; some expected nodes sent nothing (marked incomplete)" if marker else ""
     print(f"merging {len(found)} results document(s){note}")
     # one merged document for the report session: the sources are read and parsed once, here
-    merged = work / "merged-results.json"
+    merged = Path(tempfile.mkdtemp(prefix="gnc-merge-")) / "merged-results.json"
     merged.write_text(json.dumps(merged_document(docs, args.sources), separators=(",", ":")), encoding="utf-8")
     del found, docs  # the report session reads the merged document: at fleet scale this halves the peak memory
-    args.results, args.merged = [str(merged)], True
-    return cmd_report(args)
+    args.results = [str(merged)]
+    return _render(args)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    for f in args.results:
+        load_results(f)  # a clear usage error before pytest starts
+    return _render(args)
+
+
+def _render(args: argparse.Namespace) -> int:
+    """The report session over checked results documents (`args.results`)."""
     import pytest
 
-    for f in args.results if not getattr(args, "merged", False) else []:
-        load_results(f)  # a clear usage error before pytest starts (merge has checked its sources)
     out = Path(args.output) if args.output else _default_output()
     out.mkdir(parents=True, exist_ok=True)
     pargs = ["--rootdir", str(out), "-c", "/dev/null", *_pytest_args(out, args.verbose)]

@@ -3,7 +3,6 @@ framed results) into one document set; nodes that were expected but sent nothing
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,7 @@ def gather(paths: list[str]) -> list[tuple[Path, dict[str, Any]]]:
     return found
 
 
-def missing_nodes(found: list[tuple[Path, dict[str, Any]]], expected: list[str], folder: Path) -> Path | None:
+def missing_nodes(found: list[tuple[Path, dict[str, Any]]], expected: list[str]) -> dict[str, Any] | None:
     """A results document marking the expected nodes that no source reported, or None."""
     seen = {n["name"] for _, doc in found for n in doc["nodes"]}
     absent = [n for n in expected if n not in seen]
@@ -77,9 +76,7 @@ def missing_nodes(found: list[tuple[Path, dict[str, Any]]], expected: list[str],
         "checks": {},
         "results": [],
     }
-    out = folder / "expected-nodes.json"
-    out.write_text(json.dumps(doc), encoding="utf-8")
-    return out
+    return doc
 
 
 def expected_from(values: list[str]) -> list[str]:
