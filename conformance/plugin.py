@@ -416,9 +416,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         # what the command line prints next, without reading 200 MB of results.json back at fleet scale
         WRITTEN[str(Path(opt("conformance_results")).resolve())] = {k: doc.get(k) for k in SUMMARY_KEYS}
     if opt("conformance_junit"):
-        _write_chunks(opt("conformance_junit"), junit_chunks(doc))
+        _write(opt("conformance_junit"), junit_chunks(doc))
     if opt("conformance_prometheus"):
-        _write(opt("conformance_prometheus"), prometheus_text(doc).encode("utf-8"))
+        _write(opt("conformance_prometheus"), [prometheus_text(doc).encode("utf-8")])
 
 
 SUMMARY_KEYS = ("nodes", "waivers", "diff", "complete")
@@ -430,15 +430,9 @@ def written_summary(path: Path) -> dict[str, Any] | None:
     return WRITTEN.pop(str(path.resolve()), None)
 
 
-def _write_chunks(path: str, chunks: Iterable[bytes]) -> None:
+def _write(path: str, chunks: Iterable[bytes]) -> None:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     with p.open("wb") as f:
         for chunk in chunks:
             f.write(chunk)
-
-
-def _write(path: str, data: bytes) -> None:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_bytes(data)

@@ -10,6 +10,7 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from conformance.cluster.api import GPU_RESOURCE, explain
@@ -188,16 +189,13 @@ def gpu_pods(
     from kubernetes import client
 
     core = client.CoreV1Api(api)
-    where = f"spec.nodeName={node}"
+    lists = [(f"pods in namespace {ns}", partial(core.list_namespaced_pod, ns)) for ns in namespaces or []]
     pods = []
-    for ns in namespaces or [None]:
+    for what, list_pods in lists or [("pods", core.list_pod_for_all_namespaces)]:
         try:
-            if ns is None:
-                pods = core.list_pod_for_all_namespaces(field_selector=where, _request_timeout=15).items
-            else:
-                pods += core.list_namespaced_pod(ns, field_selector=where, _request_timeout=15).items
+            pods += list_pods(field_selector=f"spec.nodeName={node}", _request_timeout=15).items
         except Exception as e:
-            raise FactUnavailable(explain(e, "list", f"pods in namespace {ns}" if ns else "pods")) from None
+            raise FactUnavailable(explain(e, "list", what)) from None
     out = []
     for p in pods:
         spec = p.spec

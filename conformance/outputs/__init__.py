@@ -50,7 +50,8 @@ def junit_xml(doc: dict[str, Any]) -> bytes:
 
 def junit_chunks(doc: dict[str, Any]) -> Iterator[bytes]:
     """junit.xml in pieces, one testsuite at a time, so that 10,000 nodes' JUnit is never one tree in
-    memory. The bytes are those of the whole tree indented with ET.indent (two spaces per level)."""
+    memory. The bytes are those ElementTree writes for the whole tree indented with ET.indent (two
+    spaces per level), which is what this wrote before it was streamed."""
     by_node: dict[str, list[dict[str, Any]]] = {n["name"]: [] for n in doc["nodes"]}
     for r in doc["results"]:
         by_node.setdefault(r["node"], []).append(r)
@@ -67,13 +68,12 @@ def junit_chunks(doc: dict[str, Any]) -> Iterator[bytes]:
         for k in totals:
             totals[k] += counts[k]
         suites.append((node, rows, counts))
-    root = ET.Element("testsuites", name="gpu-node-conformance", **{k: str(v) for k, v in totals.items()})
+    attrs = [("name", "gpu-node-conformance"), *((k, str(v)) for k, v in totals.items())]
     yield b'<?xml version="1.0" encoding="utf-8"?>\n'
     if not suites:
-        yield ET.tostring(root, encoding="utf-8", xml_declaration=False)
+        yield _tag("testsuites", attrs).encode("utf-8")
         return
-    opening = ET.tostring(root, encoding="utf-8", xml_declaration=False)  # <testsuites ... />
-    yield opening[: -len(b" />")] + b">"
+    yield _open("testsuites", attrs).encode("utf-8", "xmlcharrefreplace")
     for node, rows, counts in suites:
         yield ("\n  " + _suite(doc, node, rows, counts)).encode("utf-8", "xmlcharrefreplace")
     yield b"\n</testsuites>"
