@@ -3,12 +3,18 @@ round-trip delay lines, audited by the real `conformance run`; and, on the same 
 naive approach a testinfra user would write (testinfra's paramiko backend, one connection per node
 reused, one command per fact, nodes one after another).
 
-    sudo python -m benchmarks.fleet [--sizes 10,50,100,200] [--parallel 64]
+    sudo python -m benchmarks.fleet [--sizes 10,50,100,200] [--parallel 64] [--repeat 3]
 
-Prints wall time, nodes per second, remote executions per node, peak memory and the runner's CPU
-(user + system of the `conformance run` process) per size; beside it, the floor for any SSH-based
-audit here: plain OpenSSH sending the very same collector bytes to the same nodes, `--parallel` at a
-time, and the ratio of the two; then the naive time for 10 nodes and that ratio.
+For each size, --repeat rounds, each timing back to back (in alternating order, so that drift in this
+shared machine's speed falls on both): the floor of any SSH-based audit here, plain OpenSSH sending the
+very same collector bytes to the same nodes --parallel at a time; `conformance run`; and `conformance
+collect` (the same collection without pytest). Prints per size the medians and range of: wall time,
+nodes per second, remote executions per node, peak memory, the run's CPU per node (user + system of
+its process, paramiko's threads included), the ratio run / floor (of each round's pair), and what the
+run's CPU is made of: the collection (`conformance collect`), and pytest's own floor, that is pytest
+with the same plugins and output options running as many empty tests as the run had checks. Then
+the naive time for 10 nodes and that ratio. Issue 16's goals: ratio <= 1.10 and CPU <= 40 ms per
+node at 100 and 200 nodes.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from benchmarks.delayline import DelayLines, measure_round_trip
 from tests.lab.builder import Lab, NodeSpec, lab_available
@@ -96,17 +103,49 @@ def relay_inventory(lab: Lab, lines: DelayLines, nodes: int, tmp: Path) -> Path:
     return inv
 
 
-def timed_run(inv: Path, out: Path, parallel: int) -> tuple[float, int, dict, float]:
-    """(wall s, peak RSS KB, results, CPU s of the run's process: paramiko's threads included)."""
+def timed(argv: list[str], cwd: Path | None = None) -> tuple[float, int, float]:
+    """(wall s, peak RSS KB, CPU s: user + system of the process and its threads)."""
     t = time.monotonic()
-    p = subprocess.Popen(
-        [sys.executable, "-m", "conformance", "run", "--inventory", str(inv), "--output", str(out), f"--parallel={parallel}"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
     _, _, usage = os.wait4(p.pid, 0)
-    wall = time.monotonic() - t
-    return wall, usage.ru_maxrss, json.loads((out / "results.json").read_text()), usage.ru_utime + usage.ru_stime
+    return time.monotonic() - t, usage.ru_maxrss, usage.ru_utime + usage.ru_stime
+
+
+def timed_run(inv: Path, out: Path, parallel: int, command: str = "run") -> tuple[float, int, dict, float]:
+    """(wall s, peak RSS KB, results (run only), CPU s of the command's process: paramiko's threads included)."""
+    argv = [sys.executable, "-m", "conformance", command, "--inventory", str(inv), "--output", str(out), f"--parallel={parallel}"]
+    wall, rss, cpu = timed(argv)
+    doc = json.loads((out / "results.json").read_text()) if command == "run" else {}
+    return wall, rss, doc, cpu
+
+
+def pytest_floor(tests: int, nodes: int, tmp: Path) -> float:
+    """CPU s of pytest itself running `tests` empty tests (nodes x checks, parametrized as the suite is),
+    with the plugins and the quiet and HTML options `conformance run` uses, and without this project's
+    plugin: what no pytest-based audit of that many checks can go below here."""
+    from conformance.cli import QUIET
+
+    d = tmp / f"pytest-floor-{tests}"
+    d.mkdir(exist_ok=True)
+    checks = max(1, round(tests / nodes))
+    (d / "test_floor.py").write_text(
+        "import pytest\n\n\n"
+        f"@pytest.mark.parametrize('node', [f'node-{{i:05d}}' for i in range({nodes})], scope='session')\n"
+        f"@pytest.mark.parametrize('check', range({checks}))\n"
+        "def test_check(node, check):\n    pass\n"
+    )
+    plugins = ["-p", "no:gpu_node_conformance", "-p", "no:cacheprovider", "-p", "no:testinfra", "-p", "no:hypothesispytest"]
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *plugins,
+        *QUIET,
+        f"--html={d / 'report.html'}",
+        "--self-contained-html",
+        "test_floor.py",
+    ]
+    return timed(argv, cwd=d)[2]
 
 
 def openssh_floor(lab: Lab, lines: DelayLines, n: int, parallel: int, known_hosts: Path) -> tuple[float, float]:
@@ -169,7 +208,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="10,50,100,200")
     ap.add_argument("--parallel", type=int, default=64)
-    ap.add_argument("--naive-nodes", type=int, default=10)
+    ap.add_argument("--naive-nodes", type=int, default=10, help="nodes for the naive baseline (0: none)")
+    ap.add_argument("--repeat", type=int, default=3, help="rounds per size (medians are printed)")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     reason = lab_available()
@@ -188,19 +228,50 @@ def main() -> int:
         print(f"lab of {max(sizes)} nodes (namespaces, sshd, kubelet process) built in {time.monotonic() - t:.1f} s")
         lines = DelayLines([(n.address, 22) for n in lab.nodes], delay=0.025)
         try:
-            print(f"{'nodes':>6} {'wall s':>8} {'nodes/s':>8} {'exec/node':>10} {'peak MB':>8} {'CPU ms/node':>12} "
-                  f"{'floor s':>8} {'ratio':>6}  verdicts")  # fmt: skip
             ours: dict[int, float] = {}
+            rows = []
             for n in sizes:
                 inv = relay_inventory(lab, lines, n, tmp)
-                floor, _ = openssh_floor(lab, lines, n, args.parallel, tmp / "known_hosts_relay")
-                wall, rss_kb, doc, cpu = timed_run(inv, tmp / f"out-{n}", args.parallel)
-                ours[n] = wall
+                rounds = []
+                for r in range(args.repeat):
+                    got: dict[str, Any] = {}
+                    steps = ["floor", "run", "collect"] if r % 2 == 0 else ["collect", "run", "floor"]
+                    for step in steps:
+                        if step == "floor":
+                            got["floor"] = openssh_floor(lab, lines, n, args.parallel, tmp / "known_hosts_relay")[0]
+                        else:
+                            got[step] = timed_run(inv, tmp / f"out-{n}-{step}-{r}", args.parallel, step)
+                    rounds.append(got)
+                    wall, _, doc, cpu = got["run"]
+                    print(f"  {n} nodes, round {r + 1}: run {wall:.1f} s, floor {got['floor']:.1f} s, ratio "
+                          f"{wall / got['floor']:.2f}, run CPU {cpu / n * 1000:.0f} ms/node, collect CPU "
+                          f"{got['collect'][3] / n * 1000:.0f} ms/node", flush=True)  # fmt: skip
+                doc = rounds[-1]["run"][2]
+                floor_cpu = pytest_floor(len(doc["results"]), n, tmp)
+                ours[n] = statistics.median(g["run"][0] for g in rounds)
+                rows.append((n, rounds, doc, floor_cpu))
+            print(f"{'nodes':>6} {'wall s':>8} {'nodes/s':>8} {'exec/node':>10} {'peak MB':>8} {'floor s':>8} {'ratio':>14} "
+                  f"{'CPU ms/node':>14} {'collect':>8} {'pytest':>7} {'rest':>6}  verdicts")  # fmt: skip
+            for n, rounds, doc, floor_cpu in rows:
+                med = statistics.median
+                walls = [g["run"][0] for g in rounds]
+                ratios = [g["run"][0] / g["floor"] for g in rounds]
+                cpus = [g["run"][3] / n * 1000 for g in rounds]
+                collect_cpu = med(g["collect"][3] / n * 1000 for g in rounds)
                 execs = statistics.mean(x["collection"]["remote_executions"] for x in doc["nodes"])
                 verdicts = {v: sum(x["verdict"] == v for x in doc["nodes"]) for v in ("accepted", "rejected", "unreachable")}
-                print(f"{n:>6} {wall:>8.1f} {n / wall:>8.1f} {execs:>10.1f} {rss_kb / 1024:>8.0f} {cpu / n * 1000:>12.0f} "
-                      f"{floor:>8.1f} {wall / floor:>6.2f}  {verdicts}")  # fmt: skip
+                spread = f"{med(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+                cpu = f"{med(cpus):.0f} ({min(cpus):.0f}-{max(cpus):.0f})"
+                pytest_ms = floor_cpu / n * 1000
+                print(f"{n:>6} {med(walls):>8.1f} {n / med(walls):>8.1f} {execs:>10.1f} "
+                      f"{max(g['run'][1] for g in rounds) / 1024:>8.0f} {med(g['floor'] for g in rounds):>8.1f} {spread:>14} "
+                      f"{cpu:>14} {collect_cpu:>8.0f} {pytest_ms:>7.0f} {med(cpus) - collect_cpu - pytest_ms:>6.0f}  "
+                      f"{verdicts}")  # fmt: skip
+            print("(medians of the rounds, range in brackets; CPU per node: collect = `conformance collect` of the same nodes,")
+            print(" pytest = pytest's own floor for as many empty tests, rest = the checks, fixtures and outputs)")
             k = args.naive_nodes
+            if not k:
+                return 0
             relay_inventory(lab, lines, k, tmp)  # writes the relay ports' known_hosts
             naive_s, per_node = naive(lab, lines, k, tmp / "known_hosts_relay")
             mine = ours.get(k) or timed_run(relay_inventory(lab, lines, k, tmp), tmp / "out-naive", args.parallel)[0]

@@ -6,6 +6,7 @@ Exit codes, the same for every command: 0 every node accepted (or the command su
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import importlib.util
 import json
@@ -380,8 +381,14 @@ def _pytest_args(out: Path, verbose: int) -> list[str]:
         f"--prometheus={out / 'results.prom'}",
         f"--html={out / 'report.html'}",
         "--self-contained-html",
-        *(["-v"] * verbose if verbose else ["-q", "--no-header", "-rN", "--tb=no", "-p", "no:warnings"]),
+        *(["-v"] * verbose if verbose else QUIET),
     ]
+
+
+# Quiet by default. pytest's warnings are not shown then, so neither are the plugins that only turn
+# exceptions in threads and in finalizers into warnings: per check they cost about a tenth of a run's
+# CPU (measured on 5,200 checks), and Python still prints such an exception on stderr.
+QUIET = ["-q", "--no-header", "-rN", "--tb=no", "-p", "no:warnings", "-p", "no:unraisableexception", "-p", "no:threadexception"]
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -564,6 +571,16 @@ def _finish(rc: int, out: Path, pushgateway: str | None, verbose: int = 0) -> in
 
 
 def main(argv: list[str] | None = None) -> int:
+    rc = _main(argv)
+    if argv is None:
+        # The command is over and its objects die with the process: spare the interpreter its last full
+        # garbage collection over them (a second of a 100-node run's 4 s of CPU). Outputs are closed by
+        # now, and temporary files are removed by their atexit finalizers, which still run.
+        gc.freeze()
+    return rc
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

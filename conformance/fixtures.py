@@ -3,6 +3,7 @@ outcome is `error` (never `passed`), with the reason."""
 
 from __future__ import annotations
 
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,39 +22,52 @@ from conformance.facts.gpu import GpuFacts
 from conformance.facts.node_facts import NodeFacts
 from conformance.measurements.gpu_measure import H2DMeasurement
 from conformance.measurements.latency import Endpoint, LatencyResult
-from conformance.session import RUN_KEY, Run
+from conformance.session import Run
+
+# `node` (and the container, endpoint or site rule beside it) is a session-scoped parameter (see
+# plugin.pytest_generate_tests), so pytest groups each node's checks together and the fixtures below are
+# computed once per node (or per node and container), not once per check: pytest keeps the value while
+# the parameter stays the same and recomputes it when the next check is of another node.
+NODE = "session"
 
 
-@pytest.fixture(scope="session")
-def gnc_run(request: pytest.FixtureRequest) -> Run:
-    """The run, once per session: fixtures that take it (not `request`) spare pytest building a
-    `request` fixture definition for every check it runs (about 6 per check)."""
-    return request.config.stash[RUN_KEY]
+def run_plugin(run: Run) -> types.ModuleType:
+    """The plugin that holds `gnc_run`, the run as a session fixture, which every fixture here takes.
+    It takes no `request`: pytest builds a `request` fixture definition (with an inspect.signature) each
+    time it resolves a fixture that takes one, and it resolves the run's fixture once for every check."""
+    plugin = types.ModuleType("conformance.fixtures.run")
+
+    @pytest.fixture(scope="session", name="gnc_run")
+    def gnc_run() -> Run:
+        return run
+
+    plugin.gnc_run = gnc_run  # type: ignore[attr-defined]
+    return plugin
 
 
-@pytest.fixture
+@pytest.fixture(scope=NODE)
 def facts(gnc_run: Run, node: str) -> NodeFacts:
-    """The node's facts (every node is collected once, concurrently, on first use)."""
+    """The node's facts: its one collection, started in the background as the run began, or now."""
     return gnc_run.store.facts_for(node)
 
 
-@pytest.fixture
+@pytest.fixture(scope=NODE)
 def node_spec(gnc_run: Run, node: str) -> NodeSpec:
     """The node's inventory entry: address, labels, and what the Kubernetes API said of it."""
     return gnc_run.spec(node)
 
 
-@pytest.fixture
+@pytest.fixture(scope=NODE)
 def profile(gnc_run: Run, node: str) -> Profile:
     return gnc_run.profile_for(node)
 
 
-@pytest.fixture
+@pytest.fixture  # function scope: each check its own
 def evidence() -> Evidence:
     return Evidence()
 
 
-@pytest.fixture
+@pytest.fixture(scope=NODE)
 def latency(gnc_run: Run, node: str, endpoint: Endpoint | None) -> LatencyResult:
     """The endpoint's latency measurement (taken once per node and endpoint)."""
     if endpoint is None:
@@ -67,7 +81,7 @@ def latency(gnc_run: Run, node: str, endpoint: Endpoint | None) -> LatencyResult
         raise FactUnavailable(f"endpoint {endpoint.name} of node {node}: a header value could not be read: {e}") from None
 
 
-@pytest.fixture
+@pytest.fixture(scope=NODE)
 def node_gpus(facts: NodeFacts, node_spec: NodeSpec) -> GpuFacts:
     """The node's GPUs; skips a node that has none (neither NVML, the PCI bus nor the API shows one)."""
     g = facts.gpus
@@ -76,7 +90,7 @@ def node_gpus(facts: NodeFacts, node_spec: NodeSpec) -> GpuFacts:
     return g
 
 
-@pytest.fixture
+@pytest.fixture(scope=NODE)
 def visible_gpus(node_gpus: GpuFacts) -> GpuFacts:
     """The GPUs the driver shows; the checks of a GPU's properties skip when it shows none (GPU-COUNT
     is the check that says so)."""
@@ -85,7 +99,7 @@ def visible_gpus(node_gpus: GpuFacts) -> GpuFacts:
     return node_gpus
 
 
-@pytest.fixture
+@pytest.fixture(scope=NODE)
 def h2d(gnc_run: Run, node: str, node_gpus: GpuFacts) -> H2DMeasurement:
     """The node's H2D bandwidth measurement (opt-in; taken once per node, all nodes concurrently)."""
     run = gnc_run
@@ -112,7 +126,7 @@ class BusyLink:
     why_none: str = ""
 
 
-@pytest.fixture
+@pytest.fixture(scope=NODE)
 def link_after(gnc_run: Run, node: str, visible_gpus: Any) -> BusyLink:
     """Link readings under load, per GPU uuid: what the bandwidth probe read while its copies ran, and
     for a GPU that had compute processes at collection time, its current state then. Idle links
@@ -139,7 +153,7 @@ def link_after(gnc_run: Run, node: str, visible_gpus: Any) -> BusyLink:
     return BusyLink(True, {**loaded, **probed}, "")
 
 
-@pytest.fixture
+@pytest.fixture(scope=NODE)
 def dcgm_series(gnc_run: Run, node: str, node_spec: NodeSpec) -> tuple[str, dict[str, int] | None, tuple[int | None, str]]:
     """(where, {metric: series}, (collection interval ms, its source)) of the node's dcgm-exporter: the
     inventory's URL, else the API's pod proxy; (why, None, ...) when no exporter pod runs on the node."""
@@ -159,7 +173,7 @@ def dcgm_series(gnc_run: Run, node: str, node_spec: NodeSpec) -> tuple[str, dict
     return where, dcgm.metric_series(text), interval
 
 
-@pytest.fixture
+@pytest.fixture(scope=NODE)
 def pod(gnc_run: Run, node: str, container: ContainerRef | str | None) -> PodInfo:
     """The GPU pod under test (from the API). Skips a node with none; errors when pods could not be listed."""
     run = gnc_run
@@ -174,25 +188,25 @@ def pod(gnc_run: Run, node: str, container: ContainerRef | str | None) -> PodInf
     return run.pods.pod(container)
 
 
-@pytest.fixture
+@pytest.fixture(scope=NODE)
 def runtime_handlers(gnc_run: Run) -> dict[str, str]:
     """Every RuntimeClass of the cluster and its handler (Kubernetes API, node.k8s.io/v1)."""
     return gnc_run.pods.runtime_handlers()
 
 
-@pytest.fixture
+@pytest.fixture(scope=NODE)
 def spec_container(pod: PodInfo, container: ContainerRef) -> dict[str, Any]:
     """The container's resources as the pod spec declares them."""
     return next(c for c in pod.containers if c["name"] == container.container)
 
 
-@pytest.fixture
+@pytest.fixture(scope=NODE)
 def inside(gnc_run: Run, pod: PodInfo, container: ContainerRef) -> InsideFacts:
     """What the container sees, from one exec into it."""
     return gnc_run.pods.inside(container)
 
 
-@pytest.fixture
+@pytest.fixture(scope=NODE)
 def assignment(pod: PodInfo, container: ContainerRef, cpu_manager_state: Any) -> frozenset[int] | None:
     """The container's exclusive CPUs in the kubelet's cpu_manager_state (None: it has no entry)."""
     return (cpu_manager_state.entries.get(pod.uid) or {}).get(container.container)
@@ -204,7 +218,7 @@ def _fact(name: str) -> Any:
 
     fixture.__name__ = name
     fixture.__doc__ = f"NodeFacts.{name} of the node under test."
-    return pytest.fixture(name=name)(fixture)
+    return pytest.fixture(name=name, scope=NODE)(fixture)
 
 
 kubelet_args = _fact("kubelet_args")
@@ -221,13 +235,13 @@ nvme_schedulers = _fact("nvme_schedulers")
 gpus = _fact("gpus")
 
 
-@pytest.fixture
+@pytest.fixture(scope=NODE)
 def site_params(gnc_run: Run, node: str, site_rule: SiteRule) -> dict[str, Any]:
     """A declarative site rule's matcher fields, with the node's profile's thresholds laid over them."""
     return gnc_run.site.params(site_rule, node)
 
 
-@pytest.fixture
+@pytest.fixture(scope=NODE)
 def host(gnc_run: Run, node: str) -> testinfra.host.Host:
     """testinfra's host, bound to the node through the suite's own transport (SSH, OpenSSH or local) and
     credentials, for Python site checks that need a command. Each command is one more remote execution,

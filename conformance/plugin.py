@@ -169,6 +169,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.dist = "loadgroup"  # every check of a node in one worker: one collection per node
     try:
         config.stash[RUN_KEY] = Run.from_options(config)
+        config.pluginmanager.register(fixtures.run_plugin(config.stash[RUN_KEY]), "conformance-run")
         config.stash[RUN_KEY].store.xdist_worker = _xdist_worker(config)
         if _xdist_controller(config):
             config.pluginmanager.register(XdistController(config.stash[RUN_KEY]), "conformance-xdist-controller")
@@ -185,6 +186,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     run: Run | None = config.stash.get(RUN_KEY, None)
     if run is not None:
+        run.store.close()  # an interrupted run starts no more collections
         run.pods.cleanup()  # again, in case the session ended before sessionfinish (deleting twice is a no-op)
         run.site.close()  # the connections Python site checks' `host` opened
 
@@ -219,6 +221,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.repr_failure = short  # type: ignore[method-assign]
 
 
+@pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
+def pytest_collection_modifyitems_by_node(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each node's checks together, nodes in the inventory's order (the order they are gathered in):
+    a node's checks run as soon as its facts are in, and its fixtures are computed once. After pytest's
+    own ordering by session-scoped parameters, which would put checks of different nodes side by side
+    when they share a container or endpoint parameter (None: the node has none)."""
+    run: Run | None = config.stash.get(RUN_KEY, None)
+    if run is None or run.ledger.replay is not None:
+        return
+    order = {name: i for i, name in enumerate(run.node_names)}
+    items.sort(key=lambda item: order.get(getattr(item, "callspec", None) and item.callspec.params.get("node"), -1))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection(session: pytest.Session) -> bool | None:
     run: Run | None = session.config.stash.get(RUN_KEY, None)
@@ -231,12 +246,34 @@ def pytest_collection(session: pytest.Session) -> bool | None:
     return True
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> None:
+    """Before the first check: begin gathering, in the background, every node a selected check needs
+    facts of, in the order the checks will run (each node's checks together: `node` is a session-scoped
+    parameter), so that the first nodes' checks run while later nodes are still on their way. Not
+    under pytest-xdist (each worker gathers the nodes it is given) nor for --collect-only."""
+    run: Run | None = session.config.stash.get(RUN_KEY, None)
+    config = session.config
+    if (
+        run is None
+        or run.ledger.replay is not None
+        or config.option.collectonly
+        or _xdist_worker(config)
+        or _xdist_controller(config)
+    ):
+        return
+    if session.testsfailed and not config.option.continue_on_collection_errors:
+        return  # pytest stops here: collection errors
+    run.store.start(item.callspec.params["node"] for item in session.items if "facts" in getattr(item, "fixturenames", ()))
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "site_rule" in metafunc.fixturenames:
         # one test per (node, declarative site rule that applies to the node)
         site_run: Run = metafunc.config.stash[RUN_KEY]
         pairs = [(node, rule) for node in site_run.node_names for rule in site_run.site.rules_for(node)]
-        metafunc.parametrize(("node", "site_rule"), pairs, ids=[f"{node}/{rule.spec.id}" for node, rule in pairs])
+        ids = [f"{node}/{rule.spec.id}" for node, rule in pairs]
+        metafunc.parametrize(("node", "site_rule"), pairs, ids=ids, scope="session")
         return
     if "node" not in metafunc.fixturenames or spec_of(metafunc.function) is None:
         return
@@ -245,14 +282,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         # one test per (node, pod, container); a node without GPU pods (or without the API) gets one that skips
         pairs = [(node, ref) for node in run.node_names for ref in run.pods.pod_targets(node)]
         ids = [ref.id if isinstance(ref, ContainerRef) else node for node, ref in pairs]
-        metafunc.parametrize(("node", "container"), pairs, ids=ids)
+        metafunc.parametrize(("node", "container"), pairs, ids=ids, scope="session")
     elif "endpoint" in metafunc.fixturenames:
         # one test per (node, endpoint); a node without endpoints gets one test that skips
         pairs = [(n.name, ep) for n in run.inventory.nodes for ep in (n.endpoints or [None])]
         ids = [f"{node}/{ep.name}" if ep else node for node, ep in pairs]
-        metafunc.parametrize(("node", "endpoint"), pairs, ids=ids)
+        metafunc.parametrize(("node", "endpoint"), pairs, ids=ids, scope="session")
     else:
-        metafunc.parametrize("node", run.node_names, ids=run.node_names)
+        metafunc.parametrize("node", run.node_names, ids=run.node_names, scope="session")
 
 
 def _subject(endpoint: Any, container: Any) -> dict[str, str]:

@@ -46,7 +46,7 @@ class Run:
     ) -> None:
         self.pytest_config: pytest.Config | None = None
         self.fleet = Fleet(inventory, profile_override)
-        self.store = FactStore(self.fleet, CollectOptions(parallel, timeout, 2, verbose), self.say)
+        self.store = FactStore(self.fleet, CollectOptions(parallel, timeout, 2, verbose, tty=sys.stderr.isatty()), self.say)
         self.store.snapshot_dir = snapshot_dir
         if snapshot_dir:
             self.store.snapshots = load_snapshots(snapshot_dir)

@@ -168,9 +168,12 @@ def collect_all(
     return {n.name: out[n.name] for n in nodes}
 
 
-def stderr_progress(verbose: bool, write: Callable[[str], None] | None = None) -> Callable[[int, int, Bundle], None] | None:
-    """A progress line on stderr: always on a terminal, and with -v elsewhere."""
-    if not (verbose or sys.stderr.isatty()):
+def stderr_progress(
+    verbose: bool, write: Callable[[str], None] | None = None, tty: bool | None = None
+) -> Callable[[int, int, Bundle], None] | None:
+    """A progress line on stderr: always on a terminal, and with -v elsewhere. `tty`: whether stderr is
+    a terminal, when asked while pytest captures it (it is not one then)."""
+    if not (verbose or (sys.stderr.isatty() if tty is None else tty)):
         return None
     out = write or _write_stderr
 

@@ -216,11 +216,16 @@ def flags_to_config(flags: dict[str, list[str | None]]) -> dict[str, tuple[Any, 
     return out
 
 
+# libyaml's parser where PyYAML was built with it (its wheels are): the same safe constructor and
+# resolver as yaml.safe_load, about ten times faster on a node's config files.
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def load_yaml_mapping(text: str, path: str, what: str) -> dict[str, Any]:
     """A YAML (or JSON) document that must be a mapping; an empty file is an empty mapping. Node files
     are untrusted: malformed or absurdly nested input is a ParseError naming the file, never a crash."""
     try:
-        doc = yaml.safe_load(text) if text.strip() else {}
+        doc = yaml.load(text, Loader=SAFE_LOADER) if text.strip() else {}
     except yaml.YAMLError as e:
         raise ParseError(f"{path}: not valid YAML/JSON: {_one_line(e)}") from e
     except RecursionError as e:
