@@ -12,7 +12,8 @@ collect` (the same collection without pytest). Prints per size the medians and r
 nodes per second, remote executions per node, peak memory, the run's CPU per node (user + system of
 its process, paramiko's threads included), the ratio run / floor (of each round's pair), and what the
 run's CPU is made of: the collection (`conformance collect`), and pytest's own floor, that is pytest
-with the same plugins and output options running as many empty tests as the run had checks. Then
+with the same plugins and output options running as many empty tests as the run had checks; and how
+busy the whole machine (2 cores, shared by the runner, the lab's nodes and the relay) was. Then
 the naive time for 10 nodes and that ratio. Issue 16's goals: ratio <= 1.10 and CPU <= 40 ms per
 node at 100 and 200 nodes.
 """
@@ -101,6 +102,20 @@ def relay_inventory(lab: Lab, lines: DelayLines, nodes: int, tmp: Path) -> Path:
         f"defaults:\n  ssh: {{user: root, identity_file: {lab.client_key}, known_hosts: {kh}}}\nnodes:\n" + "\n".join(rows) + "\n"
     )
     return inv
+
+
+def cpu_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine since boot (/proc/stat): the lab's nodes, the relay,
+    the runner, all of it."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def busy_since(start: tuple[int, int]) -> float:
+    """The share of the machine's CPU time that was busy since `start` (cpu_ticks())."""
+    busy, total = cpu_ticks()
+    return (busy - start[0]) / max(1, total - start[1])
 
 
 def timed(argv: list[str], cwd: Path | None = None) -> tuple[float, int, float]:
@@ -237,15 +252,21 @@ def main() -> int:
                     got: dict[str, Any] = {}
                     steps = ["floor", "run", "collect"] if r % 2 == 0 else ["collect", "run", "floor"]
                     for step in steps:
+                        ticks = cpu_ticks()
                         if step == "floor":
-                            got["floor"] = openssh_floor(lab, lines, n, args.parallel, tmp / "known_hosts_relay")[0]
+                            got["floor"], got["floor cpu"] = openssh_floor(
+                                lab, lines, n, args.parallel, tmp / "known_hosts_relay"
+                            )
                         else:
                             got[step] = timed_run(inv, tmp / f"out-{n}-{step}-{r}", args.parallel, step)
+                        got[f"busy {step}"] = busy_since(ticks)
                     rounds.append(got)
                     wall, _, doc, cpu = got["run"]
                     print(f"  {n} nodes, round {r + 1}: run {wall:.1f} s, floor {got['floor']:.1f} s, ratio "
                           f"{wall / got['floor']:.2f}, run CPU {cpu / n * 1000:.0f} ms/node, collect CPU "
-                          f"{got['collect'][3] / n * 1000:.0f} ms/node", flush=True)  # fmt: skip
+                          f"{got['collect'][3] / n * 1000:.0f} ms/node, the floor's ssh clients' CPU "
+                          f"{got['floor cpu'] / n * 1000:.0f} ms/node; machine busy {got['busy floor']:.0%} during "
+                          f"the floor, {got['busy run']:.0%} during the run", flush=True)  # fmt: skip
                 doc = rounds[-1]["run"][2]
                 floor_cpu = pytest_floor(len(doc["results"]), n, tmp)
                 ours[n] = statistics.median(g["run"][0] for g in rounds)
