@@ -12,10 +12,11 @@ import queue
 import shlex
 import signal
 import subprocess
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tests.streams import lines_of
 
 IMAGE_DIRS = ("usr", "bin", "sbin", "lib", "lib64", "lib32", "libx32")
 IMAGE_ETC = ("passwd", "group", "nsswitch.conf", "ld.so.cache", "ld.so.conf", "hosts", "alternatives")  # awk is one
@@ -111,15 +112,7 @@ def run_container(
          "sh", "-c", script],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, cwd="/",
     )  # fmt: skip
-    lines_q: queue.Queue[str | None] = queue.Queue()
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines_q.put(line)
-        lines_q.put(None)
-
-    threading.Thread(target=read, daemon=True).start()
+    lines_q = lines_of(proc)
     log: list[str] = []
     try:
         while True:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import re
 import socket
 import subprocess
@@ -15,6 +14,8 @@ import threading
 from pathlib import Path
 
 import pytest
+
+from tests.streams import lines_of
 
 
 class SilentListener:
@@ -73,19 +74,6 @@ def start(*args: str) -> subprocess.Popen:
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
-
-
-def lines_of(p: subprocess.Popen) -> queue.Queue:
-    q: queue.Queue = queue.Queue()
-
-    def read() -> None:
-        assert p.stdout is not None
-        for line in p.stdout:
-            q.put(line)
-        q.put(None)
-
-    threading.Thread(target=read, daemon=True).start()
-    return q
 
 
 def test_a_nodes_checks_run_while_a_later_node_is_still_being_gathered(tmp_path, silent):
