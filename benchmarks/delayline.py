@@ -19,6 +19,10 @@ class DelayLines:
         self.ports: list[int] = []
         self._loop = asyncio.new_event_loop()
         self._servers: list[asyncio.base_events.Server] = []
+        # The event loop holds its tasks weakly, and a relay's task is otherwise only reachable from the
+        # streams it waits on: without a strong reference the garbage collector can destroy it mid-
+        # relay ("Task was destroyed but it is pending"), and that connection then hangs.
+        self._relays: set[asyncio.Task] = set()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
         for t in targets:
@@ -30,6 +34,10 @@ class DelayLines:
         return await asyncio.start_server(lambda r, w: self._handle(r, w, target), "127.0.0.1", 0, backlog=512)
 
     async def _handle(self, cr: asyncio.StreamReader, cw: asyncio.StreamWriter, target: tuple[str, int]) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._relays.add(task)
+        task.add_done_callback(self._relays.discard)
         await asyncio.sleep(2 * self.delay)  # the handshake's round trip
         try:
             ur, uw = await asyncio.open_connection(*target)
