@@ -262,7 +262,8 @@ def main() -> int:
                         got[f"busy {step}"] = busy_since(ticks)
                     rounds.append(got)
                     wall, _, doc, cpu = got["run"]
-                    print(f"  {n} nodes, round {r + 1}: run {wall:.1f} s, floor {got['floor']:.1f} s, ratio "
+                    print(f"  {n} nodes, round {r + 1}: run {wall:.1f} s, floor {got['floor']:.1f} s, collect "
+                          f"{got['collect'][0]:.1f} s, ratio "
                           f"{wall / got['floor']:.2f}, run CPU {cpu / n * 1000:.0f} ms/node, collect CPU "
                           f"{got['collect'][3] / n * 1000:.0f} ms/node, the floor's ssh clients' CPU "
                           f"{got['floor cpu'] / n * 1000:.0f} ms/node; machine busy {got['busy floor']:.0%} during "
@@ -271,7 +272,8 @@ def main() -> int:
                 floor_cpu = pytest_floor(len(doc["results"]), n, tmp)
                 ours[n] = statistics.median(g["run"][0] for g in rounds)
                 rows.append((n, rounds, doc, floor_cpu))
-            print(f"{'nodes':>6} {'wall s':>8} {'nodes/s':>8} {'exec/node':>10} {'peak MB':>8} {'floor s':>8} {'ratio':>14} "
+            print(f"{'nodes':>6} {'wall s':>8} {'nodes/s':>8} {'exec/node':>10} {'peak MB':>8} {'floor s':>8} {'collect s':>9} "
+                  f"{'ratio':>14} "
                   f"{'CPU ms/node':>14} {'collect':>8} {'pytest':>7} {'rest':>6}  verdicts")  # fmt: skip
             for n, rounds, doc, floor_cpu in rows:
                 med = statistics.median
@@ -285,10 +287,12 @@ def main() -> int:
                 cpu = f"{med(cpus):.0f} ({min(cpus):.0f}-{max(cpus):.0f})"
                 pytest_ms = floor_cpu / n * 1000
                 print(f"{n:>6} {med(walls):>8.1f} {n / med(walls):>8.1f} {execs:>10.1f} "
-                      f"{max(g['run'][1] for g in rounds) / 1024:>8.0f} {med(g['floor'] for g in rounds):>8.1f} {spread:>14} "
+                      f"{max(g['run'][1] for g in rounds) / 1024:>8.0f} {med(g['floor'] for g in rounds):>8.1f} "
+                      f"{med(g['collect'][0] for g in rounds):>9.1f} {spread:>14} "
                       f"{cpu:>14} {collect_cpu:>8.0f} {pytest_ms:>7.0f} {med(cpus) - collect_cpu - pytest_ms:>6.0f}  "
                       f"{verdicts}")  # fmt: skip
-            print("(medians of the rounds, range in brackets; CPU per node: collect = `conformance collect` of the same nodes,")
+            print("(medians of the rounds, range in brackets; collect s: `conformance collect` of the same nodes, the")
+            print(" collection without pytest; CPU per node: collect = that collection's,")
             print(" pytest = pytest's own floor for as many empty tests, rest = the checks, fixtures and outputs)")
             k = args.naive_nodes
             if not k:
