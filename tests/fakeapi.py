@@ -26,6 +26,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
+from tests.httpservers import quiet_handler, reply
+
 
 @dataclass
 class Subject:
@@ -258,32 +260,10 @@ class FakeApiServer:
 
     # -- wire ----------------------------------------------------------------------------------
     def handler(self) -> type[BaseHTTPRequestHandler]:
-        api = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                """No access log: the test output stays readable."""
-
-            def do_GET(self) -> None:
-                api.serve(self, "GET")
-
-            def do_POST(self) -> None:
-                api.serve(self, "POST")
-
-            def do_DELETE(self) -> None:
-                api.serve(self, "DELETE")
-
-        return Handler
+        return quiet_handler(self.serve, ("GET", "POST", "DELETE"))
 
     def _send(self, h: BaseHTTPRequestHandler, code: int, body: Any, kind: str = "application/json") -> None:
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        h.send_response(code)
-        h.send_header("Content-Type", kind)
-        h.send_header("Content-Length", str(len(data)))
-        h.end_headers()
-        h.wfile.write(data)
+        reply(h, code, body if isinstance(body, bytes) else json.dumps(body).encode(), kind)
 
     def _status(self, h: BaseHTTPRequestHandler, code: int, reason: str, message: str, details: dict | None = None) -> None:
         body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,

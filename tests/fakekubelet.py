@@ -31,6 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from tests.fakeapi import FakeApiServer
+from tests.httpservers import quiet_handler, reply
 
 CLONE_NEWNET = 0x40000000
 
@@ -91,26 +92,10 @@ class FakeKubelet:
         self.requests: list[tuple[str, str]] = []  # (user, path)
 
     def handler(self) -> type[BaseHTTPRequestHandler]:
-        kubelet = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                """No access log: the test output stays readable."""
-
-            def do_GET(self) -> None:
-                kubelet.serve(self)
-
-        return Handler
+        return quiet_handler(lambda h, _method: self.serve(h))
 
     def _text(self, h: BaseHTTPRequestHandler, code: int, text: str, kind: str = "text/plain; charset=utf-8") -> None:
-        data = text.encode()
-        h.send_response(code)
-        h.send_header("Content-Type", kind)
-        h.send_header("Content-Length", str(len(data)))
-        h.end_headers()
-        h.wfile.write(data)
+        reply(h, code, text.encode(), kind)
 
     def serve(self, h: BaseHTTPRequestHandler) -> None:
         auth = h.headers.get("Authorization", "")

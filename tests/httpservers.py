@@ -1,4 +1,5 @@
-"""Loopback HTTP(S) servers with known latency behaviour, for the latency tests."""
+"""Loopback HTTP(S) servers: the pieces every fake server here shares (a quiet handler, a reply), and
+servers with known latency behaviour for the latency tests."""
 
 from __future__ import annotations
 
@@ -7,10 +8,29 @@ import itertools
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+
+def quiet_handler(serve: Callable[[BaseHTTPRequestHandler, str], None], methods: tuple[str, ...] = ("GET",)
+                  ) -> type[BaseHTTPRequestHandler]:  # fmt: skip
+    """An HTTP/1.1 request handler without an access log (the test output stays readable) whose
+    do_METHOD, for each of `methods`, calls serve(handler, METHOD)."""
+    body: dict[str, object] = {"protocol_version": "HTTP/1.1", "log_message": lambda self, *args: None}
+    for method in methods:
+        body[f"do_{method}"] = lambda self, method=method: serve(self, method)
+    return type("QuietHandler", (BaseHTTPRequestHandler,), body)
+
+
+def reply(h: BaseHTTPRequestHandler, code: int, data: bytes, kind: str) -> None:
+    """One whole response: status, Content-Type, Content-Length and the body."""
+    h.send_response(code)
+    h.send_header("Content-Type", kind)
+    h.send_header("Content-Length", str(len(data)))
+    h.end_headers()
+    h.wfile.write(data)
 
 
 def dcgm_metrics(full: bool) -> bytes:
@@ -52,11 +72,7 @@ def make_handler(behaviour: str, seen_headers: list[dict[str, str]]) -> type[Bas
             body, kind = b'{"choices":[{"text":"ok"}]}', "application/json"
             if behaviour.startswith("dcgm-"):  # a dcgm-exporter's /metrics (text exposition format)
                 body, kind = dcgm_metrics(full=behaviour == "dcgm-full"), "text/plain; version=0.0.4"
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            reply(self, status, body, kind)
 
         do_GET = _serve
         do_POST = _serve
