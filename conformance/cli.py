@@ -20,6 +20,7 @@ from conformance.errors import UsageError
 from conformance.outputs import diff, diff_lines, load_results, push_to_gateway
 
 EXIT_OK, EXIT_REJECTED, EXIT_INTERRUPTED, EXIT_USAGE = 0, 1, 2, 4
+GROUP_BY_HELP = "node label that groups nodes in the report's fleet view (default: a node-pool label)"
 
 
 def suites_dir() -> Path:
@@ -106,9 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--waivers", metavar="FILE", help="waivers YAML (see inventory/waivers.example.yaml)")
     run.add_argument("--baseline", metavar="RESULTS_JSON", help="a previous results.json to compare with")
     run.add_argument("--pushgateway", metavar="URL", help="also push the Prometheus metrics to this Pushgateway")
-    run.add_argument(
-        "--group-by", metavar="LABEL", help="node label that groups nodes in the report's fleet view (default: a node-pool label)"
-    )
+    run.add_argument("--group-by", metavar="LABEL", help=GROUP_BY_HELP)
     run.add_argument("--snapshot", metavar="DIR", help="evaluate snapshots saved by 'conformance collect' (offline)")
     run.add_argument(
         "--measure",
@@ -355,9 +354,7 @@ def _add_rerender_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", metavar="DIR", help="output folder (default: a new timestamped folder under reports/)")
     p.add_argument("--baseline", metavar="RESULTS_JSON", help="a previous results.json to compare with")
     p.add_argument("--pushgateway", metavar="URL", help="also push the Prometheus metrics to this Pushgateway")
-    p.add_argument(
-        "--group-by", metavar="LABEL", help="node label that groups nodes in the report's fleet view (default: a node-pool label)"
-    )
+    p.add_argument("--group-by", metavar="LABEL", help=GROUP_BY_HELP)
     p.add_argument(
         "--items",
         choices=("auto", "result", "node"),

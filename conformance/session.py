@@ -55,8 +55,6 @@ class Run:
         self.site = SiteChecks(self.fleet, timeout)
         self.ledger = Ledger()
         self.api_access: list[str] = []  # the API grants the run relies on, as the API server answered
-        self._index: dict[str, list[dict[str, Any]]] = {}
-        self._index_size = -1
 
     @classmethod
     def from_options(cls, config: pytest.Config) -> Run:
@@ -139,17 +137,14 @@ class Run:
         extra = self.measurements.executions(node) + self.site.executions(node)
         return self.store.collection_record(node, extra, self.ledger.replayed_nodes)
 
-    def results_of(self, node: str) -> list[dict[str, Any]]:
-        """The node's results, from an index rebuilt when results were added (one pass, not one per node)."""
-        if self._index_size != len(self.results):
-            self._index = {}
-            for r in self.results:
-                self._index.setdefault(r["node"], []).append(r)
-            self._index_size = len(self.results)
-        return self._index.get(node, [])
+    def node_summaries(self) -> list[dict[str, Any]]:
+        """Every node's summary, its results picked out in one pass (not one pass per node)."""
+        rows: dict[str, list[dict[str, Any]]] = {n: [] for n in self.node_names}
+        for r in self.results:
+            rows.setdefault(r["node"], []).append(r)
+        return [self.node_summary(n, rows[n]) for n in self.node_names]
 
-    def node_summary(self, node: str) -> dict[str, Any]:
-        rows = self.results_of(node)
+    def node_summary(self, node: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
         counts = {o: 0 for o in ("passed", "failed", "error", "skipped", "waived")}
         for r in rows:
             counts[r["outcome"]] += 1
@@ -192,7 +187,7 @@ class Run:
             "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "complete": not self.ledger.interrupted,
             "inventory": self.inventory.path,
-            "nodes": [self.node_summary(n) for n in self.node_names],
+            "nodes": self.node_summaries(),
             "checks": {cid: REGISTRY[cid].to_json() for cid in used if cid in REGISTRY},
             "waivers": self.ledger.waivers_json() if self.ledger.replay is None else self.ledger.replay.get("waivers"),
             "diff": self.ledger.diff,

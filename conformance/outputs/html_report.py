@@ -319,7 +319,7 @@ def pytest_html_results_summary(prefix: list[str], summary: list[str], postfix: 
     run = _run(session)
     if run is None or not run.results:
         return
-    summaries = [run.node_summary(name) for name in run.node_names]
+    summaries = run.node_summaries()
     if len(summaries) > MATRIX_MAX_NODES:
         # the fleet first, where the page opens; the matrix would be unreadable at this size
         wanted = session.config.getoption("conformance_group_by")
