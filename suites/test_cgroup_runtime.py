@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from conformance.checks import check
 from conformance.errors import FactUnavailable
+from conformance.facts.kernel import cgroup_fs_name
 
 
 @check(
@@ -13,12 +14,12 @@ from conformance.errors import FactUnavailable
     rationale="""cgroup v2 gives one unified hierarchy for CPU, memory and I/O, which the memory manager,
     memory QoS and current kubelets expect; Kubernetes 1.31+ puts cgroup v1 in maintenance mode.""",
     remediation="Boot with systemd.unified_cgroup_hierarchy=1 (or a distribution that defaults to cgroup v2).",
-    source="stat -fc %T /sys/fs/cgroup",
+    source="stat -fc %t /sys/fs/cgroup (the filesystem magic)",
 )
 def test_cgroup_v2(node, cgroup_version, facts, evidence):
-    evidence.source = "stat -fc %T /sys/fs/cgroup"
-    evidence.add(f"stat -fc %T /sys/fs/cgroup: {facts.bundle.command('stat-cgroup').data.decode(errors='replace').strip()}")
-    assert cgroup_version == 2, "/sys/fs/cgroup is cgroup v1 (tmpfs); cgroup v2 (cgroup2fs) expected"
+    evidence.source = "stat -fc %t /sys/fs/cgroup (the filesystem magic, as runc's IsCgroup2UnifiedMode reads it)"
+    evidence.add(f"/sys/fs/cgroup: {cgroup_fs_name(facts.bundle.command('stat-cgroup').data.decode(errors='replace'))}")
+    assert cgroup_version == 2, "/sys/fs/cgroup is cgroup v1 (tmpfs); cgroup v2 (cgroup2fs, magic 0x63677270) expected"
 
 
 @check(

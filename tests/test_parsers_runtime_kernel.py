@@ -162,6 +162,19 @@ def test_cgroup_samples():
         kernel.cgroup_version("ext2/ext3\n")
 
 
+def test_cgroup_version_from_the_filesystem_magic():
+    """`stat -fc %t`: the statfs f_type in hex, as GNU and BusyBox stat print it (the real programs are run
+    on real mounts in tests/test_lab_shells.py); snapshots from before it hold the name (samples above)."""
+    assert kernel.cgroup_version("63677270\n") == 2
+    assert kernel.cgroup_version("1021994\n") == 1
+    assert kernel.cgroup_version("27e0eb\n") == 1  # a v1 hierarchy mounted at /sys/fs/cgroup itself
+    with pytest.raises(ParseError, match=r"neither cgroup2fs nor tmpfs.*0xef53"):
+        kernel.cgroup_version("ef53\n")
+    with pytest.raises(ParseError):
+        kernel.cgroup_version("UNKNOWN\n")  # BusyBox's name for cgroup2fs: never a guess
+    assert kernel.cgroup_fs_name("63677270") == "cgroup2fs (magic 0x63677270)"
+
+
 def test_kubepods_layout():
     assert kernel.kubepods_driver({"/sys/fs/cgroup/kubepods.slice": True, "/sys/fs/cgroup/kubepods": False})[0] == "systemd"
     assert kernel.kubepods_driver({"/sys/fs/cgroup/cpu/kubepods": True})[0] == "cgroupfs"

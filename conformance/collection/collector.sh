@@ -9,11 +9,16 @@ GNC_NVML_PROBE='@NVML_PROBE@'
 GNC_UNPACK="@UNPACK@"
 GNC_SITE='@SITE@'  # what the operator's declarative site rules read: "KIND PATH" lines, base64 as a whole
 MAX=${2:-4194304}
+# The node's shell and awk differ (dash, bash, BusyBox ash; mawk, gawk, BusyBox awk). Everything below is
+# written for all of them (README: supported node shells and awks); the C locale makes awk count bytes and
+# every bracket range mean the same characters whatever locale the login session brought.
+LC_ALL=C
+export LC_ALL
 set -f
 NL='
 '
 miss=
-for t in awk base64 head tr cut stat readlink dirname uname; do command -v "$t" >/dev/null 2>&1 || miss="$miss $t"; done
+for t in awk base64 head tail cat tr cut stat readlink dirname uname; do command -v "$t" >/dev/null 2>&1 || miss="$miss $t"; done
 if [ -n "$miss" ]; then
   echo "the collector needs these commands on the node, missing:$miss" >&2
   exit 3
@@ -60,10 +65,12 @@ emit_texts() {  # $1 newline-separated paths (on the node) of one-line text file
   [ -n "$m" ] || return 0
   set --
   for f in $m; do set -- "$@" "$R$f"; done
+  # Patterns as strings, with ']' first in a bracket and no backslash in one: a POSIX bracket expression
+  # takes '\' literally and ends at the first ']' that is not first (BusyBox's regcomp does exactly that).
   awk -v r="$R" 'FNR == 1 {
       name = substr(FILENAME, length(r) + 1)
-      if (name !~ /^[A-Za-z0-9\/._:+,@=-]+$/) next
-      if ($0 ~ /^[A-Za-z0-9,. \[\]_:\/-]*$/) printf "T =%s ok %s\n", name, $0
+      if (name !~ "^[A-Za-z0-9/._:+,@=-]+$") next
+      if ($0 ~ "^[][A-Za-z0-9,. _:/-]*$") printf "T =%s ok %s\n", name, $0
       else printf "T =%s unreadable \n", name }' "$@" 2>/dev/null
 }
 emit_cmd() {  # $1 label, rest: the command
@@ -112,7 +119,7 @@ read_containerd() {  # $1 path, $2 depth
   for pat in $(containerd_imports "$1"); do
     case $pat in /*) ;; *) pat="$(dirname "$1")/$pat" ;; esac
     set +f
-    for f in $R$pat; do [ -e "$f" ] && echo "${f#"$R"}"; done
+    for f in $R$pat; do [ -e "$f" ] && printf '%s\n' "${f#"$R"}"; done  # not echo: dash's expands backslashes
     set -f
   done | while IFS= read -r f; do
     rec G "import:$1" ok; printf '%s' "$f" | b64; echo
@@ -124,7 +131,7 @@ rec M version ok; printf '1' | b64; echo
 rec M root ok; printf '%s' "$R" | b64; echo
 emit_file /proc/sys/kernel/hostname
 emit_cmd uname uname -r
-emit_cmd stat-cgroup stat -fc %T "$R/sys/fs/cgroup"
+emit_cmd stat-cgroup stat -fc %t "$R/sys/fs/cgroup"  # the magic: BusyBox stat names cgroup2fs "UNKNOWN"
 
 # Processes of interest: kubelet and the container runtimes.
 kpid=; cpid=; cexe=
@@ -175,7 +182,7 @@ if [ -z "$kpid" ]; then
                for f in "$R"/etc/rancher/k3s/config.yaml "$R"/etc/rancher/k3s/config.yaml.d/*.yaml; do
                  [ -f "$f" ] && head -c "$MAX" "$f"  # regular files only, bounded: as emit_file reads them
                done; } 2>/dev/null |
-      awk '{ while (match($0, /(^|[^A-Za-z0-9-])config(-dir)?=[^ "\047,\]]+/)) { t = substr($0, RSTART, RLENGTH); sub(/^[^c]*/, "", t); print t; $0 = substr($0, RSTART + RLENGTH) } }')
+      awk '{ while (match($0, "(^|[^A-Za-z0-9-])config(-dir)?=[^] \"\047,]+")) { t = substr($0, RSTART, RLENGTH); sub(/^[^c]*/, "", t); print t; $0 = substr($0, RSTART + RLENGTH) } }')
     set -f
     for t in $named; do
       case $t in
@@ -281,7 +288,7 @@ fi
 # Only the last XMAX bytes are read, and only Xid lines travel (the newest 500, 512 bytes each).
 if [ -n "$gpus" ]; then
   XMAX=16777216
-  xid_awk='/kernel: Linux version |\] Linux version |^Linux version / { n = 0; boot = 1; next }
+  xid_awk='/kernel: Linux version |[]] Linux version |^Linux version / { n = 0; boot = 1; next }
     /NVRM: Xid/ { l[n % 500] = substr($0, 1, 512); n++ }
     END { for (i = (n > 500 ? n - 500 : 0); i < n; i++) print l[i % 500]; printf "#xid total=%d boot-line=%d\n", n, boot }'
   xsrc=; xout=

@@ -6,6 +6,12 @@ from conformance.errors import ParseError
 from conformance.facts.cpulist import parse_ranges
 
 CGROUP_FS = {"cgroup2fs": 2, "tmpfs": 1}
+# statfs(2) f_type of /sys/fs/cgroup, from linux include/uapi/linux/magic.h. The kubelet decides v2 exactly
+# this way: runc libcontainer/cgroups/utils.go IsCgroup2UnifiedMode compares Statfs("/sys/fs/cgroup").Type
+# with unix.CGROUP2_SUPER_MAGIC. The magic does not depend on the stat program's table of names (BusyBox
+# stat prints "UNKNOWN" for cgroup2fs). TMPFS_MAGIC is cgroup v1 (legacy or hybrid, as systemd's
+# cg_unified_cached reads it); CGROUP_SUPER_MAGIC is a v1 hierarchy mounted there directly.
+CGROUP_MAGIC = {0x63677270: 2, 0x01021994: 1, 0x0027E0EB: 1}
 
 
 def parse_int_sysctl(text: str, name: str) -> int:
@@ -31,11 +37,31 @@ def parse_port_set(text: str, name: str = "net.ipv4.ip_local_reserved_ports") ->
 
 
 def cgroup_version(stat_output: str) -> int:
-    """`stat -fc %T /sys/fs/cgroup`: cgroup2fs means v2, tmpfs means v1 (hybrid included)."""
+    """`stat -fc %t /sys/fs/cgroup`, the filesystem magic in hex, decides. Snapshots from before the magic
+    was collected hold `stat -fc %T`, the name (cgroup2fs v2, tmpfs v1)."""
     fs = stat_output.strip()
-    if fs not in CGROUP_FS:
-        raise ParseError(f"stat -fc %T /sys/fs/cgroup printed {fs[:40]!r}, neither cgroup2fs nor tmpfs")
-    return CGROUP_FS[fs]
+    if fs in CGROUP_FS:
+        return CGROUP_FS[fs]
+    try:
+        magic = int(fs, 16)
+    except ValueError:
+        raise ParseError(f"stat -fc %t /sys/fs/cgroup printed {fs[:40]!r}: neither a filesystem magic nor a known name") from None
+    if magic not in CGROUP_MAGIC:
+        raise ParseError(
+            f"/sys/fs/cgroup is neither cgroup2fs nor tmpfs: stat -fc %t printed filesystem magic 0x{magic:x} "
+            "(cgroup2fs is 0x63677270, tmpfs 0x1021994)"
+        )
+    return CGROUP_MAGIC[magic]
+
+
+def cgroup_fs_name(stat_output: str) -> str:
+    """The evidence line: the magic with the name of what it is."""
+    fs = stat_output.strip()
+    names = {0x63677270: "cgroup2fs", 0x01021994: "tmpfs", 0x0027E0EB: "cgroup (v1)"}
+    try:
+        return f"{names.get(int(fs, 16), 'unknown')} (magic 0x{int(fs, 16):x})"
+    except ValueError:
+        return fs[:40]
 
 
 def kubepods_driver(present: dict[str, bool]) -> tuple[str | None, str]:

@@ -271,7 +271,7 @@ class NodeFacts:
         self.require_reachable()
         rec = self.bundle.command("stat-cgroup")
         if rec.status != "0":
-            raise FactUnavailable(f"stat -fc %T /sys/fs/cgroup failed (exit {rec.status}) on node {self.name}")
+            raise FactUnavailable(f"stat -fc %t /sys/fs/cgroup failed (exit {rec.status}) on node {self.name}")
         return kernel.cgroup_version(rec.data.decode("utf-8", "replace"))
 
     @fact

@@ -24,6 +24,7 @@ import os
 import shlex
 import shutil
 import socket
+import stat
 import subprocess
 import time
 import uuid
@@ -54,6 +55,49 @@ int main(int argc, char **argv) {
 """
 
 
+@dataclass(frozen=True)
+class Userland:
+    """The node's own shell, awk and small tools, as the distribution ships them. Made the node's own in its
+    mount namespace: `sh` is bound over what /bin/sh resolves to, `awk` is chosen by the node's own
+    /etc/alternatives/awk (Debian's update-alternatives link), and BusyBox tools are bound over the
+    coreutils and util-linux programs. Nothing tells the collector which it got."""
+
+    sh: str = "dash"  # dash | bash-sh (bash started as sh: POSIX mode, as RHEL's /bin/sh) | bash | busybox
+    awk: str = "mawk"  # mawk | gawk | gawk-posix | busybox
+    tools: str = "gnu"  # gnu (coreutils, util-linux) | busybox
+    missing: tuple[str, ...] = ()  # programs of /usr/bin the node lacks (whiteouts in an overlay on its /usr/bin)
+
+    @property
+    def name(self) -> str:
+        tools = "" if self.tools == "gnu" else f"+{self.tools}-tools"
+        return f"{self.sh}+{self.awk}{tools}" + "".join(f"-no-{m}" for m in self.missing)
+
+
+DEBIAN = Userland()  # Debian and Ubuntu: dash and mawk
+# The combinations the lab can make from Debian's packages (dash, bash, busybox, gawk, mawk): each shell and
+# each awk at least once, the realistic pairs, and each of BusyBox's two halves beside a GNU other half.
+USERLANDS = (
+    DEBIAN,
+    Userland("bash-sh", "gawk"),  # RHEL, Rocky, Amazon Linux 2023, Flatcar
+    Userland("bash", "gawk-posix"),
+    Userland("busybox", "busybox", "busybox"),  # BusyBox-based and minimal in-cluster images
+    Userland("dash", "busybox"),
+    Userland("busybox", "mawk"),
+)
+# The programs the collector runs that BusyBox also provides.
+BUSYBOX_TOOLS = ("base64", "head", "tail", "cat", "tr", "cut", "stat", "readlink", "dirname", "uname", "timeout", "dmesg")
+
+
+def userland_available(userland: Userland) -> str | None:
+    """None when this machine has the programs `userland` needs, else what to install."""
+    need = {"dash": "dash", "bash-sh": "bash", "bash": "bash", "busybox": "busybox"}[userland.sh]
+    wanted = {need, {"mawk": "mawk", "gawk": "gawk", "gawk-posix": "gawk", "busybox": "busybox"}[userland.awk]}
+    if userland.tools == "busybox":
+        wanted.add("busybox")
+    lacking = sorted(w for w in wanted if not Path("/usr/bin", w).exists())
+    return f"the shell lab needs /usr/bin/{', '.join(lacking)} (Debian packages {' '.join(lacking)})" if lacking else None
+
+
 @dataclass
 class NodeSpec:
     """What a simulated node looks like. Paths in `files` are absolute paths on the node and
@@ -80,6 +124,7 @@ class NodeSpec:
     daemons: list[str] = field(default_factory=list)  # do-nothing processes run under these program names (their comm)
     links: dict[str, str] = field(default_factory=dict)  # symlink on the node -> its target
     irqs: dict[int, tuple[str, list[str]]] = field(default_factory=dict)  # /proc/irq: IRQ -> (affinity, handler names)
+    userland: Userland = DEBIAN  # the node's sh, awk and small tools
 
 
 @dataclass
@@ -103,7 +148,7 @@ def lab_available() -> str | None:
         return "the lab needs OpenSSH's sshd (/usr/sbin/sshd; Debian package openssh-server)"
     if _cgroup2_root() is None:
         return "the lab needs a cgroup2 hierarchy"
-    return None
+    return userland_available(DEBIAN)  # every node's sh and awk are pinned, dash and mawk unless it says
 
 
 def _cgroup2_root() -> Path | None:
@@ -195,15 +240,21 @@ class Lab:
         (etc / "ssh").mkdir(exist_ok=True)
         (etc / "ssh" / "gnc_authorized_keys").write_text((self.root / "authorized_keys").read_text())
         (etc / "ssh" / "gnc_authorized_keys").chmod(0o644)
-        if node.spec.users:
+        if node.spec.users or node.spec.userland.sh == "busybox":
             passwd = Path("/etc/passwd").read_text()
             shadow = Path("/etc/shadow").read_text()
+            if node.spec.userland.sh == "busybox":  # a BusyBox node has no bash: root logs in to /bin/sh
+                passwd = "".join(
+                    (":".join(line.split(":")[:6]) + ":/bin/sh\n") if line.startswith("root:") else line + "\n"
+                    for line in passwd.splitlines()
+                )
             for i, user in enumerate(node.spec.users):
                 passwd += f"{user}:x:{1500 + i}:{1500 + i}::/tmp:/bin/sh\n"
                 shadow += f"{user}:*:19000:0:99999:7:::\n"
             (etc / "passwd").write_text(passwd)
             (etc / "shadow").write_text(shadow)
             (etc / "shadow").chmod(0o640)
+        self._write_userland(node)
         s = node.spec
         sysdir = d / "sys"
         nd = sysdir / "node"
@@ -253,6 +304,53 @@ class Lab:
             with (d / "sshd_config").open("a") as f:
                 f.write(f"HostCertificate {d / 'host_ed25519-cert.pub'}\n")
 
+    def _write_userland(self, node: LabNode) -> None:
+        """The node's awk, chosen as Debian chooses it: its own /etc/alternatives/awk link. gawk in POSIX
+        mode is a small program in the node's /opt that starts gawk --posix."""
+        u = node.spec.userland
+        upper = node.dir / "upper"
+        alt = upper / "etc" / "alternatives"
+        alt.mkdir(parents=True, exist_ok=True)
+        target = {"mawk": "/usr/bin/mawk", "gawk": "/usr/bin/gawk", "busybox": "/usr/bin/busybox"}.get(u.awk)
+        if u.awk == "gawk-posix":
+            wrapper = upper / "opt" / "gnc-userland" / "awk"
+            wrapper.parent.mkdir(parents=True, exist_ok=True)
+            wrapper.write_text('#!/usr/bin/bash\nexec /usr/bin/gawk --posix "$@"\n')
+            wrapper.chmod(0o755)
+            target = "/opt/gnc-userland/awk"
+        assert target is not None, f"unknown awk {u.awk!r}"
+        (alt / "awk").symlink_to(target)
+        if u.sh == "bash":  # plain bash: started under its own name, so not in POSIX mode
+            wrapper = upper / "opt" / "gnc-userland" / "sh"
+            wrapper.parent.mkdir(parents=True, exist_ok=True)
+            wrapper.write_text('#!/usr/bin/bash\nexec /usr/bin/bash "$@"\n')
+            wrapper.chmod(0o755)
+        if u.missing:  # an overlay's whiteout (a 0/0 character device) hides the lower layer's file
+            for top in ("usr-bin-upper", "usr-bin-work"):
+                (node.dir / top).mkdir()
+            for tool in u.missing:
+                os.mknod(node.dir / "usr-bin-upper" / tool, 0o600 | stat.S_IFCHR, os.makedev(0, 0))
+
+    def _userland_mounts(self, node: LabNode) -> list[str]:
+        """Bind mounts (in the node's own mount namespace) that make its sh and tools the userland's. /bin/sh
+        resolves to the machine's sh (dash on Debian); binding over that file changes /bin/sh, /usr/bin/sh and
+        every other name for it, for the node alone."""
+        u, q = node.spec.userland, shlex.quote
+        lines = []
+        sh = os.path.realpath("/bin/sh")
+        source = {"dash": "/usr/bin/dash", "bash-sh": "/usr/bin/bash", "busybox": "/usr/bin/busybox"}.get(u.sh)
+        if u.sh == "bash":
+            source = str(node.dir / "upper" / "opt" / "gnc-userland" / "sh")
+        assert source is not None, f"unknown sh {u.sh!r}"
+        if source != sh:
+            lines.append(f"mount --bind {q(source)} {q(sh)}")
+        if u.tools == "busybox":
+            for tool in (t for t in BUSYBOX_TOOLS if t not in u.missing):
+                path = shutil.which(tool, path="/usr/bin:/bin:/usr/sbin:/sbin")
+                assert path, f"the lab binds BusyBox over {tool}, which this machine lacks"
+                lines.append(f"mount --bind /usr/bin/busybox {q(os.path.realpath(path))}")
+        return lines
+
     def _startup_script(self, node: LabNode) -> str:
         d, s = node.dir, node.spec
         q = shlex.quote
@@ -282,21 +380,29 @@ class Lab:
             lines.append("mount -t tmpfs -o size=1m cgroup /sys/fs/cgroup")
             if s.kubepods:
                 lines.append(f"mkdir -p /sys/fs/cgroup/cpu/{q(s.kubepods)}")
+        if s.userland.missing:  # before /tmp's overlay (its upper layer is below /tmp), and before the binds
+            lines.append(
+                f"mount -t overlay overlay -o lowerdir=/usr/bin,upperdir={q(str(d / 'usr-bin-upper'))},"
+                f"workdir={q(str(d / 'usr-bin-work'))} /usr/bin"
+            )
         lines.append(overlay("tmp"))
         lines.append("mkdir -p /run/sshd")
+        # The node's daemons live in its own /opt/gnc-lab (its upper layer), so their command lines are the
+        # same on every node whatever the lab's folder is called.
+        own = d / "upper" / "opt" / "gnc-lab"
         if s.containerd is not None:
-            own = d / "containerd-bin"  # a copy per node, beside its own version file
-            own.mkdir(exist_ok=True)
+            own.mkdir(parents=True, exist_ok=True)  # a copy per node, beside its own version file
             shutil.copy(self.root / "bin" / "containerd", own / "containerd")
             (own / "containerd.version").write_text(s.containerd + "\n")
-            lines.append(f"{q(str(own / 'containerd'))} --config /etc/containerd/config.toml &")
+            lines.append("/opt/gnc-lab/containerd --config /etc/containerd/config.toml &")
         for name in s.daemons:  # e.g. nv-fabricmanager: the kernel keeps its first 15 characters as comm
-            own = d / "daemons"
-            own.mkdir(exist_ok=True)
+            own.mkdir(parents=True, exist_ok=True)
             shutil.copy(self.root / "bin" / "pause", own / name)
-            lines.append(f"{q(str(own / name))} &")
+            lines.append(f"/opt/gnc-lab/{q(name)} &")
         if s.kubelet_args:
             lines.append(" ".join(q(a) for a in [str(self.root / "bin" / "kubelet"), *s.kubelet_args]) + " &")
+        # Last, so that the processes above have the same PIDs on every userland.
+        lines += self._userland_mounts(node)
         lines.append(f"exec /usr/sbin/sshd -D -e -f {q(str(d / 'sshd_config'))}")
         return "\n".join(lines) + "\n"
 
