@@ -47,11 +47,15 @@ def test_runtime_systemd_cgroup(node, runtime_config, facts, profile, evidence):
         evidence.add(f"handler {name}: type {h.runtime_type}, systemd cgroup {h.systemd_cgroup} ({h.source})")
         if h.systemd_cgroup is False:
             problems.append(f"handler {name!r} does not use the systemd cgroup driver ({h.source})")
+    unknown = None
     try:
         kubelet, _, how = facts.kubelet_cgroup_driver
         evidence.add(f"kubelet effective driver: {kubelet} ({how})")
         if kubelet != "systemd":
             problems.append(f"the kubelet's effective cgroup driver is {kubelet} ({how}), not systemd")
     except FactUnavailable as e:
-        evidence.add(f"kubelet driver not known, consistency not judged: {e}")
+        unknown = e
+        evidence.add(f"kubelet driver not known: {e}")
     assert not problems, "; ".join(problems)
+    if unknown is not None:  # the runtime is fine, but whether the kubelet agrees is unknown: never a pass
+        raise FactUnavailable(f"the runtime uses systemd, but the kubelet's effective cgroup driver is not known: {unknown}")

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from tests.installed import Installed, build_distributions, install
-from tests.lab.builder import Lab, lab_available
+from tests.lab import every_node
+from tests.lab.builder import USERLANDS, Lab, lab_available, userland_available
+from tests.lab.gpu_nodes import require_two_cpu_gpu_lab
 from tests.lab.nodes import specs
 
 
@@ -32,6 +34,24 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         lab.add(spec)
     with lab.running():
         yield lab
+
+
+@pytest.fixture(scope="session")
+def every_node_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, list[str]]]:
+    """tests/lab/every_node.py: every kind of lab node on every node userland (the lab and its base names)."""
+    require_two_cpu_gpu_lab()
+    for userland in USERLANDS:
+        require_or_skip(userland_available(userland))
+    lab, bases = every_node.build(Path(tmp_path_factory.mktemp("everynode")))
+    with lab.running():
+        yield lab, bases
+
+
+@pytest.fixture(scope="session")
+def every_node_collected(every_node_lab, tmp_path_factory: pytest.TempPathFactory) -> every_node.Collected:
+    """One collection of the whole every-node lab, judged offline once."""
+    lab, bases = every_node_lab
+    return every_node.collect(lab, bases, Path(tmp_path_factory.mktemp("everynode-collected")))
 
 
 @pytest.fixture(scope="session")

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,96 +15,22 @@ import pytest
 from conformance.collection.bundle import Bundle
 from conformance.facts import kernel
 from tests.conftest import require_or_skip
-from tests.gpu_standins import build_standins
-from tests.lab.builder import DEBIAN, USERLANDS, Lab, NodeSpec, Userland, lab_available, userland_available
-from tests.lab.gpu_nodes import LAB_PROFILE, gpu_specs, require_two_cpu_gpu_lab
-from tests.lab.nodes import GOOD_KUBELET, MARKERS, TOPOLOGY_DROPIN, specs
+from tests.lab.builder import DEBIAN, USERLANDS, Userland, lab_available, userland_available
+from tests.lab.every_node import LONG_XID, NO_BASE64, NO_TIMEOUT, node_name
+from tests.lab.nodes import MARKERS
 
 pytestmark = pytest.mark.lab
 
-# Nodes that lack a program the collector uses: it must fail naming the program, or work without it.
-NO_BASE64 = Userland("busybox", "busybox", "busybox", missing=("base64",))
-NO_TIMEOUT = Userland("busybox", "busybox", "busybox", missing=("timeout",))
-# k3s runs the kubelet in its own process; its flags come from k3s's config file, which the collector scans
-# with awk (the kubelet-arg values `config=` and `config-dir=`), in the forms the k3s docs show.
-K3S_CONFIG = """\
-kubelet-arg:
-  - "config=/etc/rancher/k3s/kubelet.yaml"
-  - 'config-dir=/etc/rancher/k3s/kubelet.conf.d'
-"""
-# A long Xid line with multibyte text before the collector's 512-byte cut: awk in a UTF-8 locale would
-# count characters (gawk), in the C locale bytes (every awk).
-LONG_XID = "Dec  3 09:12:00 gpu kernel: NVRM: Xid (PCI:0000:18:00): 13, Graphics Exception: " + "é" * 400 + "\n"
 
-
-def k3s_node(good: NodeSpec) -> NodeSpec:
-    files = {p: c for p, c in good.files.items() if not p.startswith("/etc/kubernetes/")}
-    files.update(
-        {
-            "/etc/rancher/k3s/config.yaml": K3S_CONFIG,
-            "/etc/rancher/k3s/kubelet.yaml": GOOD_KUBELET,
-            "/etc/rancher/k3s/kubelet.conf.d/10-topology.conf": TOPOLOGY_DROPIN,
-        }
-    )
-    return replace(good, name="k3s", kubelet_args=[], daemons=["k3s"], files=files)
-
-
-def matrix_bases(standins: Path) -> list[NodeSpec]:
-    """The lab's nodes that are up, the GPU lab's, and the k3s node; every login in a UTF-8 locale (as most
-    distributions set LANG), so that a locale-dependent tool shows."""
-    bases = [s for s in specs() if s.up] + gpu_specs(build_standins(standins))
-    bases.append(k3s_node(bases[0]))
-    out = []
-    for spec in bases:
-        files = dict(spec.files)
-        if spec.name == "gpu-good":
-            files["/var/log/kern.log"] = str(files["/var/log/kern.log"]) + LONG_XID
-        if spec.name == "hostile":  # dash's echo would turn \c and \n in an import's name into an end and a newline
-            files["/etc/containerd/conf.d/51 back\\c\\n.toml"] = "version = 2\n"
-        out.append(replace(spec, files=files, sshd_config="SetEnv LANG=C.UTF-8\n" + spec.sshd_config))
-    return out
-
-
-def conformance(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "conformance", *args], capture_output=True, text=True, timeout=900)
-
-
-def node_name(base: str, userland: Userland) -> str:
-    return f"{base}-u{USERLANDS.index(userland)}" if userland in USERLANDS else f"{base}-{userland.name.split('-no-')[1]}"
+@pytest.fixture(scope="module")
+def matrix(every_node_collected):
+    c = every_node_collected
+    return {"collect": c.collect, "run": c.run, "doc": c.doc, "snaps": c.snaps, "bases": c.bases}
 
 
 @pytest.fixture(scope="module")
-def shell_lab(tmp_path_factory):
-    require_two_cpu_gpu_lab()
-    require_or_skip(lab_available())
-    for userland in USERLANDS:
-        require_or_skip(userland_available(userland))
-    root = Path(tmp_path_factory.mktemp("shelllab"))
-    bases = matrix_bases(root / "standins")
-    assert bases[0].name == "good"
-    lab = Lab(root / "lab", first_subnet=100)  # 198.18.100-179: beside the other labs (1-8, 210-243)
-    for userland in USERLANDS:
-        for spec in bases:
-            lab.add(replace(spec, name=node_name(spec.name, userland), userland=userland))
-    by_name = {s.name: s for s in bases}
-    lab.add(replace(by_name["good"], name=node_name("good", NO_BASE64), userland=NO_BASE64))
-    lab.add(replace(by_name["containerd1"], name=node_name("containerd1", NO_TIMEOUT), userland=NO_TIMEOUT))
-    with lab.running():
-        yield lab, [s.name for s in bases]
-
-
-@pytest.fixture(scope="module")
-def matrix(shell_lab, tmp_path_factory):
-    """One collection of every node, then one offline judgement of the snapshots."""
-    lab, bases = shell_lab
-    out = tmp_path_factory.mktemp("shells")
-    (out / "inventory.yaml").write_text(lab.inventory())
-    (out / "gpu-lab.yaml").write_text(LAB_PROFILE)
-    c = conformance("collect", "--inventory", str(out / "inventory.yaml"), "--output", str(out / "snap"))
-    r = conformance("run", "--snapshot", str(out / "snap"), "--profile", str(out / "gpu-lab.yaml"), "--output", str(out / "out"))
-    doc = json.loads((out / "out" / "results.json").read_text())
-    snaps = {p.stem: json.loads(p.read_text()) for p in (out / "snap").glob("*.json")}
-    return {"collect": c, "run": r, "doc": doc, "snaps": snaps, "bases": bases}
+def shell_lab(every_node_lab):
+    return every_node_lab
 
 
 def records(snap: dict) -> list[tuple]:

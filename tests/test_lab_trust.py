@@ -168,6 +168,12 @@ def test_permission_denied_is_an_error_naming_the_file(lab):
     with pytest.raises(Exception, match=r"cpu_manager_state: permission denied reading it on node good"):
         NodeFacts(b).cpu_manager_state  # noqa: B018
     assert NodeFacts(b).kubelet_config.get("cpuManagerPolicy").value == "static"  # the rest is still read
+    # a drop-in folder this user cannot list is not "no drop-ins": the runtime's merged config is unknown
+    imports = next(r for r in b.records if r.kind == "G" and r.name == "import:/etc/containerd/config.toml")
+    assert imports.status == "denied" and imports.data == b"/etc/containerd/conf.d/*.toml"
+    denied = r"config.toml: /etc/containerd/conf.d/\*.toml: could not be listed on node good \(denied\)"
+    with pytest.raises(Exception, match=denied):
+        NodeFacts(b).runtime_config  # noqa: B018
 
 
 def test_command_timeout(lab):

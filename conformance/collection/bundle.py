@@ -91,28 +91,57 @@ class Bundle:
     def meta(self, name: str) -> Record | None:
         return self._index.get(("M", name))
 
+    # Unknown is never "none": every lookup of a listing (glob, meta list, directory, import, process, link)
+    # raises FactUnavailable when its record says it could not be read, instead of reading as empty.
+    def _unreadable(self, rec: Record, what: str, verb: str = "read") -> FactUnavailable:
+        return FactUnavailable(f"{what}: could not be {verb} on node {self.node} ({rec.status})")
+
     def meta_lines(self, name: str) -> list[str] | None:
         """A meta record that lists paths, one per line (None: the collector did not write it)."""
         rec = self.meta(name)
+        if rec is not None and rec.status != "ok":
+            raise self._unreadable(rec, f"the list of {name}")
         return None if rec is None else [x for x in rec.data.decode("utf-8", "replace").split("\n") if x]
 
     def dirs(self) -> dict[str, bool]:
+        """Directory -> whether it exists, for every directory the collector looked for."""
+        for r in self.records:
+            if r.kind == "D" and r.status not in ("present", "missing"):
+                raise self._unreadable(r, f"whether {r.name} exists")
         return {r.name: r.status == "present" for r in self.records if r.kind == "D"}
 
     def glob(self, pattern: str) -> list[str]:
         rec = self._index.get(("G", pattern))
         if rec is None:
             raise FactUnavailable(f"{pattern}: not listed on node {self.node}")
+        if rec.status != "ok":
+            raise self._unreadable(rec, f"the files matching {pattern}", "listed")
         return sorted(p for p in rec.data.decode("utf-8", "replace").split("\n") if p)
 
     def imports_of(self, path: str) -> list[str]:
-        return [r.data.decode("utf-8", "replace") for r in self.records if r.kind == "G" and r.name == f"import:{path}"]
+        found = []
+        for r in self.records:
+            if r.kind == "G" and r.name == f"import:{path}":
+                if r.status != "ok":
+                    pattern = r.data.decode("utf-8", "replace") or "a folder"
+                    raise self._unreadable(r, f"the imports of {path}: {pattern}", "listed")
+                found.append(r.data.decode("utf-8", "replace"))
+        return found
 
     def processes(self, comm: str) -> list[int]:
-        return [int(r.status) for r in self.records if r.kind == "P" and r.name == comm and r.status.isdigit()]
+        pids = []
+        for r in self.records:
+            if r.kind == "P" and r.name == comm:
+                if not r.status.isdigit():
+                    raise self._unreadable(r, f"the process {comm}")
+                pids.append(int(r.status))
+        return pids
 
     def link(self, path: str) -> str | None:
+        """Where a symlink points (None: not a symlink, or not looked at)."""
         rec = self._index.get(("L", path))
+        if rec is not None and rec.status != "ok":
+            raise self._unreadable(rec, f"the link {path}")
         return rec.data.decode("utf-8", "replace") if rec and rec.data else None
 
     def files_matching(self, pattern: str) -> list[str]:

@@ -42,9 +42,15 @@ emit_file() {
   else rec F "$1" ok; head -c "$((MAX + 1))" "$p" 2>/dev/null | b64; echo
   fi
 }
+unlisted() {  # $1 a pattern on the node: true when the folder its matches come from exists but cannot be
+  # listed by this user (an empty list would then read as "no such files": unknown is never "none")
+  d=${1%%[][*?]*}; d=${d%/*}
+  [ -d "$R${d:-/}" ] && { [ ! -r "$R${d:-/}" ] || [ ! -x "$R${d:-/}" ]; }
+}
 emit_dir() { if [ -d "$R$1" ]; then rec D "$1" present; else rec D "$1" missing; fi; echo; }
 emit_glob() {  # $1 pattern on the node; emits G with the matches (symlinks too: below a host root their
   # absolute targets do not resolve), then each file
+  if unlisted "$1"; then rec G "$1" denied; echo; return 0; fi
   set +f
   m=
   for f in $R$1; do { [ -e "$f" ] || [ -L "$f" ]; } && m="$m${f#"$R"}$NL"; done
@@ -53,6 +59,7 @@ emit_glob() {  # $1 pattern on the node; emits G with the matches (symlinks too:
   for f in $m; do emit_file "$f"; done
 }
 emit_lines() {  # $1 pattern of one-line sysfs text files: one awk reads them all (no process per file)
+  if unlisted "$1"; then rec G "$1" denied; echo; return 0; fi
   set +f
   m=
   for f in $R$1; do [ -e "$f" ] && m="$m${f#"$R"}$NL"; done
@@ -100,6 +107,7 @@ walk_conf() {  # $1 folder on the node, $2 depth: every *.conf below it, as the 
   set -f
 }
 emit_walk() {  # $1 folder on the node: a G record of its drop-ins (walk_conf), then each of them
+  if unlisted "$1/*"; then rec G "walk:$1" denied; echo; return 0; fi
   m=$(walk_conf "$1" 0)
   rec G "walk:$1" ok; printf '%s' "$m" | b64; echo
   for f in $m; do emit_file "$f"; done
@@ -118,10 +126,12 @@ read_containerd() {  # $1 path, $2 depth
   [ -f "$R$1" ] || return 0
   for pat in $(containerd_imports "$1"); do
     case $pat in /*) ;; *) pat="$(dirname "$1")/$pat" ;; esac
+    if unlisted "$pat"; then printf '%s\n' "-denied $pat"; continue; fi
     set +f
     for f in $R$pat; do [ -e "$f" ] && printf '%s\n' "${f#"$R"}"; done  # not echo: dash's expands backslashes
     set -f
   done | while IFS= read -r f; do
+    case $f in -denied\ *) rec G "import:$1" denied; printf '%s' "${f#-denied }" | b64; echo; continue ;; esac
     rec G "import:$1" ok; printf '%s' "$f" | b64; echo
     read_containerd "$f" $(($2 + 1))
   done

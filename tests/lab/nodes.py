@@ -176,9 +176,9 @@ def specs() -> list[NodeSpec]:
         files=dict(GOOD_FILES),
         sysctls=GOOD_SYSCTLS,
         nvme={"nvme0n1": "[none] mq-deadline kyber", "nvme1n1": "[none] mq-deadline"},
-        # an unprivileged account, for which the CPU checkpoint is unreadable (permission test)
+        # an unprivileged account, for which the CPU checkpoint and containerd's drop-in folder are unreadable
         users=["auditor"],
-        modes={"/var/lib/kubelet/cpu_manager_state": 0o600},
+        modes={"/var/lib/kubelet/cpu_manager_state": 0o600, "/etc/containerd/conf.d": 0o700},
         irqs=GOOD_IRQS,
     )
     hostile = NodeSpec(
