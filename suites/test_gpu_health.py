@@ -73,16 +73,23 @@ def test_gpu_row_remap(node, visible_gpus, profile, evidence):
 @check(
     "GPU-XID-EVENTS",
     "high",
-    title="No Xid event since boot that needs a reboot (or a GPU reset, in acceptance profiles)",
-    rationale="""The NVIDIA driver logs every GPU fault as an Xid in the kernel log. A GPU that fell off the
-    bus (79), failed to remap memory (64) or needs a reset (48, 63, 74, 94, 95, 119, 120...) since boot is not
-    fit for production however healthy it looks now. Application faults (13, 31, 43...) are listed but do
-    not fail.""",
+    title="No Xid event since boot of a failing class, and no recovery action the driver still asks for",
+    rationale="""The NVIDIA driver logs every GPU fault as an Xid in the kernel log. Each Xid is classed by the
+    "Resolution Bucket" of NVIDIA's Xid catalogue: fatal (restart the node: 79 fallen off the bus), reset
+    (reset the GPU: 48, 64, 74, 95, 109, 119, 120...), service (a person must look), application (restart the
+    application: 8, 13, 31, 32...), informational (no action: 43, 63, 92...), unknown (not in the catalogue).
+    Every Xid number of this boot is counted on the node, so a fatal Xid is never lost behind many later
+    application ones, and a log that does not reach back to this boot's start (rotated, vacuumed, wrapped)
+    is an error, not a pass. Where the driver reports a GPU recovery action (NVML field 230, nvidia-smi's
+    gpu_recovery_action), anything but "none" fails.""",
     remediation="Read the node's kernel log around the listed times (`journalctl -k -b | grep Xid`), look each "
     "Xid up in NVIDIA's Xid catalogue, reset the GPU or reboot the node as it says, and replace hardware that "
-    "repeats. gpu.xid_fail sets the failing classes (fatal, reset, informational, unknown).",
-    source="kernel log: /var/log/kern.log or /var/log/messages (since the last boot line), else journalctl -k -b 0, "
-    "else dmesg; NVIDIA Xid catalogue",
+    "repeats. gpu.xid_fail sets the failing classes (fatal, reset, service, application, informational, "
+    "unknown). If the log was not fully read, keep this boot's kernel log (rsyslog's kern.log rotations or a "
+    "persistent journal) and give the collector read access to it (root or the adm group).",
+    source="kernel log: /var/log/kern.log or /var/log/messages with their rotations of this boot, else "
+    "journalctl -k -b 0, else dmesg; NVML GPU recovery action; NVIDIA Xid catalogue "
+    "(docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html)",
 )
 def test_gpu_xid_events(node, facts, visible_gpus, profile, evidence):
     log = facts.xid_log

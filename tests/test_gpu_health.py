@@ -37,8 +37,8 @@ def test_real_xid_lines_parse_with_address_time_and_class():
     events = parse_xid_lines(REAL)
     assert [(e.xid, e.pci, e.cls) for e in events] == [
         (79, "0000:2b:00", "fatal"),
-        (63, "0000:10:1c", "reset"),
-        (31, "0000:01:00", "informational"),
+        (63, "0000:10:1c", "informational"),  # the catalogue's IGNORE: GPU-ROW-REMAP judges the pending remap
+        (31, "0000:01:00", "application"),
     ]
     assert events[0].when == "May 18 19:02:39"
     assert events[2].when == "Nov 22 18:29:55, 966.503025 s after boot"  # syslog time and the kernel's own
@@ -71,9 +71,18 @@ def test_hostile_xid_text_is_bounded_and_loses_control_characters():
         (154, "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)", "fatal"),
         (154, "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)", "reset"),
         (154, "GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)", "informational"),
-        (95, "Uncontained", "reset"),
-        (64, "x", "fatal"),
-        (45, "x", "informational"),
+        (154, "GPU recovery action changed from 0x0 (None) to 0x9 (Something New)", "unknown"),
+        # classes from the catalogue's Resolution Bucket (Immediate Action), conformance/facts/xid_catalog.py
+        (95, "Uncontained", "reset"),  # RESET_GPU
+        (64, "x", "reset"),  # RESET_GPU (INFOROM_DRAM_RETIREMENT_FAILURE)
+        (79, "x", "fatal"),  # RESTART_BM
+        (109, "x", "reset"),  # RESET_GPU: the device plugin treats it as an application Xid, the catalogue does not
+        (32, "x", "application"),  # RESTART_APP
+        (48, "x", "reset"),  # WORKFLOW_XID_48
+        (74, "x", "reset"),  # WORKFLOW_NVLINK_ERR
+        (54, "x", "service"),  # CHECK_MECHANICALS
+        (45, "x", "application"),  # WORKFLOW_XID_45
+        (92, "x", "informational"),  # IGNORE
         (9999, "x", "unknown"),
     ],
 )
@@ -86,10 +95,12 @@ def test_xid_judge_fails_the_profile_classes_and_maps_gpus():
     gpus = [gpu("0000:2b:00.0")]
     v = judge_xids(log, gpus, GP)
     assert v.failures == ["GPU0 GPU-x (0000:2b:00.0): Xid 79 at May 18 19:02:39"]
-    v = judge_xids(log, gpus, {**GP, "xid_fail": ["reset"]})
+    v = judge_xids(log, gpus, {**GP, "xid_fail": ["informational"]})
     assert v.failures == ["PCI 0000:10:1c: Xid 63 at (no timestamp)"]
     v = judge_xids(log, gpus, {**GP, "xid_fail": ["unknown"]})
-    assert not v.failures and "by class: fatal 1, reset 1, informational 1, unknown 0; failing classes: unknown" in v.lines
+    assert not v.failures and (
+        "by class: fatal 1, reset 0, service 0, application 1, informational 1, unknown 0; failing classes: unknown" in v.lines
+    )
     assert pci_key("00000000:2B:00.0") == "0000:2b:00"
 
 
@@ -150,7 +161,9 @@ def test_nvml_probe_health_fields_and_what_the_driver_lacks():
     assert (h.ecc_enabled, h.ecc_pending) == (True, False)
     assert h.ecc_counts == {"volatile": {"uncorrected": 0}, "aggregate": {"uncorrected": 4}}
     assert h.remapped_rows == {"corrected": 1, "uncorrected": 2, "pending": 0, "failure": 0}
-    assert h.nvlinks == [NvLink(0, True, {"replay": 1})]
+    # the counters the probe did not report are unread, never 0
+    unread = dict.fromkeys(("recovery", "crc_flit", "crc_data"), "not reported")
+    assert h.nvlinks == [NvLink(0, True, {"replay": 1}, unread)]
     assert h.unread == {"fabric": "function not in this driver's NVML", "clock_event_reasons": "GPU is lost"}
     assert health_from_nvml({}, {"nvlinks": "not supported on this GPU"}).nvlinks == []
 
@@ -257,3 +270,26 @@ def test_links_expected_up_can_be_a_number():
     assert judge_nvlink([gpu(nvlinks=links)], {**GP, "nvlink_links_up": 11}).failures == [
         "GPU0 GPU-x (0000:18:00.0): 10 NVLink link(s) up, gpu.nvlink_links_up wants 11 (down: [10, 11])"
     ]
+
+
+def test_nvlink_links_are_judged_each_on_its_own():
+    """A link NVML does not support, a link whose state fails, and counters that fail: the other links are still
+    judged (a down link still fails), and what was not read is unknown, never 0 or "no NVLink"."""
+    probe = {
+        "link0": {"link": 0, "state_error": "Unknown Error"},
+        "link1": {"link": 1, "active": False, "errors": dict.fromkeys(("replay", "recovery", "crc_flit", "crc_data"), 0)},
+        "link2": {"link": 2, "active": True, "errors": {"replay": 0}, "unread": {"recovery": "Unknown Error"}},
+        "link3": {"link": 3, "active": True, "errors": {"replay": 0, "recovery": 0, "crc_flit": 0},
+                  "unread": {"crc_data": "not supported on this GPU"}},
+    }  # fmt: skip
+    h = health_from_nvml({"nvlinks": list(probe.values())}, {})
+    v = judge_nvlink([gpu(**{"nvlinks": h.nvlinks})], GP)
+    assert v.failures == ["GPU0 GPU-x (0000:18:00.0): NVLink link(s) 1 down of 4"]
+    assert "link 0: state not read (Unknown Error)" in v.unknowns[0]
+    assert any("link 2: error counter recovery not read (Unknown Error)" in u for u in v.unknowns)
+    assert any("link 2: error counter crc_flit not read (not reported)" in u for u in v.unknowns)
+    assert not any("link 3" in u for u in v.unknowns)  # crc_data not supported there: shown, not judged
+    assert any("link 3: counter crc_data not supported by this GPU" in x for x in v.lines)
+    # every link answering NOT_SUPPORTED: the probe lists none, and the GPU has no NVLink
+    none = judge_nvlink([gpu(nvlinks=health_from_nvml({"nvlinks": []}, {}).nvlinks)], GP)
+    assert none.applied == 0 and none.why_not == "no GPU on this node has NVLink"

@@ -96,7 +96,10 @@ def test_messages_name_the_gpu_and_the_cause(gpu_audit):
     assert "a row remap is pending: reset the GPU" in bad["GPU-ROW-REMAP"]["message"]
     assert "(0000:18:00.0): Xid 79 at May 18 19:02:39" in bad["GPU-XID-EVENTS"]["message"]
     nvlink = bad["GPU-NVLINK"]["message"]
-    assert "NVLink link(s) 1 down of 4" in nvlink and "link 0: recovery 3 > 0" in nvlink and "link 2: replay 500 > 100" in nvlink
+    assert (
+        "NVLink link(s) 1 down of 5" in nvlink
+    )  # link 4: NOT_SUPPORTED, no link (as DCGM) and "link 0: recovery 3 > 0" in nvlink and "link 2: replay 500 > 100" in nvlink
+    assert "NVLink link 5: error counter replay not read" in nvlink
     fabric = bad["GPU-FABRIC"]["message"]
     assert "nvidia-fabricmanager is not running" in fabric and "fabric registration not started" in fabric
     assert "and nvidia-persistenced is not running" in bad["GPU-PERSISTENCE"]["message"]
@@ -110,7 +113,7 @@ def test_messages_name_the_gpu_and_the_cause(gpu_audit):
     smi = r["gpu-smi"]
     assert "a row remapping failed" in smi["GPU-ROW-REMAP"]["message"]
     assert "(0000:18:00.0): NVLink link(s) 3 down of 4" in smi["GPU-NVLINK"]["message"]
-    assert any("4 link(s), 3 up, down: 3; errors (all links): replay 7" in line for line in smi["GPU-NVLINK"]["evidence"])
+    assert any("4 link(s), 3 up, down: 3; errors (links read): replay 7" in line for line in smi["GPU-NVLINK"]["evidence"])
     assert any("using nvidia-smi" in line for line in smi["GPU-COUNT"]["evidence"])
     assert "libcuda.so.1 not found" in smi["GPU-H2D-LOCAL-BW"]["message"]
     old = r["gpu-old-driver"]

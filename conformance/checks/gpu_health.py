@@ -9,15 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conformance.facts.gpu import Gpu
-from conformance.facts.gpu_health import FABRIC_STATES
-from conformance.facts.xid import CLASSES, XidLog, pci_key
+from conformance.facts.gpu_health import FABRIC_STATES, NOT_SUPPORTED, RECOVERY_ACTIONS
+from conformance.facts.xid import CLASSES, XID_LINES_KEPT, XidCount, XidEvent, XidLog, pci_key
 
 # nvmlReturn_t values a fabric registration reports in `status` (nvml.h)
 NVML_RETURNS = {
     0: "SUCCESS", 3: "NOT_SUPPORTED", 4: "NO_PERMISSION", 6: "NOT_FOUND", 8: "TIMEOUT", 15: "GPU_IS_LOST", 999: "UNKNOWN"
 }  # fmt: skip
-NOT_SUPPORTED = "not supported on this GPU"
-XID_LINES_KEPT = 500  # the collector sends the newest 500 lines that mention an Xid
 
 
 @dataclass
@@ -67,7 +65,16 @@ def judge_ecc(gpus: list[Gpu], gp: dict[str, Any]) -> Verdict:
             v.unknowns.append(f"{g.label}: uncorrected ECC counts not read ({_unread(g, 'ecc_volatile_uncorrected')})")
         if vol.get("uncorrected", 0) > 0:
             v.failures.append(f"{g.label}: {vol['uncorrected']} uncorrected ECC error(s) since the driver loaded")
-        if agg.get("uncorrected", 0) > aggregate_limit:
+        # A GPU that remaps rows (Ampere and later; it retires no pages) repairs a row and keeps the error in its
+        # lifetime count forever: there, remap failures and pending remaps decide (GPU-ROW-REMAP), as NVIDIA's
+        # memory error management guide (docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/) sets out.
+        if _remaps_rows(g):
+            if agg.get("uncorrected", 0) > aggregate_limit:
+                v.lines.append(
+                    f"{g.label}: lifetime uncorrected count {agg['uncorrected']} not judged: this GPU remaps rows "
+                    "(GPU-ROW-REMAP judges remap failures and pending remaps)"
+                )
+        elif agg.get("uncorrected", 0) > aggregate_limit:
             v.failures.append(
                 f"{g.label}: {agg['uncorrected']} uncorrected ECC error(s) in the GPU's lifetime (limit {aggregate_limit})"
             )
@@ -80,6 +87,12 @@ def judge_ecc(gpus: list[Gpu], gp: dict[str, Any]) -> Verdict:
     return v
 
 
+def _remaps_rows(g: Gpu) -> bool:
+    """The GPU repairs memory by row remapping (Ampere and later): it reports remapped rows, or it does not
+    support page retirement (which row remapping replaced)."""
+    return g.health.remapped_rows is not None or _unread(g, "retired_pages_sbe") == NOT_SUPPORTED
+
+
 def judge_row_remap(gpus: list[Gpu], gp: dict[str, Any]) -> Verdict:
     v = Verdict()
     limit = int(gp.get("retired_pages_limit", 10))
@@ -88,9 +101,10 @@ def judge_row_remap(gpus: list[Gpu], gp: dict[str, Any]) -> Verdict:
         if h.remapped_rows is not None:
             v.applied += 1
             r = h.remapped_rows
+            shown = {k: "?" if r.get(k) is None else r[k] for k in ("corrected", "uncorrected")}
             v.lines.append(
-                f"{g.label}: row remapping: {r['corrected']} row(s) for correctable, {r['uncorrected']} for uncorrectable "
-                f"errors; pending {'yes' if r['pending'] else 'no'}; failure {'yes' if r['failure'] else 'no'}"
+                f"{g.label}: row remapping: {shown['corrected']} row(s) for correctable, {shown['uncorrected']} for "
+                f"uncorrectable errors; pending {'yes' if r['pending'] else 'no'}; failure {'yes' if r['failure'] else 'no'}"
             )
             if r["failure"]:
                 v.failures.append(f"{g.label}: a row remapping failed: the memory cannot be repaired (replace the GPU)")
@@ -100,17 +114,30 @@ def judge_row_remap(gpus: list[Gpu], gp: dict[str, Any]) -> Verdict:
             v.applied += 1
             p = h.retired_pages
             total = p["sbe"] + p["dbe"]
+            pending = p.get("pending")
             v.lines.append(
                 f"{g.label}: retired pages: {p['sbe']} for single-bit, {p['dbe']} for double-bit errors; "
-                f"pending {'yes' if p.get('pending') else 'no'}"
+                f"pending {'unknown' if pending is None else 'yes' if pending else 'no'}"
             )
-            if p.get("pending"):
+            if pending is None:
+                v.unknowns.append(
+                    f"{g.label}: whether a page retirement is pending could not be read ({_unread(g, 'retired_pages_pending')})"
+                )
+            if pending:
                 v.failures.append(f"{g.label}: a page retirement is pending: reset the GPU or reload the driver")
             if total > limit:
                 v.failures.append(f"{g.label}: {total} retired pages, above the limit of {limit}")
         else:
             why_rows, why_pages = _unread(g, "remapped_rows"), _unread(g, "retired_pages_sbe")
-            if why_rows in (NOT_SUPPORTED, "function not in this driver's NVML") and why_pages == NOT_SUPPORTED:
+            neither = why_rows in (NOT_SUPPORTED, "function not in this driver's NVML") and why_pages == NOT_SUPPORTED
+            if neither and g.mig:
+                # nvmlDeviceGetRemappedRows: "On MIG-enabled GPUs with active instances, querying the number of
+                # remapped rows is not supported" (NVML API reference): the GPU remaps rows, unseen here.
+                v.unknowns.append(
+                    f"{g.label}: row remapping is not reported while MIG is enabled with active instances "
+                    "(nvmlDeviceGetRemappedRows); read it with MIG disabled, and see GPU-XID-EVENTS for Xid 63/64"
+                )
+            elif neither:
                 v.lines.append(f"{g.label}: neither row remapping nor page retirement is supported")
             else:
                 v.unknowns.append(f"{g.label}: row remapping ({why_rows}) and page retirement ({why_pages}) not read")
@@ -119,39 +146,75 @@ def judge_row_remap(gpus: list[Gpu], gp: dict[str, Any]) -> Verdict:
     return v
 
 
+def _counts_from_lines(events: list[XidEvent]) -> list[XidCount]:
+    """Per-GPU counts from the lines alone (snapshots of a collector before it counted on the node)."""
+    counts: dict[tuple[str, int], XidCount] = {}
+    for e in events:
+        old = counts.get((e.pci, e.xid))
+        counts[(e.pci, e.xid)] = (
+            XidCount(e.xid, e.pci, 1, e, e) if old is None else XidCount(e.xid, e.pci, old.count + 1, old.first, e)
+        )
+    return list(counts.values())
+
+
 def judge_xids(log: XidLog, gpus: list[Gpu], gp: dict[str, Any], shown: int = 20) -> Verdict:
+    """Every Xid number of this boot on every GPU (counted on the node), classed by NVIDIA's catalogue; the
+    profile's classes fail. The driver's GPU recovery action, where it reports one, says whether action is
+    still needed: anything but "none" fails, and "none" clears reset-class Xids of that GPU (they were dealt
+    with: NVIDIA's error recovery flags). A log that does not reach back to this boot's start is unknown."""
     v = Verdict(applied=1)
     failing = set(gp.get("xid_fail") or ["fatal"])
-    by_pci = {pci_key(g.bus_id): g.label for g in gpus}
-    counts = dict.fromkeys(CLASSES, 0)
-    for e in log.events:
-        counts[e.cls] += 1
-    read = min(log.total, XID_LINES_KEPT)
+    by_pci = {pci_key(g.bus_id): g for g in gpus}
+    counts = log.counts if log.counts is not None else _counts_from_lines(log.events)
+    per_class = dict.fromkeys(CLASSES, 0)
+    for c in counts:
+        per_class[c.last.cls] += c.count
+    kept = min(log.total, XID_LINES_KEPT)
     v.lines.append(
         f"read: {log.source} ({log.detail}); {log.total} line(s) since boot mention an Xid"
-        + (f" (the newest {read} travel)" if read < log.total else "")
-        + f", {len(log.events)} of them the driver's"
+        + (f" (every one counted on the node, the newest {kept} kept as lines)" if kept < log.total else "")
+        + f", {sum(c.count for c in counts)} of them the driver's"
     )
-    by_class = ", ".join(f"{c} {n}" for c, n in counts.items())
-    v.lines.append(f"by class: {by_class}; failing classes: {', '.join(sorted(failing))}")
-    bad = [e for e in log.events if e.cls in failing]
-    others = [e for e in log.events if e.cls not in failing]
-    listed = bad[-shown:] + others[-max(0, shown - len(bad)) :] if shown > len(bad) else bad[-shown:]
-    for e in sorted(listed, key=log.events.index):
-        gpu = by_pci.get(e.pci, f"PCI {e.pci} (not a GPU NVML lists)")
-        mark = "FAILS: " if e.cls in failing else ""
-        v.lines.append(f"{mark}{e.when}: Xid {e.xid} [{e.cls}: {e.meaning}] on {gpu}: {e.text}")
-    if len(log.events) > len(listed):
-        v.lines.append(f"... and {len(log.events) - len(listed)} older event(s) not listed")
-    if bad:
-        per_gpu: dict[str, list[str]] = {}
-        for e in bad:
-            per_gpu.setdefault(by_pci.get(e.pci, f"PCI {e.pci}"), []).append(f"Xid {e.xid} at {e.when}")
-        v.failures.extend(f"{gpu}: {', '.join(sorted(set(x)))}" for gpu, x in per_gpu.items())
+    v.lines.append(
+        "by class: " + ", ".join(f"{c} {n}" for c, n in per_class.items()) + f"; failing classes: {', '.join(sorted(failing))}"
+    )
+    for g in gpus:
+        if g.health.recovery_action is not None:
+            name = RECOVERY_ACTIONS.get(g.health.recovery_action, f"code {g.health.recovery_action}")
+            v.lines.append(f"{g.label}: the driver's GPU recovery action: {name}")
+            if g.health.recovery_action != 0:
+                v.failures.append(f"{g.label}: the driver asks for recovery action '{name}' (NVML GPU recovery action)")
+    order = {c: i for i, c in enumerate(CLASSES)}
+    per_gpu: dict[str, list[str]] = {}
+    for c in sorted(counts, key=lambda c: (order[c.last.cls], c.pci, c.xid)):
+        g = by_pci.get(c.pci)
+        label = g.label if g else f"PCI {c.pci}"
+        cls = c.last.cls
+        fails = cls in failing
+        note = ""
+        if fails and cls == "reset" and g is not None and g.health.recovery_action == 0:
+            fails, note = False, " (not failing: the driver reports no recovery action needed since)"
+        times = f"{c.count} time(s), first {c.first.when}, last {c.last.when}" if c.count > 1 else f"at {c.last.when}"
+        v.lines.append(
+            f"{'FAILS: ' if fails else ''}Xid {c.xid} [{cls}: {c.last.meaning}] on "
+            f"{label if g else label + ' (not a GPU NVML lists)'}: {times}: {c.last.text}{note}"
+        )
+        if fails:
+            when = f"at {c.last.when}" + (f" ({c.count} times since boot, first at {c.first.when})" if c.count > 1 else "")
+            per_gpu.setdefault(label, []).append(f"Xid {c.xid} {when}")
+    v.failures.extend(f"{gpu}: {', '.join(x)}" for gpu, x in per_gpu.items())
+    newest = log.events[-shown:]
+    if newest:
+        v.lines.append(f"the newest {len(newest)} Xid line(s) read:")
+        v.lines.extend(f"  {e.when}: Xid {e.xid} on {e.pci}: {e.text}" for e in newest)
+    v.unknowns.extend(log.gaps)
     return v
 
 
 def judge_nvlink(gpus: list[Gpu], gp: dict[str, Any]) -> Verdict:
+    """Each link on its own (as DCGM reads them): a link whose state could not be read is unknown, a counter
+    the profile limits that could not be read is unknown (never 0), a counter the GPU does not support is
+    shown and not judged; the links that were read are judged whatever happened to the others."""
     v = Verdict()
     limits = {str(k): int(x) for k, x in (gp.get("nvlink_error_limits") or {}).items()}
     for g in gpus:
@@ -163,24 +226,36 @@ def judge_nvlink(gpus: list[Gpu], gp: dict[str, Any]) -> Verdict:
             v.lines.append(f"{g.label}: no NVLink")
             continue
         v.applied += 1
-        down = [x.link for x in links if not x.active]
-        totals = {k: sum(x.errors.get(k, 0) for x in links) for k in ("replay", "recovery", "crc_flit", "crc_data")}
+        read = [x for x in links if x.active is not None]
+        down = [x.link for x in read if not x.active]
+        for x in links:
+            if x.active is None:
+                v.unknowns.append(f"{g.label}: NVLink link {x.link}: state not read ({x.state_error})")
+        totals = {k: sum(x.errors.get(k, 0) for x in read) for k in ("replay", "recovery", "crc_flit", "crc_data")}
         v.lines.append(
-            f"{g.label}: {len(links)} link(s), {len(links) - len(down)} up"
+            f"{g.label}: {len(links)} link(s), {len(read) - len(down)} up"
             + (f", down: {', '.join(map(str, down))}" if down else "")
-            + "; errors (all links): "
+            + (f", state unknown: {', '.join(str(x.link) for x in links if x.active is None)}" if len(read) < len(links) else "")
+            + "; errors (links read): "
             + ", ".join(f"{k} {n}" for k, n in totals.items())
         )
         want_up = gp.get("nvlink_links_up", "all")
-        up = len(links) - len(down)
+        up = len(read) - len(down)
         if want_up == "all" and down:
             v.failures.append(f"{g.label}: NVLink link(s) {', '.join(map(str, down))} down of {len(links)}")
         elif want_up != "all" and up < int(want_up):
             v.failures.append(f"{g.label}: {up} NVLink link(s) up, gpu.nvlink_links_up wants {want_up} (down: {down})")
-        for x in links:
+        for x in read:
             over = [f"{k} {n} > {limits[k]}" for k, n in sorted(x.errors.items()) if k in limits and n > limits[k]]
             if over:
                 v.failures.append(f"{g.label}: link {x.link}: {', '.join(over)}")
+            for k, why in sorted(x.unread.items()):
+                if k not in limits:
+                    continue
+                if why == NOT_SUPPORTED:
+                    v.lines.append(f"{g.label}: link {x.link}: counter {k} not supported by this GPU (not judged)")
+                else:
+                    v.unknowns.append(f"{g.label}: NVLink link {x.link}: error counter {k} not read ({why})")
     if not v.applied and not v.unknowns:
         v.why_not = "no GPU on this node has NVLink"
     return v
@@ -250,6 +325,9 @@ def judge_clock_events(gpus: list[Gpu], gp: dict[str, Any]) -> Verdict:
             v.unknowns.append(f"{g.label}: clock event reasons not read ({_unread(g, 'clock_event_reasons')})")
             continue
         shown = ", ".join(reasons) or "none"
+        if "processes" in g.errors:  # an unread process list is not an idle GPU
+            v.unknowns.append(f"{g.label}: its compute processes could not be read ({g.errors['processes']}): idle unknown")
+            continue
         if g.processes:
             v.lines.append(f"{g.label}: busy ({len(g.processes)} compute process(es)): not judged; active reasons: {shown}")
             continue

@@ -293,37 +293,103 @@ if [ -n "$gpus" ]; then
   fi
 fi
 
-# The NVIDIA driver's Xid events since this boot, from the kernel log the node keeps: the syslog file
-# (lines after its last "Linux version" boot line), else this boot's journal, else the ring buffer.
-# Only the last XMAX bytes are read, and only Xid lines travel (the newest 500, 512 bytes each).
+# The NVIDIA driver's Xid events of this boot, from the kernel log the node keeps. What was read covers the
+# boot only when it holds the boot's first kernel line ("Linux version ..."); sources, in order:
+# - the syslog file and, when it began after this boot (logrotate rotates kern.log weekly on Ubuntu), its
+#   rotations newest first (NAME.1, NAME.2.gz, ...; dateext NAME-YYYYMMDD) up to the one with the boot line,
+#   8 files at most; a file last written before this boot (btime in /proc/stat) holds nothing of it;
+# - else this boot's journal (journalctl -k -b 0), else the kernel ring buffer (dmesg).
+# The first source that covers the boot is used, else the first one read, marked as not covering it.
+# One awk counts, on the node, every Xid number per GPU address (count, first and last line): no Xid
+# number is lost to a line limit. Only those counts and the newest 500 Xid lines (512 bytes each) travel.
 if [ -n "$gpus" ]; then
   XMAX=16777216
-  xid_awk='/kernel: Linux version |[]] Linux version |^Linux version / { n = 0; boot = 1; next }
-    /NVRM: Xid/ { l[n % 500] = substr($0, 1, 512); n++ }
-    END { for (i = (n > 500 ? n - 500 : 0); i < n; i++) print l[i % 500]; printf "#xid total=%d boot-line=%d\n", n, boot }'
-  xsrc=; xout=
+  xid_awk='function forget(i) { for (i = 1; i <= keys; i++) { delete c[o[i]]; delete first[o[i]]; delete last[o[i]] } keys = 0; n = 0; dropped = 0 }
+    { bytes += length($0) + 1 }
+    /kernel: Linux version |[]] Linux version |^Linux version / { forget(); boot = 1; next }
+    /NVRM: Xid/ {
+      line = substr($0, 1, 512); l[n % 500] = line; n++
+      if (!match($0, "NVRM: Xid [(](PCI:)?[0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+([.][0-7])?[)]: [0-9]+")) next
+      pre = substr($0, 1, RSTART - 1)
+      if (pre !~ "(^|[[:space:]])kernel:[[:space:]]*([[][[:space:]]*[0-9]+[.][0-9]+[]][[:space:]]*)?$" &&
+          pre !~ "^[[:space:]]*([[][[:space:]]*[0-9]+[.][0-9]+[]][[:space:]]*)?$") next
+      m = substr($0, RSTART, RLENGTH); sub("^NVRM: Xid [(](PCI:)?", "", m)
+      i = index(m, "): "); a = tolower(substr(m, 1, i - 1)); sub("[.][0-7]$", "", a)
+      k = a " " (substr(m, i + 3) + 0)
+      if (!(k in c)) { if (keys >= 1000) { dropped++; next } o[++keys] = k; first[k] = line }
+      c[k]++; last[k] = line
+    }
+    END {
+      printf "#xid-aggregates %d\n", keys
+      for (i = 1; i <= keys; i++) printf "%s %d\n%s\n%s\n", o[i], c[o[i]], first[o[i]], last[o[i]]
+      for (i = (n > 500 ? n - 500 : 0); i < n; i++) print l[i % 500]
+      printf "#xid total=%d boot-line=%d keys=%d dropped=%d bytes=%d\n", n, boot, keys, dropped, bytes
+    }'
+  boot_seen='/kernel: Linux version |[]] Linux version |^Linux version / { f = 1; exit } END { exit !f }'
+  covers() { case ${1##*"$NL"} in '#xid '*' boot-line=1 '*) return 0 ;; esac; return 1; }
+  xcat() { case $1 in *.gz) gzip -dc -- "$1" 2>/dev/null ;; *) cat -- "$1" 2>/dev/null ;; esac; }
+  btime=$(awk '$1 == "btime" { print $2; exit }' /proc/stat 2>/dev/null)
+  xsrc=; xout=; xtried=
   for f in /var/log/kern.log /var/log/messages; do
     [ -f "$R$f" ] || continue
-    if [ ! -r "$R$f" ]; then xsrc="file $f denied"; continue; fi
-    xsrc="file $f size=$(stat -c %s "$R$f" 2>/dev/null) read-last=$XMAX"
-    xout=$(tail -c "$XMAX" "$R$f" 2>/dev/null | awk "$xid_awk")
+    if [ ! -r "$R$f" ]; then xsrc="file $f denied"; xtried="$xtried$f: permission denied; "; continue; fi
+    cands=$f$NL
+    set +f
+    for i in 1 2 3 4 5 6 7 8 9; do
+      for r in "$R$f.$i" "$R$f.$i.gz"; do [ -f "$r" ] && cands=$cands${r#"$R"}$NL; done
+    done
+    dated=
+    for r in "$R$f"-[0-9]*; do [ -f "$r" ] && dated=${r#"$R"}$NL$dated; done
+    set -f
+    used=; nused=0; why=
+    for c in $cands$dated; do
+      mt=$(stat -c %Y "$R$c" 2>/dev/null)
+      if [ -n "$btime" ] && [ -n "$mt" ] && [ "$mt" -lt "$btime" ]; then why="$c was last written before this boot"; break; fi
+      if [ ! -r "$R$c" ]; then why="$c: permission denied"; break; fi
+      case $c in *.gz) command -v gzip >/dev/null 2>&1 || { why="$c: gzip not found"; break; } ;; esac
+      if [ "$nused" -ge 8 ]; then why="no boot line in the newest 8 files"; break; fi
+      used=$c$NL$used; nused=$((nused + 1))
+      xcat "$R$c" | awk "$boot_seen" && break
+    done
+    if [ -n "$used" ]; then
+      xsrc="file $f files=$nused read-last=$XMAX"
+      xout=$(for c in $used; do xcat "$R$c"; done | tail -c "$XMAX" | awk "$xid_awk")
+      covers "$xout" || xtried="$xtried$f and $((nused - 1)) rotation(s): no boot line${why:+ ($why)}; "
+    else
+      xtried="$xtried$f: ${why:-not read}; "
+    fi
     break
   done
-  case $xsrc in ''|*denied)
+  if ! covers "$xout"; then
     if command -v journalctl >/dev/null 2>&1 && command -v timeout >/dev/null 2>&1; then
       if [ -n "$R" ]; then jd="--directory=$R/var/log/journal"; else jd=--quiet; fi
-      xout=$(timeout -s KILL 20 journalctl "$jd" -k -b 0 -o short-iso --no-pager 2>/dev/null | tail -c "$XMAX" | awk "$xid_awk")
-      case $xout in '#xid total=0 '*) xout= ;; esac  # an empty journal read says nothing: try the ring buffer
-      [ -n "$xout" ] && xsrc="journal -k -b 0 read-last=$XMAX"
-    fi ;;
-  esac
-  case $xsrc in ''|*denied)
-    if command -v dmesg >/dev/null 2>&1 && command -v timeout >/dev/null 2>&1; then
-      xout=$(timeout -s KILL 10 dmesg 2>/dev/null) && xsrc="kernel ring buffer (dmesg)" &&
-        xout=$(printf '%s\n' "$xout" | tail -c "$XMAX" | awk "$xid_awk")
-    fi ;;
-  esac
+      jout=$(timeout -s KILL 20 journalctl "$jd" -k -b 0 -o short-iso --no-pager 2>/dev/null | tail -c "$XMAX" | awk "$xid_awk")
+      if covers "$jout"; then xsrc="journal -k -b 0 read-last=$XMAX"; xout=$jout
+      else
+        case $jout in *"$NL#xid total=0 "*) xtried="${xtried}journal: no entries of this boot; " ;;
+          *) xtried="${xtried}journal: no boot line (its start was rotated or vacuumed); "
+             case $xsrc in ''|*denied) xsrc="journal -k -b 0 read-last=$XMAX"; xout=$jout ;; esac ;;
+        esac
+      fi
+    else
+      xtried="${xtried}journalctl or timeout not found; "
+    fi
+  fi
+  if ! covers "$xout"; then
+    if command -v dmesg >/dev/null 2>&1 && command -v timeout >/dev/null 2>&1 && dm=$(timeout -s KILL 10 dmesg 2>/dev/null); then
+      dout=$(printf '%s\n' "$dm" | tail -c "$XMAX" | awk "$xid_awk")
+      if covers "$dout"; then xsrc="kernel ring buffer (dmesg)"; xout=$dout
+      else
+        xtried="${xtried}dmesg: no boot line (the ring buffer wrapped); "
+        case $xsrc in ''|*denied) xsrc="kernel ring buffer (dmesg)"; xout=$dout ;; esac
+      fi
+    else
+      xtried="${xtried}dmesg: not found or not permitted (kernel.dmesg_restrict needs CAP_SYSLOG); "
+    fi
+  fi
+  dm=
   rec M kernel-log ok; printf '%s' "${xsrc:-none}" | b64; echo
+  rec M kernel-log-tried ok; printf '%s' "$xtried" | b64; echo
   rec C xid-lines 0; printf '%s' "$xout" | b64; echo
 fi
 

@@ -105,6 +105,8 @@ def parse_nvml_probe(text: str) -> GpuFacts:
         mig = g.get("mig")
         procs = g.get("processes") if isinstance(g.get("processes"), list) else []
         errors = {str(k): str(v) for k, v in (g.get("errors") or {}).items()}
+        if not isinstance(g.get("processes"), list):  # unread is not "no processes": checks read errors
+            errors.setdefault("processes", "not in the NVML probe's output")
         gpus.append(
             Gpu(
                 index=_int(g.get("index")) if _int(g.get("index")) is not None else i,
@@ -171,6 +173,7 @@ def parse_smi_xml(text: str) -> GpuFacts:
             for p in g.findall("processes/process_info")
             if (p.findtext("type") or "C").strip() in ("C", "C+G") and (p.findtext("pid") or "").strip().isdigit()
         ]
+        errors = {} if g.find("processes") is not None else {"processes": "not in nvidia-smi's output"}
         gpus.append(
             Gpu(
                 index=i,
@@ -187,6 +190,7 @@ def parse_smi_xml(text: str) -> GpuFacts:
                 mig={"enabled": True, "disabled": False}.get(mig),
                 mig_pending={"enabled": True, "disabled": False}.get(pending),
                 processes=procs,
+                errors=errors,
                 health=health_from_smi(g),
             )
         )

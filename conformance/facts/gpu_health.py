@@ -35,14 +35,32 @@ CLOCK_REASONS = {
     0x100: "display_clocks_setting",
 }
 FABRIC_STATES = {0: "not supported", 1: "not started", 2: "in progress", 3: "completed"}
+NOT_SUPPORTED = "not supported on this GPU"  # as the NVML probe names NVML_ERROR_NOT_SUPPORTED
+# nvidia-smi prints "N/A" where NVML answers NOT_SUPPORTED (or the value does not apply to the GPU)
+SMI_NA = "N/A"
 NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")
+# nvmlDeviceGpuRecoveryAction_t (nvml.h; NVML field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, 230): what the driver says
+# must still happen before the GPU can be trusted again. NVIDIA's memory error management guide
+# (docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/error-recovery-and-response-flags.html): "None: no recovery
+# action is needed. The GPU can be immediately used again by starting a new GPU process."
+RECOVERY_ACTIONS = {
+    0: "none", 1: "GPU reset", 2: "node reboot", 3: "drain P2P", 4: "drain P2P and reset the GPU",
+    5: "recover the IMEX domain", 6: "reset the GPU's PCIe bus", 7: "system reboot",
+}  # fmt: skip
+# nvidia-smi -q -x <gpu_recovery_action> as drivers print it ("None", "Drain and Reset", ...), to the same codes
+SMI_RECOVERY_ACTIONS = {
+    "none": 0, "reset": 1, "gpu reset": 1, "reboot": 2, "node reboot": 2, "drain p2p": 3, "drain and reset": 4,
+    "recover imex domain": 5, "bus reset": 6, "system reboot": 7,
+}  # fmt: skip
 
 
 @dataclass
 class NvLink:
     link: int
-    active: bool
+    active: bool | None  # None: the link's state could not be read (state_error says why)
     errors: dict[str, int] = field(default_factory=dict)
+    unread: dict[str, str] = field(default_factory=dict)  # counter -> why it could not be read (not 0)
+    state_error: str | None = None
 
 
 @dataclass
@@ -58,6 +76,7 @@ class GpuHealth:
     fabric: dict[str, Any] | None = None  # state, status, clique, cluster
     persistence: bool | None = None
     clock_reasons: int | None = None
+    recovery_action: int | None = None  # RECOVERY_ACTIONS; None: not read (older drivers do not report it)
     unread: dict[str, str] = field(default_factory=dict)  # value -> why it is not known
 
     def active_clock_reasons(self) -> list[str]:
@@ -95,15 +114,7 @@ def health_from_nvml(g: dict[str, Any], errors: dict[str, str]) -> GpuHealth:
             h.retired_pages["pending"] = g["retired_pages_pending"]
     links = g.get("nvlinks")
     if isinstance(links, list):
-        h.nvlinks = [
-            NvLink(
-                link=int(x["link"]),
-                active=bool(x.get("active")),
-                errors={str(k): v for k, v in (x.get("errors") or {}).items() if _int(v) is not None},
-            )
-            for x in links
-            if isinstance(x, dict) and _int(x.get("link")) is not None
-        ]
+        h.nvlinks = [_nvlink(x) for x in links if isinstance(x, dict) and _int(x.get("link")) is not None]
     elif errors.get("nvlinks") == "not supported on this GPU":
         h.nvlinks = []
     fab = g.get("fabric")
@@ -112,10 +123,24 @@ def health_from_nvml(g: dict[str, Any], errors: dict[str, str]) -> GpuHealth:
     if _int(g.get("persistence_mode")) is not None:
         h.persistence = bool(g["persistence_mode"])
     h.clock_reasons = _int(g.get("clock_event_reasons"))
-    for key in ("ecc_mode", "remapped_rows", "nvlinks", "fabric", "persistence_mode", "clock_event_reasons"):
+    h.recovery_action = _int(g.get("recovery_action"))
+    for key in ("ecc_mode", "remapped_rows", "nvlinks", "fabric", "persistence_mode", "clock_event_reasons", "recovery_action"):
         if key in errors:
             h.unread[key] = errors[key]
     return h
+
+
+def _nvlink(x: dict[str, Any]) -> NvLink:
+    """One link of the probe's list. Probes before per-link reading wrote only state and counters; a counter
+    they could not read was left out, which reads here as unread, never as 0."""
+    errors = {str(k): v for k, v in (x.get("errors") or {}).items() if _int(v) is not None}
+    unread = {str(k): str(v) for k, v in (x.get("unread") or {}).items()}
+    for name in NVLINK_COUNTERS:
+        if name not in errors:
+            unread.setdefault(name, "not reported")
+    if x.get("state_error") is not None or not isinstance(x.get("active"), bool):
+        return NvLink(int(x["link"]), None, errors, unread, str(x.get("state_error") or "state not reported"))
+    return NvLink(int(x["link"]), x["active"], errors, unread)
 
 
 # -- nvidia-smi -q -x (nvsmi_device_v12.dtd as driver 575 writes it; older drivers: clocks_throttle_reasons) --
@@ -153,10 +178,21 @@ def _ecc_sums(section: ET.Element | None) -> dict[str, int]:
     return sums
 
 
+def _smi_unread(text: str | None) -> str:
+    """Why nvidia-smi gave no value: N/A is its rendering of NOT_SUPPORTED; anything else is unknown."""
+    if text is None:
+        return "not in nvidia-smi's output"
+    return NOT_SUPPORTED if text.strip() == SMI_NA else f"nvidia-smi printed {text.strip()[:40]!r}"
+
+
 def health_from_smi(g: ET.Element) -> GpuHealth:
+    """Health from one <gpu> of `nvidia-smi -q -x`. A value nvidia-smi prints as N/A is recorded as not
+    supported (as NVML's NOT_SUPPORTED), one it leaves out or prints otherwise as unread: never as 0 or no."""
     h = GpuHealth()
     h.ecc_enabled = _yes(g.findtext("ecc_mode/current_ecc"))
     h.ecc_pending = _yes(g.findtext("ecc_mode/pending_ecc"))
+    if h.ecc_enabled is None:
+        h.unread["ecc_mode"] = _smi_unread(g.findtext("ecc_mode/current_ecc"))
     for counter in ("volatile", "aggregate"):
         sums = _ecc_sums(g.find(f"ecc_errors/{counter}"))
         if sums:
@@ -169,16 +205,26 @@ def health_from_smi(g: ET.Element) -> GpuHealth:
                 where = h.ecc_uncorrected_by_location.setdefault(loc, {})
                 where[counter] = where.get(counter, 0) + (_num(child.text) or 0)
     rows = g.find("remapped_rows")
+    pend = fail = None
     if rows is not None:
         corr, unc = _num(rows.findtext("remapped_row_corr")), _num(rows.findtext("remapped_row_unc"))
         pend, fail = _yes(rows.findtext("remapped_row_pending")), _yes(rows.findtext("remapped_row_failure"))
-        if pend is not None and fail is not None:
-            h.remapped_rows = {"corrected": corr or 0, "uncorrected": unc or 0, "pending": int(pend), "failure": int(fail)}
-    sbe = _num(g.findtext("retired_pages/multiple_single_bit_retirement/retired_count"))
-    dbe = _num(g.findtext("retired_pages/double_bit_retirement/retired_count"))
+        if pend is not None and fail is not None:  # the counts are shown only; pending and failure decide
+            h.remapped_rows = {"corrected": corr, "uncorrected": unc, "pending": int(pend), "failure": int(fail)}
+    if h.remapped_rows is None:
+        h.unread["remapped_rows"] = _smi_unread(
+            None if rows is None else rows.text if len(rows) == 0 else rows.findtext("remapped_row_pending")
+        )
+    sbe_text = g.findtext("retired_pages/multiple_single_bit_retirement/retired_count")
+    sbe, dbe = _num(sbe_text), _num(g.findtext("retired_pages/double_bit_retirement/retired_count"))
     if sbe is not None and dbe is not None:
-        pending = _yes(g.findtext("retired_pages/pending_retirement") or g.findtext("retired_pages/pending_blacklist"))
+        pending_text = g.findtext("retired_pages/pending_retirement") or g.findtext("retired_pages/pending_blacklist")
+        pending = _yes(pending_text)
         h.retired_pages = {"sbe": sbe, "dbe": dbe, **({"pending": int(pending)} if pending is not None else {})}
+        if pending is None:
+            h.unread["retired_pages_pending"] = _smi_unread(pending_text)
+    else:
+        h.unread["retired_pages_sbe"] = _smi_unread(sbe_text)
     h.unread["nvlinks"] = "nvidia-smi -q -x does not report NVLink state (NVML probe needed)"
     state = (g.findtext("fabric/state") or "").strip().lower()
     codes = {v: k for k, v in FABRIC_STATES.items()}
@@ -199,6 +245,12 @@ def health_from_smi(g: ET.Element) -> GpuHealth:
             if _yes(child.text) and name in by_name:
                 bits |= by_name[name]
         h.clock_reasons = bits
+    action = g.findtext("gpu_recovery_action")
+    code = SMI_RECOVERY_ACTIONS.get((action or "").strip().lower())
+    if code is not None:
+        h.recovery_action = code
+    else:
+        h.unread["recovery_action"] = _smi_unread(action)
     return h
 
 

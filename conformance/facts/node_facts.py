@@ -45,7 +45,7 @@ from conformance.facts.runtime import (
 )
 from conformance.facts.system_cpus import SystemCpus, parse_cpu_affinity, parse_irqs
 from conformance.facts.topology import Topology
-from conformance.facts.xid import XidLog, parse_xid_lines
+from conformance.facts.xid import CONTROL, XID_LINES_KEPT, XidLog, XidRecordError, parse_xid_record
 
 T = TypeVar("T")
 # GPU daemons by the name the kernel keeps for them (comm: the first 15 characters of the program name)
@@ -400,38 +400,64 @@ class NodeFacts:
 
     @fact
     def xid_log(self) -> XidLog:
-        """The NVIDIA driver's Xid events since boot, from the kernel log the collector could read."""
+        """The NVIDIA driver's Xid events of this boot, from the kernel log the collector could read, with
+        what it could not read: a log that does not reach back to this boot's start is incomplete."""
         self.require_reachable()
         b = self.bundle
-        source = b.meta("kernel-log")
-        lines = b.optional_command("xid-lines")
+        source, lines, tried_rec = b.meta("kernel-log"), b.optional_command("xid-lines"), b.meta("kernel-log-tried")
         if source is None or lines is None:
             raise FactUnavailable(f"node {self.name}: the collector read no kernel log (no GPU listed, or an older snapshot)")
+        if source.status != "ok" or lines.status != "0":
+            raise FactUnavailable(
+                f"node {self.name}: the collector's kernel-log record could not be read ({source.status}/{lines.status})"
+            )
         where = source.data.decode("utf-8", "replace")
+        tried = "" if tried_rec is None or tried_rec.status != "ok" else tried_rec.data.decode("utf-8", "replace")
+        tried = CONTROL.sub("?", tried.strip().rstrip(";"))[:600]
         if where == "none" or where.endswith(" denied"):
             why = "permission denied" if where.endswith(" denied") else "none found"
             raise FactUnavailable(
                 f"node {self.name}: no kernel log could be read ({where}): tried /var/log/kern.log, /var/log/messages, "
                 f"journalctl -k -b 0 and dmesg ({why}; dmesg needs CAP_SYSLOG where kernel.dmesg_restrict=1, and the "
-                "files are readable by root or the adm group)"
+                "files are readable by root or the adm group)" + (f"; {tried}" if tried else "")
             )
-        text = lines.data.decode("utf-8", "replace")
-        body, _, trailer = text.rstrip("\n").rpartition("\n#xid ")
-        if not trailer.startswith("total=") and text.startswith("#xid "):
-            body, trailer = "", text[5:]
-        m = re.match(r"total=(\d+) boot-line=(\d)", trailer)
-        if not m:
-            raise ParseError(f"node {self.name}: the collector's Xid summary line is missing or malformed")
-        boot_line = m.group(2) == "1"
-        size = re.search(r" size=(\d*) read-last=(\d+)", where)
-        read = f"the last {int(size.group(2)) // 2**20} MiB read" if size else "read whole"
-        if size and size.group(1) and int(size.group(1)) <= int(size.group(2)):
+        try:
+            events, counts, numbers = parse_xid_record(lines.data.decode("utf-8", "replace"))
+        except XidRecordError as e:
+            raise ParseError(f"node {self.name}: {e}") from None
+        cap = re.search(r" read-last=(\d+)", where)
+        size = re.search(r" size=(\d*) ", where)  # collectors before rotations were read
+        files = re.search(r" files=(\d+) ", where)
+        if "bytes" in numbers and cap:
+            read = "read whole" if numbers["bytes"] < int(cap.group(1)) else f"the last {int(cap.group(1)) // 2**20} MiB read"
+        elif size and cap and size.group(1) and int(size.group(1)) <= int(cap.group(1)):
             read = f"{size.group(1)} bytes, read whole"
-        scope = "lines after its last boot line" if boot_line else "all of it (no boot line: the file began after this boot)"
-        detail = f"{read}; {scope}" if where.startswith("file ") else "this boot only"
-        events = parse_xid_lines(body)
-        source = where.split(" size=")[0].split(" read-last=")[0]
-        return XidLog(source=source, detail=detail, events=events, total=int(m.group(1)))
+        else:
+            read = f"the last {int(cap.group(1)) // 2**20} MiB read" if cap else "read whole"
+        complete = numbers["boot_line"] == 1
+        if where.startswith("file "):
+            n = int(files.group(1)) if files else 1
+            what = "the file" if n == 1 else f"the file and {n - 1} rotation(s)"
+            scope = "lines after this boot's first line" if complete else "this boot's first line not found"
+            detail = f"{what}, {read}; {scope}"
+        else:
+            detail = "this boot only" + ("" if complete else ", its first line not found")
+        gaps = []
+        if not complete:
+            gaps.append(
+                "this boot's log not fully read: " + (tried or f"{where.split(' ')[0]} does not reach back to this boot's start")
+            )
+        if numbers.get("dropped"):
+            gaps.append(f"{numbers['dropped']} Xid line(s) not counted: more than 1000 different (GPU, Xid) pairs")
+        if counts is None and numbers["total"] > XID_LINES_KEPT:
+            gaps.append(
+                f"only the newest {XID_LINES_KEPT} of {numbers['total']} Xid lines were kept (a collector before per-Xid "
+                "counts): older Xid numbers not read"
+            )
+        source_name = re.split(r" (?:size|files|read-last)=", where)[0]
+        return XidLog(
+            source=source_name, detail=detail, events=events, total=numbers["total"], counts=counts, complete=complete, gaps=gaps
+        )
 
 
 def _probe_failure(probe: Record | None) -> str:

@@ -9,18 +9,17 @@ Errors", docs.nvidia.com/deploy/xid-errors/). Real lines this parser is tested o
   Nov 22 18:29:55 hostname kernel: [ 966.503025] NVRM: Xid (0000:01:00): 31, Ch 0000000b, engmask 00000120, intr 10000000
       (pastebin.com/NGng33SB; older drivers write the address without "PCI:")
 
-Classes, from the "Resolution Bucket (Immediate Action)" column of NVIDIA's Xid catalogue for Ampere
-and later GPUs (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html), and the application Xids the
-NVIDIA device plugin does not hold against a GPU (NVIDIA/k8s-device-plugin, internal/rm/health.go:
-13, 31, 43, 45, 68, 109):
-- fatal: the GPU or node needs a reboot or service before it can be trusted (79 fallen off the bus,
-  64 row-remap/page-retirement failure, 154 with "Node Reboot Required");
-- reset: the GPU needs a reset (48 double-bit ECC, 61/62 micro-controller halt, 63 a row remap or page
-  retirement waiting for a reset, 74 NVLink, 94/95 contained/uncontained ECC, 119/120 GSP, 121 C2C,
-  140 unrecovered ECC, 144-150 NVLink, 154 with "GPU Reset Required" or "Drain and Reset");
-- informational: an application's fault (13, 31, 43, 45, 68, 69, 109) or a notice (92 high single-bit
-  ECC rate, 154 with "None");
-- unknown: any other number (listed; the profile decides whether it fails).
+Classes, from the "Resolution Bucket (Immediate Action)" of NVIDIA's Xid catalogue for Ampere and later GPUs
+(conformance.facts.xid_catalog cites it):
+- fatal: the node must be restarted (RESTART_BM, RESTART_VM: 79 fallen off the bus, 151, 160);
+- reset: the GPU must be reset (RESET_GPU and the reset workflows: 46, 48, 62, 64, 74, 95, 109, 119, 120, 140,
+  144-150...);
+- service: a person must look (UNEXPECTED_ERR_REPORT_ISSUE, CHECK_MECHANICALS, UPDATE_SWFW, CHECK_UVM);
+- application: the application must be restarted (RESTART_APP: 8, 13, 31, 32, 68, 94...; WORKFLOW_XID_45);
+- informational: no action (IGNORE: 43, 63, 92, 121...);
+- Xid 154 takes the class of the recovery action its text names ("GPU Reset Required", "Node Reboot Required",
+  "Drain and Reset", "None");
+- unknown: a number the catalogue does not list (the acceptance profiles fail it).
 """
 
 from __future__ import annotations
@@ -28,32 +27,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-FATAL = {64: "ECC page retirement or row remapping failure", 79: "GPU has fallen off the bus"}
-RESET = {
-    48: "double-bit ECC error",
-    61: "internal micro-controller breakpoint/warning",
-    62: "internal micro-controller halt",
-    63: "ECC page retirement or row remapping event (waits for a GPU reset)",
-    74: "NVLink error",
-    94: "contained ECC error",
-    95: "uncontained ECC error",
-    119: "GSP RPC timeout",
-    120: "GSP error",
-    121: "C2C link error",
-    140: "unrecovered ECC error",
-    **{x: "NVLink error" for x in range(144, 151)},
-}
-INFORMATIONAL = {
-    13: "graphics engine exception (application)",
-    31: "GPU memory page fault (application)",
-    43: "GPU stopped processing (application)",
-    45: "preemptive cleanup after an application error",
-    68: "video decoder exception (application)",
-    69: "graphics engine class error (application)",
-    92: "high single-bit ECC error rate",
-    109: "context switch timeout (application)",
-}
-CLASSES = ("fatal", "reset", "informational", "unknown")
+from conformance.facts.xid_catalog import BUCKETS, CATALOG
+
+CLASSES = ("fatal", "reset", "service", "application", "informational", "unknown")
+XID_LINES_KEPT = 500  # the collector sends the newest 500 lines that mention an Xid (and counts every one)
 
 HEX = "[0-9A-Fa-f]"
 XID_LINE = re.compile(
@@ -91,26 +68,45 @@ class XidEvent:
     meaning: str
 
 
+@dataclass(frozen=True)
+class XidCount:
+    """Every Xid of one number on one GPU address since boot, counted on the node."""
+
+    xid: int
+    pci: str
+    count: int
+    first: XidEvent
+    last: XidEvent  # its class decides (Xid 154: the latest recovery action)
+
+
 @dataclass
 class XidLog:
     source: str  # what was read: "file /var/log/kern.log", "journal", "kernel ring buffer"
     detail: str  # how much of it
-    events: list[XidEvent] = field(default_factory=list)
+    events: list[XidEvent] = field(default_factory=list)  # the newest lines, as evidence
     total: int = 0  # Xid lines since boot in what was read (events keeps the newest of them)
+    counts: list[XidCount] | None = None  # per Xid number and GPU; None: an older collector counted nothing
+    complete: bool = True  # what was read reaches back to this boot's start
+    gaps: list[str] = field(default_factory=list)  # what could not be read, and why (never "no Xid")
 
 
 def classify(xid: int, text: str) -> tuple[str, str]:
+    """The class and meaning of one Xid, from NVIDIA's catalogue."""
     if xid == 154:  # "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"
         action = text.rsplit("(", 1)[-1].lower()
         if "reboot" in action:
             return "fatal", "GPU recovery action: node reboot required"
         if "reset" in action:
             return "reset", "GPU recovery action: GPU reset or drain and reset"
-        return "informational", "GPU recovery action changed"
-    for cls, table in (("fatal", FATAL), ("reset", RESET), ("informational", INFORMATIONAL)):
-        if xid in table:
-            return cls, table[xid]
-    return "unknown", "not in the suite's catalogue"
+        if "none" in action:
+            return "informational", "GPU recovery action changed to none"
+        return "unknown", "GPU recovery action changed (action not recognised)"
+    entry = CATALOG.get(xid)
+    if entry is None:
+        return "unknown", "not in NVIDIA's Xid catalogue"
+    bucket, name = entry
+    cls, action = BUCKETS[bucket]
+    return cls, f"{name or 'unnamed'}: {action} ({bucket})"
 
 
 def pci_key(addr: str) -> str:
@@ -134,3 +130,58 @@ def parse_xid_lines(text: str) -> list[XidEvent]:
         cls, meaning = classify(xid, body)
         events.append(XidEvent(xid=xid, pci=pci_key(m.group("addr")), when=when, text=body, cls=cls, meaning=meaning))
     return events
+
+
+# The collector's record (collector.sh, "Xid events of this boot"): "#xid-aggregates N", then N times
+# "ADDR XID COUNT", the first line and the last line; then the newest Xid lines; then the trailer
+# "#xid total=T boot-line=B keys=K dropped=D bytes=Y". Collectors before the counts sent only the lines and
+# "#xid total=T boot-line=B".
+TRAILER = re.compile(r"total=(\d+) boot-line=([01])(?: keys=(\d+) dropped=(\d+) bytes=(\d+))?$")
+AGGREGATE = re.compile(r"([0-9a-f]{1,8}:[0-9a-f]{1,2}:[0-9a-f]{1,2}) (\d{1,5}) (\d{1,12})$")
+
+
+class XidRecordError(ValueError):
+    """The collector's Xid record is not of the shape it writes."""
+
+
+def _event(line: str, xid: int, pci: str) -> XidEvent:
+    parsed = parse_xid_lines(line)
+    if parsed:
+        return parsed[0]
+    text = CONTROL.sub("?", line.strip())[:200]
+    cls, meaning = classify(xid, text)
+    return XidEvent(xid=xid, pci=pci, when=timestamp(line), text=text, cls=cls, meaning=meaning)
+
+
+def parse_xid_record(text: str) -> tuple[list[XidEvent], list[XidCount] | None, dict[str, int]]:
+    """The newest lines as events, the per-GPU counts (None from an older collector) and the trailer's numbers."""
+    lines = text.rstrip("\n").split("\n") if text.strip() else []
+    if not lines or not lines[-1].startswith("#xid "):
+        raise XidRecordError("the collector's Xid summary line is missing")
+    m = TRAILER.match(lines[-1][5:])
+    if not m:
+        raise XidRecordError(f"the collector's Xid summary line is malformed: {lines[-1][:80]!r}")
+    numbers = {"total": int(m.group(1)), "boot_line": int(m.group(2))}
+    counts: list[XidCount] | None = None
+    body = lines[:-1]
+    if m.group(3) is not None:
+        numbers.update(keys=int(m.group(3)), dropped=int(m.group(4)), bytes=int(m.group(5)))
+        if not body or not body[0].startswith("#xid-aggregates "):
+            raise XidRecordError("the collector's Xid counts are missing")
+        n = int(body[0].split(" ", 1)[1]) if body[0].split(" ", 1)[1].isdigit() else -1
+        if n < 0 or len(body) < 1 + 3 * n:
+            raise XidRecordError("the collector's Xid counts are cut short")
+        counts = []
+        merged: dict[tuple[str, int], XidCount] = {}
+        for i in range(n):
+            head, first, last = body[1 + 3 * i : 4 + 3 * i]
+            a = AGGREGATE.match(head)
+            if not a:
+                raise XidRecordError(f"a count of the collector's Xid record is malformed: {head[:80]!r}")
+            pci, xid = pci_key(a.group(1)), int(a.group(2))
+            c = XidCount(xid, pci, int(a.group(3)), _event(first, xid, pci), _event(last, xid, pci))
+            old = merged.get((pci, xid))  # 0000:2b:00 and 00000000:2b:00 name one GPU
+            merged[(pci, xid)] = c if old is None else XidCount(xid, pci, old.count + c.count, old.first, c.last)
+        counts = list(merged.values())
+        body = body[1 + 3 * n :]
+    return parse_xid_lines("\n".join(body)), counts, numbers

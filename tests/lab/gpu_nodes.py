@@ -100,6 +100,8 @@ BAD_KERN_LOG = (
     "\n".join([BOOT_LINE, REAL_XID[1].replace("0000:2b:00", "0000:18:00"), REAL_XID[3], HOSTILE_XID]) + "\n"
 )  # Xid 79 (the real line, on this node's GPU0), Xid 63 verbatim (a device NVML does not list)
 SMI_KERN_LOG = REAL_XID[3].replace("0000:10:1c", "0000:9a:00") + "\n"  # no boot line: the file began after boot
+# ... logrotate moved this boot's start into kern.log.1 (compressed from .2 on, as Ubuntu's delaycompress)
+SMI_KERN_LOG_1 = BOOT_LINE + "\n" + REAL_XID[4].replace("0000:01:00", "0000:18:00") + "\n"
 NVSWITCH = {**{"vendor": "0x10de", "class": "0x068000", "numa_node": "0", "local_cpulist": "0"}}
 
 OTHER_FUNCTIONS = {
@@ -170,9 +172,12 @@ def gpu_specs(built: dict[str, Path]) -> list[NodeSpec]:
                     # unhealthy in every way the health checks look at
                     ecc_vol="7,2",
                     remap="0,1,1,0",
-                    nvlinks=4,
+                    nvlinks=6,
                     nvlink_down="0x2",
                     nvlink_err="0:1:3,2:0:500",
+                    # link 4 answers NOT_SUPPORTED (the rest are still judged), link 5's counters fail (unread)
+                    nvlink_na="0x10",
+                    nvlink_cnt_fail="0x20",
                     fabric="1,0",
                     persistence=0,
                     clocks="0x41",
@@ -212,6 +217,7 @@ def gpu_specs(built: dict[str, Path]) -> list[NodeSpec]:
         name="gpu-smi",
         files={
             **driver_files(built, STANDIN_CPUS, nvml=None, cuda=False, kern_log=SMI_KERN_LOG),
+            "/var/log/kern.log.1": SMI_KERN_LOG_1,
             "/run/nvidia/driver/usr/bin/nvidia-smi": SMI_SCRIPT,
             "/run/nvidia/driver/smi-q.xml": (SAMPLES / "nvidia-smi_q_x.2gpu.constructed.xml").read_text(),
             "/run/nvidia/driver/smi-topo.txt": SMI_TOPO,
@@ -271,7 +277,7 @@ GPU_EXPECTED = {
         GPU_H2D_NUMA_MATRIX="error",
         GPU_ECC_ERRORS="passed",
         GPU_ROW_REMAP="failed",
-        GPU_XID_EVENTS="passed",  # an Xid 63 (reset class): the lab profile fails only fatal ones
+        GPU_XID_EVENTS="passed",  # Xid 63 (informational) and, in kern.log.1, Xid 31 (application)
         GPU_NVLINK="failed",  # from nvidia-smi nvlink -s: GPU0's link 3 is inactive
         GPU_FABRIC="skipped",
         GPU_PERSISTENCE="passed",

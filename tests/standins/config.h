@@ -9,8 +9,10 @@
  *        ecc_sram_unc=N (aggregate, SRAM)  remap=CORR,UNC,PENDING,FAILURE (na: not supported)
  *        retired=SBE,DBE,PENDING (default na: row-remapping GPUs report no page retirement)
  *        nvlinks=N (links the GPU has; 0: NVLink not supported)  nvlink_down=MASK
+ *        nvlink_na=MASK (links that answer NOT_SUPPORTED)  nvlink_cnt_fail=MASK (links whose counters fail)
  *        nvlink_err=LINK:COUNTER:VALUE,...  fabric=STATE,STATUS (default 0,0: not supported)
  *        persistence=1  clocks=0x1 (clock event reasons bitmask: idle)
+ *        recovery=N (the GPU recovery action field, nvmlDeviceGpuRecoveryAction_t; default na: not supported)
  *   bw   GPU NODE GBPS        host-to-device copy rate for a calling thread on NUMA node NODE
  *   cpu  CPU NODE             NUMA node of a CPU, as the stand-in's view of the machine
  *   fail SYMBOL CODE [NTH]    the symbol returns CODE on its NTH call (default 1st), once; CODE -1: that
@@ -43,9 +45,10 @@ struct fake_gpu {
     unsigned long long ecc_vol[2], ecc_agg[2], ecc_sram_unc;  /* [0] corrected, [1] uncorrected */
     int remap_na, retired_na;
     unsigned remap[4], retired[3];
-    unsigned nvlinks, nvlink_down;
+    unsigned nvlinks, nvlink_down, nvlink_na, nvlink_cnt_fail;
     unsigned long long nvlink_err[18][5];
     unsigned fabric_state, fabric_status, persistence;
+    int recovery;  /* -1: the field answers NOT_SUPPORTED */
     unsigned long long clocks;
 };
 struct fake_fail { char symbol[64]; int code; int nth; int calls; };
@@ -67,6 +70,7 @@ static void cfg_gpu(char *rest) {
     g->ecc = g->ecc_pending = 1;
     g->retired_na = 1;
     g->persistence = 1;
+    g->recovery = -1;
     g->clocks = 0x1;
     int pending_set = 0;
     char *save = NULL;
@@ -101,6 +105,8 @@ static void cfg_gpu(char *rest) {
         else if (!strcmp(k, "retired")) g->retired_na = !strcmp(v, "na") || sscanf(v, "%u,%u,%u", &g->retired[0], &g->retired[1], &g->retired[2]) != 3;
         else if (!strcmp(k, "nvlinks")) g->nvlinks = strtoul(v, NULL, 0) > 18 ? 18 : strtoul(v, NULL, 0);
         else if (!strcmp(k, "nvlink_down")) g->nvlink_down = strtoul(v, NULL, 0);
+        else if (!strcmp(k, "nvlink_na")) g->nvlink_na = strtoul(v, NULL, 0);
+        else if (!strcmp(k, "nvlink_cnt_fail")) g->nvlink_cnt_fail = strtoul(v, NULL, 0);
         else if (!strcmp(k, "nvlink_err")) {
             char buf[256], *s3 = NULL;
             snprintf(buf, sizeof buf, "%s", v);
@@ -112,6 +118,7 @@ static void cfg_gpu(char *rest) {
         }
         else if (!strcmp(k, "fabric")) sscanf(v, "%u,%u", &g->fabric_state, &g->fabric_status);
         else if (!strcmp(k, "persistence")) g->persistence = strtoul(v, NULL, 0);
+        else if (!strcmp(k, "recovery")) g->recovery = !strcmp(v, "na") ? -1 : (int)strtol(v, NULL, 0);
         else if (!strcmp(k, "clocks")) g->clocks = strtoull(v, NULL, 0);
         else if (!strcmp(k, "procs")) {
             char *s2 = NULL;

@@ -214,6 +214,7 @@ int nvmlDeviceGetNvLinkState(nvmlDevice_t h, unsigned link, unsigned *active) {
     DEVICE(h, active);
     if (!g->nvlinks) return NVML_ERROR_NOT_SUPPORTED;
     if (link >= g->nvlinks) return NVML_ERROR_INVALID_ARGUMENT;  /* as the driver answers for a link the GPU lacks */
+    if ((g->nvlink_na >> link) & 1) return NVML_ERROR_NOT_SUPPORTED;
     *active = (g->nvlink_down >> link) & 1 ? 0 : 1;
     return NVML_SUCCESS;
 }
@@ -221,7 +222,8 @@ int nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t h, unsigned link, unsigned coun
     DEVICE(h, out);
     if (!g->nvlinks) return NVML_ERROR_NOT_SUPPORTED;
     if (link >= g->nvlinks || counter > 4) return NVML_ERROR_INVALID_ARGUMENT;
-    if (counter == 4) return NVML_ERROR_NOT_SUPPORTED;  /* ECC_DATA: reported on some generations only */
+    if (counter == 4 || (g->nvlink_na >> link) & 1) return NVML_ERROR_NOT_SUPPORTED;  /* 4, ECC_DATA: some generations */
+    if ((g->nvlink_cnt_fail >> link) & 1) return NVML_ERROR_UNKNOWN;
     *out = g->nvlink_err[link][counter];
     return NVML_SUCCESS;
 }
@@ -239,4 +241,26 @@ int nvmlDeviceGetGpuFabricInfo(nvmlDevice_t h, nvmlGpuFabricInfo_t *info) {
 int nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t h, unsigned long long *out) { DEVICE(h, out); *out = g->clocks; return NVML_SUCCESS; }
 #endif
 int nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t h, unsigned long long *out) { DEVICE(h, out); *out = g->clocks; return NVML_SUCCESS; }
+/* nvmlFieldValue_t (nvml.h): each field has its own return code; the value is a union of 8 bytes. Only
+ * NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (230) is known here; any other field answers NOT_SUPPORTED. */
+typedef struct {
+    unsigned fieldId, scopeId;
+    long long timestamp, latencyUsec;
+    unsigned valueType, nvmlReturn;
+    union { double d; unsigned ui; unsigned long ul; unsigned long long ull; long long sll; int si; } value;
+} nvmlFieldValue_t;
+int nvmlDeviceGetFieldValues(nvmlDevice_t h, int count, nvmlFieldValue_t *values) {
+    DEVICE(h, values);
+    for (int i = 0; i < count; i++) {
+        nvmlFieldValue_t *v = &values[i];
+        if (v->fieldId == 230 && g->recovery >= 0) {
+            v->valueType = 1; /* NVML_VALUE_TYPE_UNSIGNED_INT */
+            v->value.ui = (unsigned)g->recovery;
+            v->nvmlReturn = NVML_SUCCESS;
+        } else {
+            v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        }
+    }
+    return NVML_SUCCESS;
+}
 int nvmlDeviceGetPersistenceMode(nvmlDevice_t h, int *mode) { DEVICE(h, mode); *mode = (int)g->persistence; return NVML_SUCCESS; }

@@ -121,26 +121,46 @@ def health(h, g, read):
     read("fabric", lambda: fabric(h))
     read("persistence_mode", lambda: pynvml.nvmlDeviceGetPersistenceMode(h))
     read("clock_event_reasons", lambda: clock_reasons(h))
+    read("recovery_action", lambda: recovery_action(h))
+
+
+# NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (nvml.h): the driver's nvmlDeviceGpuRecoveryAction_t for the GPU
+FI_RECOVERY_ACTION = getattr(pynvml, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", 230)
+
+
+def recovery_action(h):
+    """What the driver says must still be done (0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and
+    reset...). The field's own return code says when this driver or GPU does not report it."""
+    (v,) = pynvml.nvmlDeviceGetFieldValues(h, [FI_RECOVERY_ACTION])
+    if v.nvmlReturn != pynvml.NVML_SUCCESS:
+        raise pynvml.NVMLError(v.nvmlReturn)
+    return int(v.value.uiVal)
 
 
 def nvlinks(h):
-    """Every link the GPU has (nvmlDeviceGetNvLinkState answers INVALID_ARGUMENT past the last one), with
-    its state and error counters. NOT_SUPPORTED on the first link: the GPU has no NVLink."""
+    """Every link the GPU has, each read on its own as DCGM reads them: its state, or why the state could not
+    be read (NOT_SUPPORTED: the link is not supported; another error: unknown), and each error counter, or
+    why it could not be read. nvmlDeviceGetNvLinkState answers INVALID_ARGUMENT past the last link. A GPU
+    whose every link answers NOT_SUPPORTED has no NVLink (an empty list)."""
     links = []
     for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
         try:
             active = pynvml.nvmlDeviceGetNvLinkState(h, link)
         except pynvml.NVMLError as e:
-            if getattr(e, "value", None) == pynvml.NVML_ERROR_INVALID_ARGUMENT and links:
+            code = getattr(e, "value", None)
+            if code == pynvml.NVML_ERROR_INVALID_ARGUMENT:
                 break
-            raise
-        counters = {}
+            if code != pynvml.NVML_ERROR_NOT_SUPPORTED:
+                links.append({"link": link, "state_error": text(e)})
+            continue
+        counters, unread = {}, {}
         for i, name in enumerate(NVLINK_COUNTERS):
             try:
                 counters[name] = int(pynvml.nvmlDeviceGetNvLinkErrorCounter(h, link, i))
-            except pynvml.NVMLError:
-                pass
-        links.append({"link": link, "active": bool(active), "errors": counters})
+            except pynvml.NVMLError as e:
+                not_supported = getattr(e, "value", None) == pynvml.NVML_ERROR_NOT_SUPPORTED
+                unread[name] = "not supported on this GPU" if not_supported else text(e)
+        links.append({"link": link, "active": bool(active), "errors": counters, "unread": unread})
     return links
 
 
