@@ -191,6 +191,7 @@ def test_a_planned_gpu_the_probe_did_not_report_is_an_error_not_a_pass(tmp_path,
     as missing (GPU-H2D-LOCAL-BW then reports an error), never as silently not measured."""
     from conformance.config.inventory import NodeSpec
     from conformance.config.profile import load_profile
+    from conformance.facts.checkpoints import KubeletAssignments
     from conformance.facts.gpu import Gpu, GpuFacts
     from conformance.facts.topology import Topology
     from conformance.measurements.gpu_measure import measure_node
@@ -200,7 +201,9 @@ def test_a_planned_gpu_the_probe_did_not_report_is_an_error_not_a_pass(tmp_path,
     gpus = GpuFacts(gpus=[Gpu(0, UUID0, "0000:18:00.0"), Gpu(1, UUID1, "0000:9a:00.0")], source="NVML")
     topo = Topology(online=frozenset({0}), nodes={0: frozenset({0})}, siblings={0: frozenset({0})})
     gp = {**load_profile("default").get("gpu"), "h2d_buffer_mib": 2, "h2d_samples": 1, "h2d_copies": 1}
-    m = measure_node(NodeSpec(name="n", transport="local", host_root=str(root)), gpus, topo, gp)
+    m = measure_node(
+        NodeSpec(name="n", transport="local", host_root=str(root)), gpus, topo, gp, KubeletAssignments(frozenset(), ())
+    )
     # the stand-in fails the first UUID read: GPU0 comes back as "ordinal 0", GPU1 is measured
     assert m.error is None and set(m.missing) == {UUID0} and UUID1 in m.gpus
     assert "planned but not reported by the probe (it reported: " in m.missing[UUID0]
@@ -298,6 +301,7 @@ def test_a_process_that_appears_after_collection_stops_the_measurement(tmp_path,
     """The facts say GPU0 is idle (collected earlier); a job starts on it before the probe runs."""
     from conformance.config.inventory import NodeSpec
     from conformance.config.profile import load_profile
+    from conformance.facts.checkpoints import KubeletAssignments
     from conformance.facts.gpu import Gpu, GpuFacts
     from conformance.facts.topology import Topology
     from conformance.measurements.gpu_measure import measure_node
@@ -309,6 +313,8 @@ def test_a_process_that_appears_after_collection_stops_the_measurement(tmp_path,
     topo = Topology(online=frozenset({0}), nodes={0: frozenset({0})}, siblings={0: frozenset({0})})
     gp = {**load_profile("default").get("gpu"), "h2d_buffer_mib": 2, "h2d_samples": 1, "h2d_copies": 1, "h2d_warmup_s": 0}
     started.write_text("")  # the job starts between collection and measurement
-    m = measure_node(NodeSpec(name="n", transport="local", host_root=str(root)), gpus, topo, gp)
+    m = measure_node(
+        NodeSpec(name="n", transport="local", host_root=str(root)), gpus, topo, gp, KubeletAssignments(frozenset(), ())
+    )
     assert m.skipped == {UUID0: "busy: 1 compute process(es) running now (pids 777)"} and UUID1 in m.gpus
     assert not m.missing and m.error is None

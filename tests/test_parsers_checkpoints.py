@@ -90,12 +90,91 @@ def test_device_checkpoint_in_both_layouts():
         parse_device_checkpoint("{", "cp")
 
 
-def test_a_gpu_the_kubelet_gave_to_a_pod_is_not_measured():
+def _gpus():
     from conformance.facts.gpu import Gpu, GpuFacts
+
+    return GpuFacts(
+        gpus=[
+            Gpu(0, "GPU-ad63c684-5593-111a-cbb1-c1451ebcd0aa", "00000000:18:00.0", mig=False),
+            Gpu(1, "GPU-bbb", "00000000:9a:00.0", mig=False),
+            Gpu(2, "GPU-ccc", "00000000:c1:00.0", mig=False),
+        ],
+        source="NVML",
+    )
+
+
+def _assignments(*grants, dra=()):
+    from conformance.facts.checkpoints import DeviceGrant, KubeletAssignments
+
+    return KubeletAssignments(frozenset(), tuple(DeviceGrant(d, r, "pod u container c") for d, r in grants), dra)
+
+
+def test_the_real_list_layout_checkpoint_names_its_gpus():
+    """kubernetes/kubernetes issue 75880: a node's checkpoint before 1.20, GPU UUIDs as device ids."""
+    from conformance.facts.checkpoints import parse_device_grants
     from conformance.measurements.gpu_measure import plan
 
-    gpus = GpuFacts(gpus=[Gpu(0, "GPU-aaa", "0000:18:00.0"), Gpu(1, "GPU-bbb", "0000:9a:00.0")], source="NVML")
-    measure, skipped = plan(gpus, {"GPU-aaa": "pod u1 container llm (nvidia.com/gpu)"})
-    assert measure == ["GPU-bbb"] and skipped == {
-        "GPU-aaa": "assigned by the kubelet to pod u1 container llm (nvidia.com/gpu): not touched"
+    grants = parse_device_grants(load("kubelet_internal_checkpoint.list-layout.k8s-issue-75880.json"), "cp")
+    assert [(g.device, g.resource) for g in grants] == [
+        ("GPU-ad63c684-5593-111a-cbb1-c1451ebcd0aa", "nvidia.com/gpu"),
+        ("GPU-72cbf723-9f70-7d49-a6bb-626fcb3f8c30", "nvidia.com/gpu"),
+    ]
+    from conformance.facts.checkpoints import KubeletAssignments
+
+    measure, skipped = plan(_gpus(), KubeletAssignments(frozenset(), tuple(grants)))
+    # GPU0 is held; the other UUID is a GPU this node does not list (another node's, or gone): it could be
+    # any GPU of this node, so none is touched
+    assert measure == []
+    assert skipped["GPU-ad63c684-5593-111a-cbb1-c1451ebcd0aa"].startswith(
+        "assigned by the kubelet to pod 9a422c32-4fc2-11e9-bb64-505dac4c3a38 container notebook (nvidia.com/gpu)"
+    )
+    assert "names no GPU of this node" in skipped["GPU-bbb"]
+
+
+def test_a_gpu_the_kubelet_gave_to_a_pod_is_not_measured():
+    from conformance.measurements.gpu_measure import plan
+
+    measure, skipped = plan(_gpus(), _assignments(("GPU-bbb::3", "nvidia.com/gpu")))  # time-slicing replica
+    assert measure == ["GPU-ad63c684-5593-111a-cbb1-c1451ebcd0aa", "GPU-ccc"]
+    assert skipped == {"GPU-bbb": "assigned by the kubelet to pod u container c (nvidia.com/gpu): not touched"}
+
+
+@pytest.mark.parametrize(
+    ("grant", "measured"),
+    [
+        # NVIDIA/k8s-device-plugin issue 373 / PR 386: DEVICE_ID_STRATEGY=index made plugins report "0", "1"
+        (("1", "nvidia.com/gpu"), 0),
+        (("0:1", "nvidia.com/mig-1g.10gb"), 0),  # a MIG slice by index
+        (("gpu-0", "example.com/gpu"), 0),  # another vendor's or a sharing plugin's own ids
+        (("0000:9a:00.0", "intel.com/vfio"), 2),  # a passthrough plugin's PCI address: that GPU only
+        (("0000:3b:00.1", "openshift.io/sriov_nic"), 3),  # a NIC: no GPU
+        (("MIG-5c6d", "nvidia.com/mig-1g.10gb"), 0),  # a MIG device, and no GPU of the node in MIG mode
+    ],
+)
+def test_device_ids_that_name_no_gpu_count_as_every_gpu(grant, measured):
+    from conformance.measurements.gpu_measure import plan
+
+    measure, skipped = plan(_gpus(), _assignments(grant))
+    assert len(measure) == measured, skipped
+
+
+def test_unknown_assignments_touch_no_gpu():
+    from conformance.measurements.gpu_measure import plan
+
+    measure, skipped = plan(_gpus(), "cpu_manager_state: permission denied")
+    assert measure == [] and set(skipped.values()) == {
+        "what the kubelet assigned could not be established (cpu_manager_state: permission denied): not touched"
     }
+    measure, skipped = plan(_gpus(), _assignments(dra=("gpu.nvidia.com",)))
+    assert measure == [] and "GPU DRA driver(s) gpu.nvidia.com registered with the kubelet" in skipped["GPU-bbb"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"Data": {"PodDeviceEntries": [7]}}', '{"Data": {"PodDeviceEntries": [{"DeviceIDs": 3}]}}', "[]", '{"Checksum": 1}'],
+)
+def test_a_device_checkpoint_of_another_shape_is_a_parse_error(text):
+    from conformance.facts.checkpoints import parse_device_grants
+
+    with pytest.raises(ParseError, match="cp: "):
+        parse_device_grants(text, "cp")

@@ -10,6 +10,7 @@ import pytest
 from conformance.checks.gpu_rules import expected_generation, floor_for, local_node
 from conformance.config.profile import load_profile
 from conformance.errors import FactUnavailable, ParseError
+from conformance.facts.checkpoints import KubeletAssignments
 from conformance.facts.gpu import (
     Gpu,
     PciFunction,
@@ -154,7 +155,7 @@ def test_busy_and_mig_gpus_are_not_measured():
     f = parse_nvml_probe(probe_doc(processes=[{"pid": 4242}]))
     f.gpus.append(Gpu(1, "GPU-2", "0000:9a:00.0", mig=True))
     f.gpus.append(Gpu(2, "GPU-3", "0000:9b:00.0", mig=False))
-    todo, skipped = plan(f)
+    todo, skipped = plan(f, KubeletAssignments(frozenset(), ()))
     assert todo == ["GPU-3"]
     assert "pids 4242" in skipped["GPU-1"] and "MIG" in skipped["GPU-2"]
 

@@ -1,4 +1,4 @@
-"""The kubelet's checkpoint files: `cpu_manager_state` and `memory_manager_state`."""
+"""The kubelet's checkpoint files: `cpu_manager_state`, `memory_manager_state` and the device manager's."""
 
 from __future__ import annotations
 
@@ -97,29 +97,71 @@ def parse_memory_manager_state(text: str, path: str = "memory_manager_state") ->
     return MemoryManagerState(policy=policy, numa_cells=cells, entries=entries)
 
 
-def parse_device_checkpoint(text: str, path: str) -> dict[str, str]:
-    """The kubelet's device manager checkpoint (`device-plugins/kubelet_internal_checkpoint`): device id ->
-    "pod <uid> container <name> (<resource>)". Layout: pkg/kubelet/cm/devicemanager/checkpoint/checkpoint.go,
-    {"Data": {"PodDeviceEntries": [{"PodUID", "ContainerName", "ResourceName", "DeviceIDs"}], ...},
-    "Checksum"}; DeviceIDs is {"<numa>": [ids]} since Kubernetes 1.20, a plain list before. The NVIDIA
-    device plugin's ids are GPU UUIDs (time-slicing adds a "::<replica>" suffix) or MIG device UUIDs."""
+@dataclass(frozen=True)
+class DeviceGrant:
+    """One device the kubelet's device manager gave to a pod's container."""
+
+    device: str  # the device plugin's id ("::<replica>" of time-slicing removed)
+    resource: str  # the extended resource, e.g. nvidia.com/gpu
+    holder: str  # "pod <uid> container <name>"
+
+    @property
+    def gpu_resource(self) -> bool:
+        """A resource that hands out NVIDIA GPUs or GPU slices (nvidia.com/gpu, nvidia.com/mig-1g.10gb,
+        nvidia.com/gpu.shared) or names itself a GPU (other vendors' and sharing plugins)."""
+        return self.resource.startswith("nvidia.com/") or "gpu" in self.resource.lower()
+
+
+def parse_device_grants(text: str, path: str) -> list[DeviceGrant]:
+    """The kubelet's device manager checkpoint (`device-plugins/kubelet_internal_checkpoint`). Layout:
+    pkg/kubelet/cm/devicemanager/checkpoint/checkpoint.go, {"Data": {"PodDeviceEntries": [{"PodUID",
+    "ContainerName", "ResourceName", "DeviceIDs"}], ...}, "Checksum"}; DeviceIDs is {"<numa>": [ids]} since
+    Kubernetes 1.20, a plain list before. The NVIDIA device plugin's ids are GPU UUIDs (time-slicing adds
+    "::<replica>"; its DEVICE_ID_STRATEGY=index changes only what the container is told,
+    internal/plugin/server.go deviceIDsFromAnnotatedDeviceIDs) or MIG device UUIDs; other plugins use their
+    own ids. A document that is not this layout is a ParseError, never "nothing assigned"."""
     try:
         doc = json.loads(text)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise ParseError(f"{path}: not JSON: {e}") from None
-    entries = (doc.get("Data") or {}).get("PodDeviceEntries") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or not isinstance(doc.get("Data"), dict):
+        raise ParseError(f"{path}: no Data object (not a device manager checkpoint)")
+    entries = doc["Data"].get("PodDeviceEntries")
     if entries is None:
-        return {}
+        return []
     if not isinstance(entries, list):
         raise ParseError(f"{path}: Data.PodDeviceEntries is not a list")
-    out: dict[str, str] = {}
-    for e in entries:
+    out: list[DeviceGrant] = []
+    for n, e in enumerate(entries):
         if not isinstance(e, dict):
-            continue
+            raise ParseError(f"{path}: Data.PodDeviceEntries[{n}] is not an object")
         ids = e.get("DeviceIDs") or []
-        flat = [i for v in ids.values() for i in (v or [])] if isinstance(ids, dict) else list(ids)
-        who = f"pod {e.get('PodUID')} container {e.get('ContainerName')} ({e.get('ResourceName')})"
+        if isinstance(ids, dict):
+            flat = [i for v in ids.values() for i in (v if isinstance(v, list) else [v])]
+        elif isinstance(ids, list):
+            flat = ids
+        else:
+            raise ParseError(f"{path}: Data.PodDeviceEntries[{n}].DeviceIDs is neither a list nor an object")
+        who = f"pod {e.get('PodUID')} container {e.get('ContainerName')}"
         for device in flat:
-            if isinstance(device, str):
-                out[device.split("::")[0]] = who
+            if not isinstance(device, str):
+                raise ParseError(f"{path}: Data.PodDeviceEntries[{n}].DeviceIDs holds {device!r}, not a string")
+            out.append(DeviceGrant(device.split("::")[0], str(e.get("ResourceName")), who))
     return out
+
+
+def parse_device_checkpoint(text: str, path: str) -> dict[str, str]:
+    """Device id -> "pod <uid> container <name> (<resource>)", from parse_device_grants."""
+    return {g.device: f"{g.holder} ({g.resource})" for g in parse_device_grants(text, path)}
+
+
+@dataclass(frozen=True)
+class KubeletAssignments:
+    """What the kubelet gave to pods on a node, as far as the H2D probe must stay off it: CPUs assigned
+    exclusively (cpu_manager_state), devices (the device checkpoint), and the DRA drivers of GPUs
+    registered with the kubelet (their claims are not mapped to GPUs here: every GPU counts as taken)."""
+
+    exclusive: frozenset[int]
+    grants: tuple[DeviceGrant, ...]
+    dra_drivers: tuple[str, ...] = ()
+    source: str = ""

@@ -15,9 +15,10 @@ from conformance.errors import FactUnavailable, ParseError
 from conformance.facts import kernel
 from conformance.facts.checkpoints import (
     CpuManagerState,
+    KubeletAssignments,
     MemoryManagerState,
     parse_cpu_manager_state,
-    parse_device_checkpoint,
+    parse_device_grants,
     parse_memory_manager_state,
 )
 from conformance.facts.cpulist import parse_cpulist
@@ -187,12 +188,42 @@ class NodeFacts:
         return parse_memory_manager_state(self.bundle.text(path), path)
 
     @fact
-    def device_assignments(self) -> dict[str, str]:
-        """Device id -> the pod container the kubelet gave it to (empty without a device checkpoint)."""
+    def kubelet_assignments(self) -> KubeletAssignments:
+        """What the kubelet gave to pods: exclusive CPUs, devices, GPU DRA drivers. It fails closed: a
+        checkpoint that could not be read or parsed, a kubelet whose root folder is unknown, or records the
+        collector did not return raise FactUnavailable (the H2D probe then touches no GPU), and only files
+        the collector found missing read as "nothing assigned"."""
         self.require_reachable()
-        path = self._state_path("device-plugins/kubelet_internal_checkpoint")
-        text = self.bundle.optional_text(path)
-        return parse_device_checkpoint(text, path) if text is not None else {}
+        kubelet = bool(self.bundle.processes("kubelet")) or any(
+            self.bundle.processes(c) for c in ("k3s-server", "k3s-agent", "k3s")
+        )
+        # the kubelet's root folder (FactUnavailable: where its checkpoints are is unknown); when no kubelet
+        # runs, the state files it left (its containers may still run) at the default
+        root = (self.kubelet_args.root_dir if kubelet else "/var/lib/kubelet").rstrip("/")
+        cpu_path, dev_path = f"{root}/cpu_manager_state", f"{root}/device-plugins/kubelet_internal_checkpoint"
+        for path in (cpu_path, dev_path):
+            if self.bundle.file(path) is None:
+                raise FactUnavailable(f"node {self.name}: {path} was not collected (an older collector, or another root folder)")
+        cpu_text = self.bundle.optional_text(cpu_path)
+        if cpu_text is None and kubelet:
+            # every CPU manager policy keeps this checkpoint (pkg/kubelet/cm/cpumanager/state/state_checkpoint.go)
+            raise FactUnavailable(f"node {self.name}: {cpu_path} does not exist although a kubelet runs")
+        exclusive = frozenset()
+        if cpu_text is not None:
+            state = parse_cpu_manager_state(cpu_text, cpu_path)
+            exclusive = frozenset(c for entries in state.entries.values() for cpus in entries.values() for c in cpus)
+        dev_text = self.bundle.optional_text(dev_path)  # missing: no device plugin ever registered
+        grants = tuple(parse_device_grants(dev_text, dev_path)) if dev_text is not None else ()
+        registry = f"{root}/plugins_registry/*"
+        try:
+            sockets = self.bundle.glob(registry)
+        except FactUnavailable as e:
+            raise FactUnavailable(f"node {self.name}: the kubelet's plugin registry could not be listed ({e})") from None
+        # DRA drivers register NAME-reg.sock there (pkg/kubelet/pluginmanager; the NVIDIA DRA driver: gpu.nvidia.com)
+        names = {s.rsplit("/", 1)[-1].removesuffix(".sock").removesuffix("-reg") for s in sockets}
+        dra = tuple(sorted(n for n in names if "gpu" in n.lower()))
+        where = f"{cpu_path}, {dev_path}, {registry}"
+        return KubeletAssignments(exclusive=exclusive, grants=grants, dra_drivers=dra, source=where)
 
     def _state_path(self, name: str) -> str:
         try:

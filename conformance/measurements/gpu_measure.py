@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -11,8 +12,10 @@ from typing import Any
 from conformance.collection.probes import payload
 from conformance.config.inventory import NodeSpec
 from conformance.errors import ParseError, TransportError
-from conformance.facts.gpu import GpuFacts
+from conformance.facts.checkpoints import DeviceGrant, KubeletAssignments
+from conformance.facts.gpu import Gpu, GpuFacts
 from conformance.facts.topology import Topology
+from conformance.facts.xid import pci_key
 
 PLACEMENT_MIN_SHARE = 0.95  # of the sampled pages on the intended NUMA node, for a figure to count as local
 
@@ -99,14 +102,57 @@ class H2DMeasurement:
     missing: dict[str, str] = field(default_factory=dict)  # planned GPUs the probe did not report: errors
 
 
-def plan(gpus: GpuFacts, assigned: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
-    """(GPUs to measure, {GPU: why not}). Measuring needs an idle, whole GPU that the kubelet has not
-    given to a pod (`assigned`: device id -> holder, from its device checkpoint)."""
+PCI_ADDRESS = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?$")
+
+
+def _gpus_of(grant: DeviceGrant, gpus: list[Gpu]) -> list[Gpu] | None:
+    """The GPUs a device grant names: by GPU UUID, by PCI address (passthrough plugins), a MIG device UUID
+    (some GPU in MIG mode, or whose mode is unknown), [] for a device that is no GPU, None: a GPU
+    resource whose id names no GPU this node lists (it could be any of them)."""
+    device = grant.device.split("::")[0]  # the NVIDIA plugin's time-slicing replicas: UUID::N
+    for g in gpus:
+        pci = PCI_ADDRESS.match(device) and g.bus_id and pci_key(device) == pci_key(g.bus_id)
+        if device == g.uuid or pci:
+            return [g]
+    if device.startswith("MIG-"):
+        return [g for g in gpus if g.mig is not False] or None
+    return None if grant.gpu_resource else []
+
+
+def plan(gpus: GpuFacts, assignments: KubeletAssignments | str) -> tuple[list[str], dict[str, str]]:
+    """(GPUs to measure, {GPU: why not}). Measuring needs an idle, whole GPU that the kubelet has not given
+    to a pod. It fails closed: `assignments` as a str (why they could not be established) touches no GPU;
+    a GPU device id that maps to no GPU, or a GPU DRA driver registered with the kubelet, counts every GPU
+    as assigned."""
+    if isinstance(assignments, str):
+        why = f"what the kubelet assigned could not be established ({assignments}): not touched"
+        return [], {g.uuid: why for g in gpus.gpus}
+    taken: dict[str, str] = {}
+    for grant in assignments.grants:
+        mapped = _gpus_of(grant, gpus.gpus)
+        if mapped is None:
+            why = (
+                f"device {grant.device!r} of {grant.resource} is assigned to {grant.holder} and names no GPU of this "
+                "node (not a GPU UUID or PCI address): it could be any GPU, not touched"
+            )
+            mapped = gpus.gpus
+        else:
+            why = f"assigned by the kubelet to {grant.holder} ({grant.resource}): not touched"
+        for g in mapped:
+            taken.setdefault(g.uuid, why)
+    if assignments.dra_drivers:
+        why = (
+            f"GPU DRA driver(s) {', '.join(assignments.dra_drivers)} registered with the kubelet: their claims are "
+            "not mapped to GPUs here, so every GPU counts as assigned: not touched"
+        )
+        for g in gpus.gpus:
+            taken.setdefault(g.uuid, why)
     measure, skipped = [], {}
     for g in gpus.gpus:
-        holder = (assigned or {}).get(g.uuid)
-        if holder:
-            skipped[g.uuid] = f"assigned by the kubelet to {holder}: not touched"
+        if g.uuid in taken:
+            skipped[g.uuid] = taken[g.uuid]
+        elif "processes" in g.errors:
+            skipped[g.uuid] = f"its compute processes could not be read ({g.errors['processes']}): not touched"
         elif g.processes:
             skipped[g.uuid] = (
                 f"{len(g.processes)} compute process(es) running on it (pids {', '.join(map(str, g.processes[:5]))})"
@@ -221,14 +267,15 @@ def measure_node(
     gpus: GpuFacts,
     topology: Topology,
     gpu_profile: dict[str, Any],
-    exclusive: frozenset[int] = frozenset(),
-    assigned: dict[str, str] | None = None,
+    assignments: KubeletAssignments | str,
 ) -> H2DMeasurement:
-    """Run the probe on the node (one execution). Never raises: failures are in `error`. `exclusive`:
-    CPUs assigned to containers exclusively, which the probe does not run on."""
+    """Run the probe on the node (one execution). Never raises: failures are in `error`. `assignments`:
+    what the kubelet gave to pods (the probe stays off those CPUs and GPUs), or why that is unknown (then
+    nothing is measured)."""
     from conformance.collection.collect import transport_for
 
-    uuids, skipped = plan(gpus, assigned)
+    uuids, skipped = plan(gpus, assignments)
+    exclusive = frozenset() if isinstance(assignments, str) else assignments.exclusive
     if not uuids:
         return H2DMeasurement(node=spec.name, skipped=skipped)
     spec_doc = probe_spec(uuids, topology, gpu_profile, spec.host_root, exclusive)

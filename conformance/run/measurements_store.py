@@ -9,7 +9,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from conformance.errors import FactUnavailable
+from conformance.errors import FactUnavailable, ParseError
+from conformance.facts.checkpoints import KubeletAssignments
 from conformance.measurements.gpu_measure import H2DMeasurement, measure_node
 from conformance.measurements.latency import Endpoint, LatencyResult, measure
 from conformance.run.facts_store import FactStore
@@ -67,19 +68,15 @@ class MeasurementStore:
 
     def _plan(self, name: str) -> tuple[Any, ...]:
         """What measuring a node needs: its spec and GPU facts, and what the probe must stay off: CPUs
-        the CPU manager gave to pods exclusively, GPUs the kubelet gave to pods."""
+        the CPU manager gave to pods exclusively, GPUs the kubelet gave to pods. Assignments that cannot be
+        established close the gate (every GPU skipped with the reason): unknown is never "free"."""
         f = self.store.facts_for(name)
         gpus, topology = f.gpus, f.topology  # FactUnavailable: the node is not measured, with the reason
         try:
-            state = f.cpu_manager_state
-            exclusive = frozenset(c for entries in state.entries.values() for cpus in entries.values() for c in cpus)
-        except FactUnavailable:
-            exclusive = frozenset()
-        try:
-            assigned = f.device_assignments
-        except FactUnavailable:
-            assigned = {}
-        return self.fleet.spec(name), gpus, topology, self.fleet.profile_for(name).get("gpu"), exclusive, assigned
+            assignments: KubeletAssignments | str = f.kubelet_assignments
+        except (FactUnavailable, ParseError) as e:
+            assignments = str(e)
+        return self.fleet.spec(name), gpus, topology, self.fleet.profile_for(name).get("gpu"), assignments
 
     def _measure(self, nodes: list[str]) -> dict[str, H2DMeasurement | Exception]:
         todo: dict[str, tuple[Any, ...]] = {}
