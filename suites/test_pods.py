@@ -107,12 +107,13 @@ def test_pod_cpus_exclusive(node, container, pod, spec_container, inside, assign
     "no more CPUs than one NUMA node has.",
     source="exec: Cpus_allowed_list; node: /sys/devices/system/node",
 )
-def test_pod_cpus_single_numa(node, container, inside, topology, gpus, profile, evidence):
+def test_pod_cpus_single_numa(node, container, inside, topology, facts, profile, evidence):
     nodes = _nodes_of(inside.cpus, topology)
     evidence.source = "exec /proc/self/status; sysfs NUMA map"
     evidence.add(f"CPUs {_fmt(inside.cpus)} on NUMA node(s) {sorted(n for n in nodes if n is not None)}")
-    gpu_nodes = _gpu_nodes(inside, gpus)
-    if profile.get("pods.numa_alignment") == "gpus" and len(gpu_nodes) > 1:
+    # The GPUs matter only under pods.numa_alignment: gpus; the default rule needs the CPUs and the NUMA map
+    gpu_nodes = _gpu_nodes(inside, facts.gpus) if profile.get("pods.numa_alignment") == "gpus" else set()
+    if len(gpu_nodes) > 1:
         # A pod with GPUs on several NUMA nodes (8 GPUs on 2 sockets) cannot fit one node; the profile asks
         # for its CPUs to sit on its GPUs' NUMA nodes and nowhere else (topology policy restricted, pod scope).
         evidence.add(f"profile {profile.name}: pods.numa_alignment gpus; its GPUs are on NUMA nodes {sorted(gpu_nodes)}")
@@ -124,16 +125,18 @@ def test_pod_cpus_single_numa(node, container, inside, topology, gpus, profile, 
 
 
 def _gpu_nodes(inside, gpus) -> set[int]:
-    """NUMA nodes of the GPUs the container sees (those known)."""
-    try:
-        by_minor = {g.minor: g for g in gpus.gpus}
-    except FactUnavailable:
-        return set()
-    return {
-        by_minor[m].pci.numa_node
-        for m in inside.gpu_minors
-        if m in by_minor and by_minor[m].pci and by_minor[m].pci.numa_node is not None
-    }
+    """NUMA nodes of the GPUs the container sees. A GPU whose node is unknown decides which rule applies,
+    so it is an error (FactUnavailable), never left out."""
+    by_minor = {g.minor: g for g in gpus.gpus}
+    out = set()
+    for m in inside.gpu_minors:
+        g = by_minor.get(m)
+        if g is None:
+            raise FactUnavailable(f"the container sees /dev/nvidia{m}, a GPU the node's {gpus.source} does not list")
+        if g.pci is None or g.pci.numa_node is None:
+            raise FactUnavailable(f"{g.label}: its NUMA node is not known (sysfs numa_node; see GPU-NUMA-KNOWN)")
+        out.add(g.pci.numa_node)
+    return out
 
 
 @check(

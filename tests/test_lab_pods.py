@@ -17,7 +17,7 @@ from conformance.cluster.api import KubeSpec, api_client
 from conformance.cluster.pods import ContainerRef, exec_inside
 from tests.conftest import require_or_skip
 from tests.fakeapi import kubeconfig, node_object, pod_object, serve
-from tests.gpu_standins import build_standins, driver_files
+from tests.gpu_standins import CONFIG, build_standins, driver_files
 from tests.kube_fixtures import fake_api
 from tests.lab import pods as labpods
 from tests.lab.builder import Lab, NodeSpec
@@ -253,7 +253,7 @@ def run(lab, url, token, tmp_path, profile: str = PROFILE, select: str = "test_p
             str(out),
             "--",
             "-k",
-            "test_pod",
+            select,
         ],
         capture_output=True,
         text=True,
@@ -408,3 +408,24 @@ def test_an_exec_that_hangs_is_an_error_within_the_timeout(pods_lab, cluster, tm
     assert got["twin"]["POD-SHM-SIZE"]["outcome"] == E
     assert "exec did not finish within 2 s" in got["twin"]["POD-SHM-SIZE"]["message"]
     assert got["good"]["POD-SHM-SIZE"]["outcome"] == P and took < 60
+
+
+def test_cpus_single_numa_needs_gpu_facts_only_when_aligning_to_gpus(pods_lab, cluster, tmp_path):
+    """The default rule needs the container's CPUs and the NUMA map: a node whose NVML cannot be read still
+    gets its verdicts; under pods.numa_alignment: gpus the GPUs' NUMA nodes decide, so there it is an error."""
+    conf = next(n for n in pods_lab.nodes if n.spec.name == NODE).dir / "upper" / CONFIG.lstrip("/")
+    before = conf.read_text()
+    conf.write_text(before + "fail\tnvmlInitWithFlags\t999\n")  # NVML_ERROR_UNKNOWN at init
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "gpus").mkdir()
+    try:
+        _, _, plain = run(pods_lab, cluster[1], "full-token", tmp_path / "plain", select="test_pod_cpus_single_numa")
+        gpus = PROFILE + "  numa_alignment: gpus\n"
+        _, _, aligned = run(pods_lab, cluster[1], "full-token", tmp_path / "gpus", gpus, "test_pod_cpus_single_numa")
+    finally:
+        conf.write_text(before)
+    got = {pod: checks["POD-CPUS-SINGLE-NUMA"]["outcome"] for pod, checks in plain.items()}
+    assert got == {pod: EXPECTED[pod]["POD-CPUS-SINGLE-NUMA"] for pod in got} and {"good", "burst", "far-gpu", "twin"} <= set(got)
+    for pod in ("good", "far-gpu", "twin"):  # each sees a GPU
+        r = aligned[pod]["POD-CPUS-SINGLE-NUMA"]
+        assert r["outcome"] == E and "GPU" in r["message"], r
