@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from conformance.checks import check
+from conformance.checks.runtime_rules import across_releases, handler_problems
 from conformance.errors import FactUnavailable
 from conformance.facts.kernel import cgroup_fs_name
 
@@ -40,22 +41,27 @@ def test_runtime_systemd_cgroup(node, runtime_config, facts, profile, evidence):
     evidence.add(f"runtime {runtime} ({why}); files: {', '.join(rc.files) or 'none'}; default handler {rc.default_handler!r}")
     if rc.rules:
         evidence.add(f"files merged as the running release does: {rc.rules}")
-    wanted = [rc.default_handler] + [h for h in profile.get("runtime.gpu_handlers") if h in rc.handlers]
-    problems = []
-    for name in dict.fromkeys(wanted):
-        h = rc.handlers[name]
-        evidence.add(f"handler {name}: type {h.runtime_type}, systemd cgroup {h.systemd_cgroup} ({h.source})")
-        if h.systemd_cgroup is False:
-            problems.append(f"handler {name!r} does not use the systemd cgroup driver ({h.source})")
-    unknown = None
+    gpu_handlers = profile.get("runtime.gpu_handlers")
+    for name in dict.fromkeys([rc.default_handler, *(h for h in gpu_handlers if h in rc.handlers)]):
+        if (h := rc.handlers.get(name)) is None:
+            continue  # a refused configuration has no handlers
+        evidence.add(f"handler {name}: type {h.runtime_type or '(none)'}, systemd cgroup {h.systemd_cgroup} ({h.source})")
+    problems: list[str] = []
+    unknown: FactUnavailable | None = None
     try:
         kubelet, _, how = facts.kubelet_cgroup_driver
         evidence.add(f"kubelet effective driver: {kubelet} ({how})")
         if kubelet != "systemd":
             problems.append(f"the kubelet's effective cgroup driver is {kubelet} ({how}), not systemd")
     except FactUnavailable as e:
-        unknown = e
+        unknown = FactUnavailable(f"the kubelet's effective cgroup driver is not known: {e}")
         evidence.add(f"kubelet driver not known: {e}")
+    try:
+        runtime_problems, per_release = across_releases(rc, lambda c: handler_problems(c, gpu_handlers))
+        evidence.add(*per_release)
+        problems = runtime_problems + problems
+    except FactUnavailable as e:
+        unknown = e if unknown is None else FactUnavailable(f"{e}; and {unknown}")
     assert not problems, "; ".join(problems)
-    if unknown is not None:  # the runtime is fine, but whether the kubelet agrees is unknown: never a pass
-        raise FactUnavailable(f"the runtime uses systemd, but the kubelet's effective cgroup driver is not known: {unknown}")
+    if unknown is not None:  # nothing failed, but part of the verdict is unknown: never a pass
+        raise unknown

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.checks import check
+from conformance.checks.runtime_rules import across_releases, handler_problem
 from conformance.checks.sysctl_rules import port_range_problems, somaxconn_problem, tw_reuse_problem
 from conformance.errors import ConformanceError, FactUnavailable
 from conformance.facts.cpulist import format_cpulist
@@ -454,9 +455,8 @@ def test_runtime_class_handler(node, container, pod, runtime_handlers, runtime_c
         f"{rc.runtime} handlers on the node: {', '.join(sorted(rc.handlers)) or '(none)'}",
     )
     h = rc.handlers.get(handler)
-    assert h is not None, (
-        f"handler {handler!r} of RuntimeClass {pod.runtime_class!r} is not defined in the node's {rc.runtime} configuration "
-        f"(defined: {', '.join(sorted(rc.handlers)) or 'none'})"
-    )
-    evidence.add(f"handler {handler}: type {h.runtime_type}, systemd cgroup {h.systemd_cgroup} ({h.source})")
-    assert h.systemd_cgroup is not False, f"handler {handler!r} does not use the systemd cgroup driver ({h.source})"
+    if h is not None:
+        evidence.add(f"handler {handler}: type {h.runtime_type or '(none)'}, systemd cgroup {h.systemd_cgroup} ({h.source})")
+    problems, per_release = across_releases(rc, lambda c: [p] if (p := handler_problem(c, handler)) else [])
+    evidence.add(*per_release)
+    assert not problems, f"RuntimeClass {pod.runtime_class!r}: " + "; ".join(problems)

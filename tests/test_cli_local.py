@@ -46,7 +46,10 @@ def sample_host_root(root: Path) -> Path:
             "/kubelet-cwd/kubelet.yaml": KUBELET,
             "/var/lib/kubelet/cpu_manager_state": GOOD_CPU_STATE,
             "/var/lib/kubelet/memory_manager_state": MEMORY_STATE,
-            "/etc/containerd/config.toml": 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.'
+            # no containerd runs here: the file must mean the same to every release (runtime_type set: 1.x
+            # would otherwise decode runc without one)
+            "/etc/containerd/config.toml": 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
+            'runtime_type = "io.containerd.runc.v2"\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.'
             "runc.options]\nSystemdCgroup = true\n",
             "/proc/sys/net/ipv4/tcp_tw_reuse": "1\n",
             "/proc/sys/net/core/somaxconn": "4096\n",

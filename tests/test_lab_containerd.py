@@ -1,9 +1,13 @@
 """The collector asks the running containerd for its release, bounded in time: a binary that never
-answers `--version` costs its bound, not the collection, and the files are then merged by the rules
-their config version implies (the result says so)."""
+answers `--version` costs its bound, not the collection, and the files are then judged under the rules of
+every release (the result says so). A release read from a real distribution's version string decides
+how relative import globs are matched: the collector expands them against the daemon's working directory
+too."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,28 +22,71 @@ from tests.lab.nodes import specs
 pytestmark = pytest.mark.lab
 
 
+REAL_CONTAINERD = shutil.which("containerd")
+RUNC = """[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+  SystemdCgroup = {}
+"""
+# A relative import glob: containerd before 1.6.29 matches it against its working directory (resolveImports)
+RELATIVE_GLOB = {
+    "/etc/containerd/config.toml": 'version = 2\nimports = ["conf.d/*.toml"]\n' + RUNC.format("true"),
+    "/etc/containerd/conf.d/50-cgroupfs.toml": "version = 2\n" + RUNC.format("false"),
+}
+
+
 @pytest.fixture(scope="module")
-def hung_lab(tmp_path_factory):
+def containerd_lab(tmp_path_factory):
     require_or_skip(lab_available())
-    lab = Lab(Path(tmp_path_factory.mktemp("hunglab")), first_subnet=238)
+    require_or_skip(None if REAL_CONTAINERD else "the real containerd binary is not installed (apt-get install containerd)")
+    assert REAL_CONTAINERD is not None
+    # The stand-ins answer --version with what the real binary here (Debian's 1.6.20) prints
+    real = subprocess.run([REAL_CONTAINERD, "--version"], capture_output=True, text=True, check=True).stdout.strip()
+    lab = Lab(Path(tmp_path_factory.mktemp("containerdlab")), first_subnet=238)
     spec = next(s for s in specs() if s.name == "containerd2")
     spec.name, spec.containerd = "hung-containerd", "hang"
     lab.add(spec)
+    for name, cwd in (("deb-cwd-root", "/"), ("deb-cwd-etc", "/etc/containerd")):
+        node = next(s for s in specs() if s.name == "good")
+        node.name, node.containerd, node.containerd_cwd = name, real, cwd
+        node.files = {**node.files, **RELATIVE_GLOB}
+        del node.files["/etc/containerd/conf.d/99-nvidia.toml"]
+        lab.add(node)
     with lab.running():
         yield lab
 
 
-def test_a_containerd_that_never_answers_does_not_hang_the_collection(hung_lab):
-    node = hung_lab.nodes[0]
-    ssh = {"user": "root", "identity_file": str(hung_lab.client_key), "known_hosts": str(hung_lab.known_hosts)}
-    b = collect_node(NodeSpec(name="hung-containerd", address=node.address, ssh=ssh), timeout=120, retries=0)
+def _collect(lab, name):
+    node = next(n for n in lab.nodes if n.spec.name == name)
+    ssh = {"user": "root", "identity_file": str(lab.client_key), "known_hosts": str(lab.known_hosts)}
+    return collect_node(NodeSpec(name=name, address=node.address, ssh=ssh), timeout=120, retries=0)
+
+
+def test_a_containerd_that_never_answers_does_not_hang_the_collection(containerd_lab):
+    b = _collect(containerd_lab, "hung-containerd")
     assert b.error is None and b.complete, b.error
     asked = b.optional_command("containerd-version")
     assert asked is not None and asked.status == "137"  # killed at its bound (timeout -s KILL)
     facts = NodeFacts(b)
     assert facts.containerd_release is None
     rc = facts.runtime_config
-    assert rc.rules == "containerd's version unknown: modelled as 1.x from the main file's config version 2"
+    assert rc.rules.startswith("containerd's release unknown")
+    # a drop-in with only the nvidia handler: 2.x deep-merges it, 1.x loses runc (the default) and refuses
+    got = {label: str(alt) if isinstance(alt, Exception) else "reads" for label, alt in rc.alternatives.items()}
+    assert (
+        got["containerd 2.0-2.2"] == "reads"
+        and "names no handler" in got["containerd 1.6.32 and later 1.6, 1.7.17 and later 1.7"]
+    )
+
+
+@pytest.mark.parametrize(("name", "systemd"), [("deb-cwd-root", True), ("deb-cwd-etc", False)])
+def test_a_relative_glob_is_matched_where_the_running_release_matches_it(containerd_lab, name, systemd):
+    facts = NodeFacts(_collect(containerd_lab, name))
+    assert str(facts.containerd_release) == "1.6.20"  # Debian's "1.6.20~ds1"
+    rc = facts.runtime_config
+    assert rc.rules.startswith("containerd 1.6.20: 1.x merge rules (containerd 1.x before 1.6.29")
+    assert rc.handlers["runc"].systemd_cgroup is systemd
+    assert ("/etc/containerd/conf.d/50-cgroupfs.toml" in rc.files) is (not systemd)
 
 
 def test_the_release_is_read_from_the_running_binary(lab):
@@ -48,5 +95,5 @@ def test_the_release_is_read_from_the_running_binary(lab):
     b = collect_node(NodeSpec(name="containerd2", address=node.address, ssh=ssh), retries=0)
     facts = NodeFacts(b)
     assert str(facts.containerd_release) == "2.0.0"
-    assert facts.runtime_config.rules == "containerd 2.0.0: 2.0-2.2 merge rules"
+    assert facts.runtime_config.rules == "containerd 2.0.0: 2.0-2.2 merge rules (containerd 2.0-2.2)"
     assert facts.runtime_config.handlers["runc"].systemd_cgroup is True

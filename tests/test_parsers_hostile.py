@@ -18,6 +18,8 @@ from conformance.facts.checkpoints import parse_cpu_manager_state, parse_memory_
 from conformance.facts.cpulist import parse_cpulist
 from conformance.facts.kubelet import effective_config, flags_to_config, load_config_document, parse_kubelet_args
 from conformance.facts.runtime import (
+    EVERY_RULES,
+    RULES_2_0,
     ContainerdMerge,
     _merge_1x,
     _merge_20,
@@ -105,8 +107,13 @@ def test_checkpoint_shaped_documents(doc):
 @FAST
 @given(runtime_like)
 def test_containerd_shaped_documents(doc):
-    for merge in (_merge_1x, _merge_20, _merge_23):
-        only_parse_errors(lambda d, m=merge: containerd_runtime(ContainerdMerge(*m([("/c.toml", d)]), ["/c.toml"], "fuzz")), doc)
+    merges = {"1.x": _merge_1x, "2.0-2.2": _merge_20, "2.3": _merge_23}
+    for rules in EVERY_RULES:
+
+        def judge(d, r=rules):
+            return containerd_runtime(ContainerdMerge(*merges[r.family]([("/c.toml", d)], r), ["/c.toml"], r))
+
+        only_parse_errors(judge, doc)
 
 
 @FAST
@@ -160,7 +167,7 @@ def test_deeply_nested_documents(depth):
 
 def test_containerd_imports_loop_terminates():
     files = {"/a.toml": 'imports = ["/b.toml"]\n', "/b.toml": 'imports = ["/a.toml"]\n'}
-    assert merge_containerd("/a.toml", files.get, lambda p: [p]).files == ["/a.toml", "/b.toml"]
+    assert merge_containerd("/a.toml", files.get, lambda p: [p], RULES_2_0).files == ["/a.toml", "/b.toml"]
 
 
 def test_secrets_are_redacted_by_name_and_by_shape():

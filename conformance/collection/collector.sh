@@ -120,16 +120,24 @@ containerd_imports() {
       while (match(line, /"[^"]*"|\047[^\047]*\047/)) { print substr(line, RSTART + 1, RLENGTH - 2); line = substr(line, RSTART + RLENGTH) }
       if (index($0, "]")) exit }' "$R$1" 2>/dev/null
 }
-read_containerd() {  # $1 path, $2 depth
+read_containerd() {  # $1 path, $2 depth; $ccwd: the daemon's working directory (empty: unknown)
   emit_file "$1"
   [ "$2" -ge 4 ] && return 0
   [ -f "$R$1" ] || return 0
   for pat in $(containerd_imports "$1"); do
-    case $pat in /*) ;; *) pat="$(dirname "$1")/$pat" ;; esac
-    if unlisted "$pat"; then printf '%s\n' "-denied $pat"; continue; fi
-    set +f
-    for f in $R$pat; do [ -e "$f" ] && printf '%s\n' "${f#"$R"}"; done  # not echo: dash's expands backslashes
-    set -f
+    # A relative path is joined with the file's folder; a relative glob too from containerd 1.6.29/1.7.16,
+    # matched against the daemon's working directory before (resolveImports): expand it both ways.
+    case $pat in
+      /*) pats=$pat ;;
+      *'*'*) pats="$(dirname "$1")/$pat"; [ -n "$ccwd" ] && pats="$pats$NL${ccwd%/}/$pat" ;;
+      *) pats="$(dirname "$1")/$pat" ;;
+    esac
+    for ip in $pats; do
+      if unlisted "$ip"; then printf '%s\n' "-denied $ip"; continue; fi
+      set +f
+      for f in $R$ip; do [ -e "$f" ] && printf '%s\n' "${f#"$R"}"; done  # not echo: dash's expands backslashes
+      set -f
+    done
   done | while IFS= read -r f; do
     case $f in -denied\ *) rec G "import:$1" denied; printf '%s' "${f#-denied }" | b64; echo; continue ;; esac
     rec G "import:$1" ok; printf '%s' "$f" | b64; echo
@@ -216,8 +224,12 @@ if [ -n "${cexe:-}" ]; then
     rec C containerd-version 127; echo
   fi
 fi
-ccfg=
-[ -n "$cpid" ] && ccfg=$(arg_value "$R/proc/$cpid/cmdline" config c)
+ccfg=; ccwd=
+if [ -n "$cpid" ]; then
+  ccfg=$(arg_value "$R/proc/$cpid/cmdline" config c)
+  ccwd=$(readlink "$R/proc/$cpid/cwd" 2>/dev/null)
+  case $ccfg in ''|/*) ;; *) [ -n "$ccwd" ] && ccfg="${ccwd%/}/$ccfg" ;; esac
+fi
 read_containerd "${ccfg:-/etc/containerd/config.toml}" 0
 emit_file /etc/crio/crio.conf
 emit_glob '/etc/crio/crio.conf.d/*'

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import json
 import re
@@ -39,10 +38,10 @@ from conformance.facts.kubelet import (
 from conformance.facts.runtime import (
     ContainerdRelease,
     RuntimeConfig,
-    containerd_runtime,
+    containerd_config,
     crio_runtime,
-    merge_containerd,
     parse_containerd_version,
+    path_glob_match,
 )
 from conformance.facts.system_cpus import SystemCpus, parse_cpu_affinity, parse_irqs
 from conformance.facts.topology import Topology
@@ -260,8 +259,9 @@ class NodeFacts:
         runtime, _ = self.runtime_name
         if runtime == "containerd":
             main = self._containerd_main()
-            merged = merge_containerd(main, self.bundle.optional_text, self._expand_import, self.containerd_release)
-            return containerd_runtime(merged)
+            return containerd_config(
+                main, self.bundle.optional_text, self._expand_import, self.containerd_release, self._containerd_cwd()
+            )
         docs = []
         main = self.bundle.optional_text("/etc/crio/crio.conf")
         if main is not None:
@@ -288,10 +288,21 @@ class NodeFacts:
                         return str(args.flags[flag][-1])
         return "/etc/containerd/config.toml"
 
+    def _containerd_cwd(self) -> str | None:
+        """The running containerd's working directory (where 1.x before 1.6.29/1.7.16 matches a relative
+        import glob); None when no containerd runs or the link was not read."""
+        for pid in self.bundle.processes("containerd"):
+            try:
+                return self.bundle.link(f"/proc/{pid}/cwd")
+            except FactUnavailable:
+                return None
+        return None
+
     def _expand_import(self, pattern: str) -> list[str]:
-        # The collector expanded each import glob on the node; match its results.
+        # The collector expanded each import glob on the node (against the file's folder and the daemon's
+        # working directory); match its results as Go's filepath.Match does ('*' never crosses a '/').
         found = [p for rec_path in self._import_sources() for p in self.bundle.imports_of(rec_path)]
-        return sorted({p for p in found if fnmatch.fnmatchcase(p, pattern)})
+        return sorted({p for p in found if path_glob_match(pattern, p)})
 
     def _import_sources(self) -> list[str]:
         return sorted({r.name[len("import:") :] for r in self.bundle.records if r.kind == "G" and r.name.startswith("import:")})

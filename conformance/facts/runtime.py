@@ -13,10 +13,12 @@ from typing import Any
 from conformance.errors import ParseError
 
 RUNC_TYPE = "io.containerd.runc.v2"
+RUNC_V1_TYPE = "io.containerd.runc.v1"
+LINUX_V1_TYPE = "io.containerd.runtime.v1.linux"
 CRI_V1, CRI_V2, CRI_V3 = "cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime"
-# Where each containerd config version keeps the CRI runtimes table (version 4, containerd 2.3, keeps 3's).
-_CRI_PLUGIN = {0: CRI_V1, 1: CRI_V1, 2: CRI_V2, 3: CRI_V3, 4: CRI_V3}
-_VERSION = re.compile(r"\bv?(\d+)\.(\d+)\.(\d+)")
+# A release as `containerd --version` prints it, with what distributions append: Debian "1.6.20~ds1",
+# Ubuntu "1.4.4-0ubuntu1~20.04.2", k3s/RKE2 "v1.7.20-k3s1.28", Amazon Linux "1.7.11-1.amzn2023.0.1".
+_VERSION = re.compile(r"v?(\d+)\.(\d+)\.(\d+)(?:[-~+.][0-9A-Za-z.~+_-]*)?")
 
 
 @dataclass(frozen=True)
@@ -28,15 +30,68 @@ class ContainerdRelease:
     def __str__(self) -> str:
         return f"{self.major}.{self.minor}.{self.patch}"
 
+    @property
+    def triple(self) -> tuple[int, int, int]:
+        return (self.major, self.minor, self.patch)
+
 
 def parse_containerd_version(text: str | None) -> ContainerdRelease | None:
-    """`containerd --version`: 'containerd containerd.io 1.7.27 05044ec...' or
-    'containerd github.com/containerd/containerd/v2 v2.0.0 207ad71...'."""
+    """`containerd --version` prints 'containerd PACKAGE VERSION REVISION' (cmd/containerd/command/main.go):
+    'containerd containerd.io 1.7.27 05044ec...', 'containerd github.com/containerd/containerd/v2 v2.0.0 207ad71...',
+    Debian 12's 'containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3'. The first word
+    after the package that reads as a release is the release."""
     for word in (text or "").split()[1:]:
-        m = _VERSION.fullmatch(word.split("-")[0].split("+")[0])
+        m = _VERSION.fullmatch(word)
         if m:
             return ContainerdRelease(int(m.group(1)), int(m.group(2)), int(m.group(3)))
     return None
+
+
+class RuntimeRefused(ParseError):
+    """The files were read, and the runtime (or its CRI plugin) refuses them: no pod starts. A verdict
+    (a failure), not an unknown."""
+
+
+@dataclass(frozen=True)
+class MergeRules:
+    """How one span of containerd releases loads and merges its config files and reads its CRI section.
+
+    glob_from_cwd: a relative import glob is matched against the daemon's working directory, not the
+    importing file's folder. services/server/config/config.go resolveImports: before v1.6.29 and
+    v1.7.16 only a literal path is joined with the file's folder (filepath.Glob gets the relative glob as
+    written); commit 62e9535f2 "Fix config import relative path glob" joins both.
+    highest_version: the highest config version the release starts with. 1.x checks the merged version
+    (ValidateV2, "unsupported config version", commit 00347b7fa, from v1.6.32 and v1.7.17; earlier 1.x
+    releases accept any version and, for version 2 and up, read the CRI plugin as
+    io.containerd.grpc.v1.cri); 2.x checks each file."""
+
+    family: str  # "1.x", "2.0-2.2" or "2.3"
+    releases: str
+    glob_from_cwd: bool
+    highest_version: int | None
+
+    @property
+    def label(self) -> str:
+        return f"containerd {self.releases}"
+
+
+RULES_1_OLD = MergeRules("1.x", "1.x before 1.6.29, 1.7.0-1.7.15", True, None)
+RULES_1_GLOB = MergeRules("1.x", "1.6.29-1.6.31, 1.7.16", False, None)
+RULES_1_NEW = MergeRules("1.x", "1.6.32 and later 1.6, 1.7.17 and later 1.7", False, 2)
+RULES_2_0 = MergeRules("2.0-2.2", "2.0-2.2", False, 3)
+RULES_2_3 = MergeRules("2.3", "2.3 and later", False, 4)
+EVERY_RULES = (RULES_1_OLD, RULES_1_GLOB, RULES_1_NEW, RULES_2_0, RULES_2_3)
+
+
+def rules_for(release: ContainerdRelease) -> MergeRules:
+    r = release.triple
+    if release.major >= 2:
+        return RULES_2_3 if r >= (2, 3, 0) else RULES_2_0
+    if release.minor == 6:
+        return RULES_1_OLD if r < (1, 6, 29) else (RULES_1_GLOB if r < (1, 6, 32) else RULES_1_NEW)
+    if release.minor == 7:
+        return RULES_1_OLD if r < (1, 7, 16) else (RULES_1_GLOB if r < (1, 7, 17) else RULES_1_NEW)
+    return RULES_1_OLD if release.minor < 6 else RULES_1_NEW
 
 
 def load_toml(text: str, path: str) -> dict[str, Any]:
@@ -52,6 +107,7 @@ class RuntimeHandler:
     runtime_type: str
     systemd_cgroup: bool | None  # None: not a runc handler, the option does not apply
     source: str
+    broken: str | None = None  # why pods of this handler cannot start, if they cannot
 
 
 @dataclass
@@ -64,6 +120,10 @@ class RuntimeConfig:
     files: list[str] = field(default_factory=list)
     cgroup_manager: str | None = None  # CRI-O: one setting for all handlers
     rules: str | None = None  # containerd: the release whose merge rules were applied, and why
+    # containerd whose release is unknown: what the files make under each span of releases (a config, or
+    # why that release would not start); the check judges them all and passes only if all pass
+    alternatives: dict[str, RuntimeConfig | ParseError] = field(default_factory=dict)
+    refused: str | None = None  # why the runtime refuses these files (then there are no handlers)
 
 
 @dataclass
@@ -74,21 +134,24 @@ class ContainerdMerge:
     doc: dict[str, Any]
     plugin_id: str
     files: list[str]
-    rules: str
+    rules: MergeRules
 
 
 def merge_containerd(
     main_path: str,
     read: Callable[[str], str | None],
     expand: Callable[[str], list[str]],
-    release: ContainerdRelease | None = None,
+    rules: MergeRules,
+    cwd: str | None = None,
 ) -> ContainerdMerge:
     """Load containerd's main config and every file its `imports` pull in, in containerd's order
-    (breadth first; relative paths against the importing file's folder; globs expanded), and merge
-    them the way the running release does. `read` returns None for a missing file.
+    (breadth first; relative paths against the importing file's folder, relative globs as `rules` say,
+    against `cwd`, the daemon's working directory, where they are matched there), and merge them the way
+    those releases do. `read` returns None for a missing file.
 
-    containerd 1.x (services/server/config/config.go at v1.7.0, mergeConfig): keys of later files win;
-    each plugin section of a later file REPLACES the whole section; config versions 1 and 2 only.
+    containerd 1.x (services/server/config/config.go at v1.6.20 and v1.7.0, LoadConfig, mergeConfig):
+    keys of later files win (mergo WithOverride: a later non-zero version too); each plugin section of a
+    later file REPLACES the whole section; the merged document is validated once (ValidateV2).
     containerd 2.0-2.2 (cmd/containerd/server/config/config.go at v2.0.0): plugins are deep-merged
     (TestMergingPluginsWithTwoCriRuntimeDropInConfigs: a drop-in with only the nvidia handler keeps
     runc's options); version 0/1 files get plugin ids renamed first; the merged document takes the last
@@ -98,25 +161,20 @@ def merge_containerd(
     containerd 2.3 (v2.3.0 LoadConfigWithPlugins): a drop-in whose version is higher than the root
     file's is refused; every file is migrated to version 4 on its own before the deep merge; version 4
     keeps version 3's CRI runtime path."""
-    docs = _load_all(main_path, read, expand)
+    docs = _load_all(main_path, read, expand, rules, cwd)
     files = [p for p, _ in docs]
-    first_version = _version_number(docs[0][1], docs[0][0])
-    if release is None:
-        rules = "1.x" if first_version <= 2 else ("2.0-2.2" if first_version == 3 else "2.3")
-        how = f"containerd's version unknown: modelled as {rules} from the main file's config version {first_version}"
+    if rules.family == "1.x":
+        doc, plugin_id = _merge_1x(docs, rules)
+    elif rules.family == "2.0-2.2":
+        doc, plugin_id = _merge_20(docs, rules)
     else:
-        rules = "1.x" if release.major < 2 else ("2.0-2.2" if (release.major, release.minor) < (2, 3) else "2.3")
-        how = f"containerd {release}: {rules} merge rules"
-    if rules == "1.x":
-        doc, plugin_id = _merge_1x(docs)
-    elif rules == "2.0-2.2":
-        doc, plugin_id = _merge_20(docs)
-    else:
-        doc, plugin_id = _merge_23(docs)
-    return ContainerdMerge(doc, plugin_id, files, how)
+        doc, plugin_id = _merge_23(docs, rules)
+    return ContainerdMerge(doc, plugin_id, files, rules)
 
 
-def _load_all(main_path: str, read: Callable[[str], str | None], expand: Callable[[str], list[str]]) -> list[tuple[str, dict]]:
+def _load_all(
+    main_path: str, read: Callable[[str], str | None], expand: Callable[[str], list[str]], rules: MergeRules, cwd: str | None
+) -> list[tuple[str, dict]]:
     text = read(main_path)
     if text is None:
         raise ParseError(f"{main_path}: containerd config not found")
@@ -131,7 +189,7 @@ def _load_all(main_path: str, read: Callable[[str], str | None], expand: Callabl
         text = read(path)
         if text is None:
             # resolveImports passes a path without '*' on as it is, and loading it then fails
-            raise ParseError(f"{path}: imported by the containerd config but missing; containerd refuses to start")
+            raise RuntimeRefused(f"{path}: imported by the containerd config but missing; containerd refuses to start")
         doc = load_toml(text, path)
         out.append((path, doc))
         imports = doc.get("imports", [])
@@ -140,9 +198,20 @@ def _load_all(main_path: str, read: Callable[[str], str | None], expand: Callabl
         for pattern in imports:
             if not isinstance(pattern, str):
                 raise ParseError(f"{path}: imports has a non-string entry {pattern!r}")
+            if "*" not in pattern:
+                pending.append(posixpath.normpath(posixpath.join(posixpath.dirname(path), pattern)))
+                continue
             if not pattern.startswith("/"):
-                pattern = posixpath.join(posixpath.dirname(path), pattern)
-            pending += expand(pattern) if "*" in pattern else [posixpath.normpath(pattern)]
+                if rules.glob_from_cwd:
+                    if cwd is None:
+                        raise ParseError(
+                            f"{path}: imports {pattern!r} is a relative glob, which {rules.label} matches against the "
+                            "daemon's working directory (resolveImports), and that directory (/proc/PID/cwd) was not read"
+                        )
+                    pattern = posixpath.join(cwd, pattern)
+                else:
+                    pattern = posixpath.join(posixpath.dirname(path), pattern)
+            pending += expand(posixpath.normpath(pattern))
     return out
 
 
@@ -153,11 +222,13 @@ def _version_number(doc: dict[str, Any], path: str) -> int:
     return v
 
 
-def _version(doc: dict[str, Any], path: str, rules: str, highest: int) -> int:
+def _version(doc: dict[str, Any], path: str, rules: MergeRules) -> int:
     """The file's config version; one above what these release rules read stops containerd (ValidateVersion)."""
     v = _version_number(doc, path)
-    if v > highest:
-        raise ParseError(f"{path}: config version {v}: containerd {rules} supports versions up to {highest} and refuses to start")
+    if rules.highest_version is not None and v > rules.highest_version:
+        raise RuntimeRefused(
+            f"{path}: config version {v}: {rules.label} supports versions up to {rules.highest_version} and refuses to start"
+        )
     return v
 
 
@@ -189,23 +260,39 @@ def _rename_v1(plugins: dict[str, Any]) -> dict[str, Any]:
     return {(CRI_V2 if k == CRI_V1 else k): v for k, v in plugins.items()}
 
 
-def _merge_1x(docs: list[tuple[str, dict]]) -> tuple[dict[str, Any], str]:
+def _merge_1x(docs: list[tuple[str, dict]], rules: MergeRules) -> tuple[dict[str, Any], str]:
     merged: dict[str, Any] = {"plugins": {}}
     version = 0
     for path, doc in docs:
-        v = _version(doc, path, "1.x", 2)
-        version = v or version
+        version = _version_number(doc, path) or version
         merged["plugins"].update(copy.deepcopy(_plugins(doc, path)))  # whole sections replaced
         _copy_top_level(merged, doc)
-    merged["version"] = version or 1
-    return merged, _CRI_PLUGIN[merged["version"]]
+    version = version or 1  # GetVersion: an unset version is 1
+    where = docs[-1][0] if len(docs) == 1 else f"{docs[0][0]} with its imports"
+    if rules.highest_version is not None and version > rules.highest_version:
+        raise RuntimeRefused(
+            f"{where}: config version {version}: {rules.label} supports versions up to {rules.highest_version} "
+            "and refuses to start (ValidateV2: unsupported config version)"
+        )
+    if version >= 2:
+        for key in merged["plugins"]:
+            if len(str(key).split(".")) < 4:  # ValidateV2
+                raise RuntimeRefused(
+                    f"{where}: plugin key {key!r} in a version {version} config: containerd 1.x refuses to start "
+                    '("invalid plugin key URI ... expect io.containerd.x.vx"); version 2 names the CRI plugin '
+                    f"{CRI_V2!r}"
+                )
+    merged["version"] = version
+    # Decode: a version 1 config names plugins by id ("cri"), any later version by URI; 1.x has no
+    # io.containerd.cri.v1.runtime plugin, so a version 3 file's CRI section is never read there.
+    return merged, CRI_V1 if version == 1 else CRI_V2
 
 
-def _merge_20(docs: list[tuple[str, dict]]) -> tuple[dict[str, Any], str]:
+def _merge_20(docs: list[tuple[str, dict]], rules: MergeRules) -> tuple[dict[str, Any], str]:
     merged: dict[str, Any] = {"plugins": {}}
     version = 3  # the default config's version, overridden by every file that sets one
     for path, doc in docs:
-        v = _version(doc, path, "2.0-2.2", 3)
+        v = _version(doc, path, rules)
         plugins = _plugins(doc, path)
         if v in (0, 1):
             # MigrateConfigTo(out.Version) renames plugin ids and lifts the file to the current version, so
@@ -221,14 +308,14 @@ def _merge_20(docs: list[tuple[str, dict]]) -> tuple[dict[str, Any], str]:
     return merged, CRI_V3
 
 
-def _merge_23(docs: list[tuple[str, dict]]) -> tuple[dict[str, Any], str]:
+def _merge_23(docs: list[tuple[str, dict]], rules: MergeRules) -> tuple[dict[str, Any], str]:
     merged: dict[str, Any] = {"plugins": {}}
     root = 0
     for path, doc in docs:
-        v = _version(doc, path, "2.3", 4)
+        v = _version(doc, path, rules)
         root = root or v
         if v > root:
-            raise ParseError(
+            raise RuntimeRefused(
                 f"{path}: drop-in config version {v} higher than root config version {root}: containerd 2.3 refuses to start"
             )
         plugins = copy.deepcopy(_plugins(doc, path))
@@ -242,48 +329,201 @@ def _merge_23(docs: list[tuple[str, dict]]) -> tuple[dict[str, Any], str]:
     return merged, CRI_V3
 
 
+def _table(parent: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    value = parent.get(key, {})
+    if not isinstance(value, dict):
+        raise ParseError(f"{where}.{key} is not a table")
+    return value
+
+
+# go-toml 1.x (vendored by containerd 1.x at v1.9.5, marshal.go valueFromTree) fills a struct field from the
+# first of these keys the table has: the field name, all lower case, all upper case, first letter lower.
+def _keys_go_toml_v1(name: str) -> list[str]:
+    return list(dict.fromkeys([name, name.lower(), name.upper(), name[0].lower() + name[1:]]))
+
+
+def _systemd_option(options: Any, where: str, family: str) -> tuple[bool, str]:
+    """SystemdCgroup as the release decodes a handler's options into runc's Options (pkg/cri/server
+    helpers.go generateRuntimeOptions at v1.6.20; internal/cri/config/config.go GenerateRuntimeOptions at
+    v2.0.0, with go-toml v2, whose structFieldPath also matches a key case-insensitively)."""
+    if not isinstance(options, dict):
+        raise ParseError(f"{where}.options is not a table")
+    if family == "1.x":
+        found = [k for k in _keys_go_toml_v1("SystemdCgroup") if k in options][:1]
+    else:
+        found = [k for k in options if isinstance(k, str) and k.lower() == "systemdcgroup"]
+        if len(found) > 1:
+            raise ParseError(
+                f"{where}.options sets {' and '.join(found)}: containerd 2.x reads them all as SystemdCgroup; "
+                "which one wins is not defined"
+            )
+    if not found:
+        return False, f"{where}.options.SystemdCgroup (not set: runc's default, false)"
+    value = options[found[0]]
+    if not isinstance(value, bool):
+        raise ParseError(f"{where}.options.{found[0]} is {value!r}, not true or false")
+    return value, f"{where}.options.{found[0]}"
+
+
 def containerd_runtime(merge: ContainerdMerge) -> RuntimeConfig:
-    doc, files, plugin_id = merge.doc, merge.files, merge.plugin_id
-    plugins = doc.get("plugins", {})
-    if not isinstance(plugins, dict):
-        raise ParseError(f"{files[0]}: plugins is not a table")
-    cri = plugins.get(plugin_id, {})
-    if not isinstance(cri, dict):
-        raise ParseError(f"{files[0]}: plugins.{_q(plugin_id)} is not a table")
-    containerd = cri.get("containerd", {})
-    if not isinstance(containerd, dict):
-        raise ParseError(f"{files[0]}: plugins.{plugin_id}.containerd is not a table")
+    """The CRI plugin's runtime handlers as the release decodes them from the merged document."""
+    doc, files, plugin_id, rules = merge.doc, merge.files, merge.plugin_id, merge.rules
+    plugins = _table(doc, "plugins", files[0])
+    where = f"plugins.{_q(plugin_id)}"
+    cri = _table(plugins, plugin_id, files[0] + ": plugins")
+    containerd = _table(cri, "containerd", where)
     default = containerd.get("default_runtime_name", "runc")
     if not isinstance(default, str):
         raise ParseError(f"{files[0]}: default_runtime_name is not a string")
-    runtimes = containerd.get("runtimes", {})
-    if not isinstance(runtimes, dict):
-        raise ParseError(f"{files[0]}: plugins.{plugin_id}.containerd.runtimes is not a table")
-    handlers: dict[str, RuntimeHandler] = {}
-    for name, rt in runtimes.items():
+    user = _table(containerd, "runtimes", f"{where}.containerd")
+    for name, rt in user.items():
         if not isinstance(rt, dict):
             raise ParseError(f"{files[0]}: runtimes.{name} is not a table")
-        rtype = rt.get("runtime_type", RUNC_TYPE)
-        if not isinstance(rtype, str):
-            raise ParseError(f"{files[0]}: runtimes.{name}.runtime_type is not a string")
-        options = rt.get("options", {})
-        systemd = None
-        if rtype == RUNC_TYPE:
-            if not isinstance(options, dict):
-                raise ParseError(f"{files[0]}: runtimes.{name}.options is not a table")
-            systemd = options.get("SystemdCgroup", False)
-            if not isinstance(systemd, bool):
-                raise ParseError(f"{files[0]}: runtimes.{name}.options.SystemdCgroup is {systemd!r}, not true or false")
-        handlers[name] = RuntimeHandler(
+    # The default config has one handler, runc: io.containerd.runc.v2 with runc's options
+    # (pkg/cri/config/config_unix.go DefaultConfig; internal/cri/config/config_unix.go at v2.0.0).
+    builtin = {"runc": {"runtime_type": RUNC_TYPE, "options": {}}}
+    if rules.family == "1.x":
+        # go-toml 1.x decodes a table into a NEW map: a `runtimes` table replaces the default handlers, and
+        # a handler table replaces the default handler of its name (runtime_type and all).
+        runtimes = user if "runtimes" in containerd else builtin
+        legacy = _table(containerd, "default_runtime", f"{where}.containerd")
+        if legacy.get("runtime_type"):
+            # ValidatePluginConfig: the deprecated default_runtime becomes handler "default", and the default
+            runtimes = {**runtimes, "default": legacy}
+            default = "default"
+    else:
+        # go-toml 2 decodes into a copy of an existing map entry: runc keeps its type unless a file sets one
+        runtimes = copy.deepcopy(builtin)
+        for name, rt in user.items():
+            if name in runtimes:
+                _deep_merge(runtimes[name], rt)
+            else:
+                runtimes[name] = rt
+    if not default:
+        raise RuntimeRefused(
+            f"{files[0]}: default_runtime_name is empty: containerd's CRI plugin does not load (ValidatePluginConfig)"
+        )
+    if default not in runtimes:
+        raise RuntimeRefused(
+            f"{files[0]}: default_runtime_name {default!r} names no handler under {where}.containerd.runtimes: "
+            "containerd's CRI plugin does not load (ValidatePluginConfig), so no pod starts"
+        )
+    cri_systemd = cri.get("systemd_cgroup", False)
+    if rules.family == "1.x" and cri_systemd is True and runtimes[default].get("runtime_type") != LINUX_V1_TYPE:
+        raise RuntimeRefused(
+            f"{files[0]}: {where}.systemd_cgroup = true only works for {LINUX_V1_TYPE}: containerd's CRI plugin does not load "
+            "(ValidatePluginConfig); set options.SystemdCgroup on the handler instead"
+        )
+    handlers = {
+        name: _handler(name, rt, f"{where}.containerd.runtimes.{name}", rules, cri_systemd) for name, rt in runtimes.items()
+    }
+    return RuntimeConfig("containerd", default, handlers, files, rules=f"{rules.family} merge rules ({rules.label})")
+
+
+def _handler(name: str, rt: dict[str, Any], where: str, rules: MergeRules, cri_systemd: Any) -> RuntimeHandler:
+    rtype = rt.get("runtime_type", "")
+    if not isinstance(rtype, str):
+        raise ParseError(f"{where}.runtime_type is not a string")
+    if not rtype:
+        return RuntimeHandler(
+            name,
+            "",
+            None,
+            f"{where}.runtime_type",
+            broken=f"handler {name!r} has no runtime_type ({where}): containerd cannot start its pods "
+            "(containerd issue 6964: in 1.x a file that sets only a handler's options replaces the whole handler)",
+        )
+    v2 = rules.family != "1.x"
+    if v2 and rtype in (RUNC_V1_TYPE, LINUX_V1_TYPE):
+        return RuntimeHandler(
             name,
             rtype,
-            systemd,
-            f"plugins.{_q(plugin_id)}.containerd.runtimes.{name}.options.SystemdCgroup",
+            None,
+            f"{where}.runtime_type",
+            broken=f"handler {name!r}: {rtype} was removed in containerd 2.0 (RELEASES.md)",
         )
-    if default not in handlers:
-        # containerd's built-in runc handler, with SystemdCgroup at its default (false).
-        handlers[default] = RuntimeHandler(default, RUNC_TYPE, False, f"built-in default for handler {default!r}")
-    return RuntimeConfig("containerd", default, handlers, files, rules=merge.rules)
+    if rtype in (RUNC_TYPE, RUNC_V1_TYPE):  # getRuntimeOptionsType: both decode runc's Options
+        systemd, source = _systemd_option(rt.get("options", {}), where, rules.family)
+        return RuntimeHandler(name, rtype, systemd, source)
+    if rtype == LINUX_V1_TYPE:
+        if "options" not in rt:  # generateRuntimeOptions: the legacy runtime takes the plugin-wide setting
+            if not isinstance(cri_systemd, bool):
+                raise ParseError(f"{where}: the CRI plugin's systemd_cgroup is {cri_systemd!r}, not true or false")
+            return RuntimeHandler(name, rtype, cri_systemd, "the CRI plugin's systemd_cgroup (legacy runtime without options)")
+        systemd, source = _systemd_option(rt["options"], where, rules.family)
+        return RuntimeHandler(name, rtype, systemd, source)
+    return RuntimeHandler(name, rtype, None, f"{where}.runtime_type {rtype}: not runc, SystemdCgroup does not apply")
+
+
+def containerd_config(
+    main_path: str,
+    read: Callable[[str], str | None],
+    expand: Callable[[str], list[str]],
+    release: ContainerdRelease | None,
+    cwd: str | None = None,
+) -> RuntimeConfig:
+    """The effective containerd configuration as the running release reads it. When the release is not
+    known, under every span of releases: `alternatives` holds each result (a config, or why that release
+    would not start), and the primary result is the first that parsed."""
+    if release is not None:
+        rules = rules_for(release)
+        how = f"containerd {release}: {rules.family} merge rules ({rules.label})"
+        try:
+            rc = containerd_runtime(merge_containerd(main_path, read, expand, rules, cwd))
+        except RuntimeRefused as e:
+            return RuntimeConfig("containerd", "", {}, [main_path], rules=how, refused=str(e))
+        rc.rules = how
+        return rc
+    alternatives: dict[str, RuntimeConfig | ParseError] = {}
+    for rules in EVERY_RULES:
+        try:
+            alternatives[rules.label] = containerd_runtime(merge_containerd(main_path, read, expand, rules, cwd))
+        except ParseError as e:
+            alternatives[rules.label] = e
+    parsed = [alt for alt in alternatives.values() if isinstance(alt, RuntimeConfig)]
+    if not parsed:
+        if all(isinstance(e, RuntimeRefused) for e in alternatives.values()):
+            first = str(next(iter(alternatives.values())))
+            return RuntimeConfig("containerd", "", {}, [main_path], rules="every release refuses these files", refused=first)
+        raise ParseError(
+            "containerd's release unknown, and no release reads these files: "
+            + "; ".join(f"under {label}: {err}" for label, err in alternatives.items())
+        )
+    primary = copy.copy(parsed[0])
+    primary.alternatives = alternatives
+    primary.rules = "containerd's release unknown (its --version was not read): judged under the rules of every release"
+    return primary
+
+
+def path_glob_match(pattern: str, path: str) -> bool:
+    """Go's filepath.Match (path/filepath/match.go), which containerd's filepath.Glob applies per path
+    element: '*' and '?' never match '/', '[...]' is a class ('^' negates), '\\' escapes."""
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "\\" and i + 1 < len(pattern):
+            i += 1
+            out.append(re.escape(pattern[i]))
+        elif c == "[":
+            j = pattern.find("]", i + 2)
+            if j < 0:
+                return False  # ErrBadPattern: Glob matches nothing
+            body = pattern[i + 1 : j]
+            negate = body.startswith("^")
+            body = body[1:] if negate else body
+            out.append("[" + ("^/" if negate else "") + body.replace("\\", "\\\\") + "]")
+            i = j
+        else:
+            out.append(re.escape(c))
+        i += 1
+    try:
+        return re.fullmatch("".join(out), path) is not None
+    except re.error:
+        return False
 
 
 def _q(plugin_id: str) -> str:

@@ -118,7 +118,10 @@ class NodeSpec:
     modes: dict[str, int] = field(default_factory=dict)  # file -> permission bits
     users: list[str] = field(default_factory=list)  # extra unprivileged accounts (home /tmp)
     pci: dict[str, dict[str, str]] = field(default_factory=dict)  # bus id -> sysfs attribute files (vendor, class...)
-    containerd: str | None = None  # run a containerd stand-in whose --version prints this ("hang": never answers)
+    # run a containerd stand-in whose --version prints this ("hang": never answers; None: no containerd runs).
+    # Real nodes run their runtime: by default a containerd 2.0 answers, as on a node its version 3 files suit.
+    containerd: str | None = "containerd github.com/containerd/containerd/v2 v2.0.0 207ad711eabd375a01713109a8a197d197ff6542"
+    containerd_cwd: str = "/"  # the daemon's working directory (where containerd 1.x before 1.6.29 matches relative globs)
     fifos: list[str] = field(default_factory=list)  # named pipes planted on the node: a reader would block forever
     sshd_config: str = ""  # sshd_config lines for this node's sshd, ahead of (and so winning over) the lab's own
     daemons: list[str] = field(default_factory=list)  # do-nothing processes run under these program names (their comm)
@@ -394,7 +397,7 @@ class Lab:
             own.mkdir(parents=True, exist_ok=True)  # a copy per node, beside its own version file
             shutil.copy(self.root / "bin" / "containerd", own / "containerd")
             (own / "containerd.version").write_text(s.containerd + "\n")
-            lines.append("/opt/gnc-lab/containerd --config /etc/containerd/config.toml &")
+            lines.append(f"(cd {q(s.containerd_cwd)} && exec /opt/gnc-lab/containerd --config /etc/containerd/config.toml) &")
         for name in s.daemons:  # e.g. nv-fabricmanager: the kernel keeps its first 15 characters as comm
             own.mkdir(parents=True, exist_ok=True)
             shutil.copy(self.root / "bin" / "pause", own / name)
