@@ -65,6 +65,8 @@ RULES = "checks:\n" + "".join(
             f'file: {{path: /etc/gnc/site.conf, owner: {ME}, mode: "0640", contains: alpha, '
             r"regex: '^beta=\d+$', not_contains: gamma}",
         ),
+        rule("SITE-FILE-EQUALS", "low", 'file: {path: /etc/gnc/site.conf, equals: "alpha\\nbeta=42"}'),
+        rule("SITE-FILE-NOT-EQUAL", "low", "file: {path: /etc/gnc/site.conf, equals: alpha}"),
         rule("SITE-FILE-MODE", "low", 'file: {path: /etc/gnc/site.conf, mode_max: "0600"}'),
         rule("SITE-FILE-ABSENT", "low", "file: {path: /swapfile, exists: false}"),
         rule("SITE-FILE-PRESENT", "low", "file: {path: /etc/gnc/site.conf, exists: false}"),
@@ -77,6 +79,9 @@ RULES = "checks:\n" + "".join(
         rule("SITE-SOMAXCONN", "low", "sysctl: {name: net.core.somaxconn, equals: 65535}"),
         rule("SITE-IOMMU-PT", "medium", "cmdline: {has: iommu=pt}"),
         rule("SITE-NOT-QUIET", "low", "cmdline: {lacks: quiet}"),
+        # the kernel reads '-' and '_' in a parameter's name alike (kernel/params.c parameq): intel_iommu=on
+        rule("SITE-INTEL-IOMMU", "medium", "cmdline: {has: intel-iommu=on}"),
+        rule("SITE-IOMMU-VALUE", "low", "cmdline: {has: iommu=PT}"),  # values are compared as written
         rule("SITE-PEERMEM", "high", "module: {name: nvidia-peermem}"),
         rule("SITE-NO-NOUVEAU", "high", "module: {name: nouveau, loaded: false}"),
         rule("SITE-PERSISTENCED", "medium", "systemd: {unit: nvidia-persistenced.service, running: true, enabled: true}"),
@@ -90,6 +95,8 @@ RULES = "checks:\n" + "".join(
 )
 EXPECTED = {
     "SITE-FILE-OK": "passed",
+    "SITE-FILE-EQUALS": "passed",
+    "SITE-FILE-NOT-EQUAL": "failed",
     "SITE-FILE-MODE": "failed",
     "SITE-FILE-ABSENT": "passed",
     "SITE-FILE-PRESENT": "failed",
@@ -102,6 +109,8 @@ EXPECTED = {
     "SITE-SOMAXCONN": "failed",
     "SITE-IOMMU-PT": "passed",
     "SITE-NOT-QUIET": "failed",
+    "SITE-INTEL-IOMMU": "passed",
+    "SITE-IOMMU-VALUE": "failed",
     "SITE-PEERMEM": "passed",
     "SITE-NO-NOUVEAU": "failed",
     "SITE-PERSISTENCED": "passed",

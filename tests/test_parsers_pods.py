@@ -126,6 +126,18 @@ def test_kubelet_allowlist_of_unsafe_sysctls():
     assert allowlisted("net.ipv4.tcp_tw_reuse", allowed) is None
 
 
+def test_slash_form_entries_are_admitted_as_the_kubelet_normalises_them():
+    """pkg/kubelet/sysctl/allowlist.go NewAllowlist converts each entry to dot form first
+    (convertSysctlVariableToDotsSeparator: when '/' comes before any '.', '/' and '.' swap)."""
+    from conformance.checks.sysctl_rules import allowlisted, dotted_sysctl
+
+    assert dotted_sysctl("net/ipv4/conf/eno2.100/rp_filter") == "net.ipv4.conf.eno2/100.rp_filter"
+    assert dotted_sysctl("net.ipv4.conf.eno2/100.rp_filter") == "net.ipv4.conf.eno2/100.rp_filter"
+    assert allowlisted("net.core.somaxconn", ["net/core/somaxconn"]) == "net/core/somaxconn"
+    assert allowlisted("net.ipv4.tcp_tw_reuse", ["net/ipv4/*"]) == "net/ipv4/*"
+    assert allowlisted("net.ipv4.tcp_tw_reuse", ["net/core/*"]) is None
+
+
 def test_the_acceptance_pod_sets_the_profiles_pod_sysctls():
     from conformance.cluster.acceptance import manifest
     from conformance.config.profile import load_profile

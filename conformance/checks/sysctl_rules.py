@@ -53,9 +53,24 @@ def port_range_problems(port_range: tuple[int, int], reserved: set[int], profile
     return problems
 
 
+def dotted_sysctl(name: str) -> str:
+    """A sysctl name as the kubelet normalises it: written with '/' separators (net/ipv4/tcp_tw_reuse), its
+    '/' and '.' are swapped (pkg/kubelet/sysctl allowlist.go NewAllowlist, convertSysctlVariableToDotsSeparator;
+    component-helpers node/util/sysctl NormalizeName in later releases): net/ipv4/conf/eno2.100/rp_filter is
+    net.ipv4.conf.eno2/100.rp_filter."""
+    for c in name:
+        if c == ".":
+            return name
+        if c == "/":
+            return name.translate(str.maketrans("./", "/."))
+    return name
+
+
 def allowlisted(name: str, allowed: list[str]) -> str | None:
-    """The allowedUnsafeSysctls entry that admits `name` (exact, or a pattern ending in `*`), if any."""
+    """The allowedUnsafeSysctls entry that admits `name` (exact, or a pattern ending in `*`, each in dot or
+    slash form), if any."""
     for entry in allowed:
-        if entry == name or (entry.endswith("*") and name.startswith(entry[:-1])):
+        dotted = dotted_sysctl(entry)
+        if dotted == name or (dotted.endswith("*") and name.startswith(dotted[:-1])):
             return entry
     return None

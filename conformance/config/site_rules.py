@@ -132,8 +132,12 @@ def _check_params(kind: str, p: dict[str, Any]) -> None:
             raise _Problem("file.format: must be yaml, json or toml")
         if "key" in p and "format" not in p:
             raise _Problem("file.key: needs file.format (yaml, json or toml)")
-        if any(k in p for k in COMPARATORS) and "key" not in p:
+        # without a key, equals compares the whole content (whitespace at both ends ignored); the others
+        # compare a parsed key's value
+        if any(k in p for k in COMPARATORS if k != "equals") and "key" not in p:
             raise _Problem(f"file.{next(k for k in COMPARATORS if k in p)}: compares a parsed key: give file.format and file.key")
+        if "equals" in p and "key" not in p and not isinstance(p["equals"], str):
+            raise _Problem("file.equals: without file.key it compares the whole content: give the content as a string")
     elif kind == "sysctl":
         if not isinstance(p["name"], str) or not SYSCTL.fullmatch(p["name"]):
             raise _Problem("sysctl.name: must be a dotted sysctl name such as vm.nr_hugepages")

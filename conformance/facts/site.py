@@ -105,6 +105,8 @@ def judge_file(b: Bundle, p: dict[str, Any]) -> tuple[list[str], list[str]]:
         rec = b.file(path)
         if rec is not None and rec.truncated:
             lines.append(f"{path}: only the first {b.max_bytes} bytes were read")
+        if "equals" in p and "key" not in p and rec is not None and rec.truncated:
+            raise FactUnavailable(f"{path}: only the first {b.max_bytes} bytes were read: its whole content cannot be compared")
         if "equals" in p and "key" not in p and text.strip() != str(p["equals"]).strip():
             problems.append(f"{path} content is {_short(text.strip())!r}, expected {_short(p['equals'])!r}")
         if "contains" in p and str(p["contains"]) not in text:
@@ -131,14 +133,21 @@ def judge_sysctl(b: Bundle, p: dict[str, Any]) -> tuple[list[str], list[str]]:
     return compare(value, p, p["name"]), [f"{p['name']} = {_short(value)} ({sysctl_path(p['name'])})"]
 
 
+def kernel_param(param: str) -> str:
+    """A kernel parameter as the kernel compares it: in its name (before '='), '-' and '_' are the same
+    (kernel/params.c parameq/parameqn, dash2underscore); the value is compared as written."""
+    name, eq, value = param.partition("=")
+    return name.replace("-", "_") + eq + value
+
+
 def judge_cmdline(b: Bundle, p: dict[str, Any]) -> tuple[list[str], list[str]]:
     text = b.text("/proc/cmdline").strip()
-    params = text.split()
+    params = {kernel_param(x) for x in text.split()}
     lines = [f"/proc/cmdline: {_short(text)}"]
     if "has" in p:
-        return ([] if p["has"] in params else [f"the kernel command line lacks {p['has']}"]), lines
+        return ([] if kernel_param(p["has"]) in params else [f"the kernel command line lacks {p['has']}"]), lines
     if "lacks" in p:
-        return ([f"the kernel command line has {p['lacks']}"] if p["lacks"] in params else []), lines
+        return ([f"the kernel command line has {p['lacks']}"] if kernel_param(p["lacks"]) in params else []), lines
     return ([] if re.search(p["regex"], text) else [f"the kernel command line does not match /{_short(p['regex'])}/"]), lines
 
 
