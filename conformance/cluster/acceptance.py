@@ -143,7 +143,11 @@ def create(api: Any, body: dict[str, Any], timeout: float, stop: threading.Event
     deadline = time.monotonic() + timeout
     try:
         while True:
-            got = core.read_namespaced_pod(meta["name"], meta["namespace"], _request_timeout=15)
+            try:
+                got = core.read_namespaced_pod(meta["name"], meta["namespace"], _request_timeout=15)
+            except Exception as e:  # a refused or timed-out read: named, and the pod still deleted below
+                where = meta["namespace"] + "/" + meta["name"]
+                raise FactUnavailable(f"acceptance pod on {node}: {explain(e, 'get', 'pods', where)}") from None
             phase = got.status.phase if got.status else None
             if phase == "Running":
                 return pod
