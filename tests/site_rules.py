@@ -12,6 +12,7 @@ DPKG_STATUS = """\
 Package: nvidia-container-toolkit
 Status: install ok installed
 Priority: optional
+Architecture: amd64
 Version: 1.17.8-1
 
 Package: nvidia-driver-550
@@ -89,6 +90,8 @@ RULES = "checks:\n" + "".join(
         rule("SITE-IDLE-NOT-RUNNING", "low", "systemd: {unit: idle.service, running: false, enabled: false}"),
         rule("SITE-ONDEMAND-MASKED", "low", "systemd: {unit: ondemand.service, masked: true}"),
         rule("SITE-TOOLKIT", "high", 'package: {name: nvidia-container-toolkit, version: ">=1.17.8"}'),
+        rule("SITE-TOOLKIT-AMD64", "high", 'package: {name: "nvidia-container-toolkit:amd64", version: ">=1.17.8"}'),
+        rule("SITE-TOOLKIT-I386", "low", 'package: {name: "nvidia-container-toolkit:i386"}'),
         rule("SITE-DRIVER", "high", 'package: {name: nvidia-driver-550, version: ">=550.90.07"}'),
         rule("SITE-FM-PACKAGE", "low", "package: {name: nvidia-fabricmanager-550}"),
     ]
@@ -118,6 +121,8 @@ EXPECTED = {
     "SITE-IDLE-NOT-RUNNING": "passed",
     "SITE-ONDEMAND-MASKED": "passed",
     "SITE-TOOLKIT": "passed",
+    "SITE-TOOLKIT-AMD64": "passed",
+    "SITE-TOOLKIT-I386": "failed",  # dpkg-query: no such architecture installed
     "SITE-DRIVER": "failed",
     "SITE-FM-PACKAGE": "failed",  # deinstalled, only its config files remain
 }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 
 from conformance.facts.debversion import compare, satisfies
 from conformance.facts.site import dpkg_packages
+from tests.conftest import require_or_skip
 from tests.site_rules import EXPECTED, NODE_FILES, NODE_LINKS, NODE_MODES, PYTHON_CHECK, PYTHON_COMMANDS, PYTHON_EXPECTED, RULES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -211,9 +213,96 @@ def test_debian_version_order(a, b, sign):
 def test_dpkg_status_parsing_ignores_continuation_lines():
     from tests.site_rules import DPKG_STATUS
 
-    pkgs = dpkg_packages(DPKG_STATUS)
-    assert pkgs["nvidia-driver-550"] == ("install ok installed", "550.54.15-0ubuntu1")
-    assert pkgs["nvidia-fabricmanager-550"][0] == "deinstall ok config-files"
+    pkgs = {p.name: p for p in dpkg_packages(DPKG_STATUS)}
+    assert (pkgs["nvidia-driver-550"].status, pkgs["nvidia-driver-550"].version) == ("install ok installed", "550.54.15-0ubuntu1")
+    assert pkgs["nvidia-fabricmanager-550"].status == "deinstall ok config-files"
+
+
+# Multi-Arch status stanzas (dpkg's own format: one stanza per installed architecture of a Multi-Arch: same
+# package); the real dpkg-query decides which instances each name selects.
+MULTIARCH_STATUS = """\
+Package: libnvidia-compute-550
+Status: install ok installed
+Priority: optional
+Section: libs
+Maintainer: Ubuntu Core Developers <ubuntu-devel-discuss@lists.ubuntu.com>
+Architecture: amd64
+Multi-Arch: same
+Version: 550.127.05-0ubuntu1
+Description: NVIDIA libcompute package
+
+Package: libnvidia-compute-550
+Status: install ok installed
+Priority: optional
+Section: libs
+Maintainer: Ubuntu Core Developers <ubuntu-devel-discuss@lists.ubuntu.com>
+Architecture: i386
+Multi-Arch: same
+Version: 550.54.15-0ubuntu1
+Description: NVIDIA libcompute package
+
+Package: nvidia-container-toolkit
+Status: install ok installed
+Priority: optional
+Section: utils
+Maintainer: NVIDIA CORPORATION <cudatools@nvidia.com>
+Architecture: amd64
+Version: 1.17.8-1
+Description: NVIDIA Container toolkit
+
+Package: nvidia-kernel-common-550
+Status: deinstall ok config-files
+Priority: optional
+Section: libs
+Maintainer: Ubuntu Core Developers <ubuntu-devel-discuss@lists.ubuntu.com>
+Architecture: amd64
+Version: 550.90.07-0ubuntu1
+Description: Shared files used with the kernel module
+
+Package: nvidia-firmware-550
+Status: install ok installed
+Priority: optional
+Section: kernel
+Maintainer: Ubuntu Core Developers <ubuntu-devel-discuss@lists.ubuntu.com>
+Architecture: all
+Version: 550.127.05-0ubuntu1
+Description: Firmware files used by the kernel module
+"""
+
+
+def test_package_names_select_instances_as_dpkg_query_does(tmp_path):
+    from conformance.facts.site import dpkg_lookup
+
+    dpkg_query = shutil.which("dpkg-query")
+    require_or_skip(None if dpkg_query else "dpkg-query is not installed (the Debian package dpkg)")
+    assert dpkg_query is not None
+    (tmp_path / "status").write_text(MULTIARCH_STATUS)
+    (tmp_path / "info").mkdir()
+    (tmp_path / "updates").mkdir()
+    pkgs = dpkg_packages(MULTIARCH_STATUS)
+    specs = [
+        "libnvidia-compute-550", "libnvidia-compute-550:amd64", "libnvidia-compute-550:i386", "libnvidia-compute-550:arm64",
+        "nvidia-container-toolkit", "nvidia-container-toolkit:amd64", "nvidia-container-toolkit:i386",
+        "nvidia-kernel-common-550", "nvidia-firmware-550", "nvidia-firmware-550:all", "nvidia-firmware-550:amd64",
+        "not-there",
+    ]  # fmt: skip
+    for spec in specs:
+        got = subprocess.run(
+            [dpkg_query, f"--admindir={tmp_path}", "-W", "-f=${Package}:${Architecture} ${Version} ${db:Status-Status}\\n", spec],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        real = sorted(line for line in got.stdout.splitlines() if line.strip())
+        ours = sorted(f"{p.name}:{p.arch} {p.version} {p.status.split()[-1]}" for p in dpkg_lookup(pkgs, spec))
+        assert ours == real, spec
+
+
+def test_every_installed_architecture_must_satisfy_a_version_rule():
+    from conformance.facts.site import dpkg_lookup
+
+    pkgs = dpkg_packages(MULTIARCH_STATUS)
+    both = dpkg_lookup(pkgs, "libnvidia-compute-550")
+    assert [p.version for p in both] == ["550.127.05-0ubuntu1", "550.54.15-0ubuntu1"]
+    assert [p.arch for p in dpkg_lookup(pkgs, "libnvidia-compute-550:amd64")] == ["amd64"]
 
 
 def test_site_rule_paths_reach_the_node_only_base64_encoded():

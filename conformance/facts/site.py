@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from conformance.collection.bundle import Bundle
@@ -199,15 +200,46 @@ def judge_systemd(b: Bundle, p: dict[str, Any]) -> tuple[list[str], list[str]]:
     return problems, lines
 
 
+@dataclass(frozen=True)
+class DpkgPackage:
+    name: str
+    arch: str  # "" when the stanza has no Architecture field
+    status: str  # the Status field: want, error flag, state ("install ok installed")
+    version: str
+
+    @property
+    def installed(self) -> bool:
+        return self.status.split()[-1:] == ["installed"]  # dpkg-query's ${db:Status-Status}
+
+    def __str__(self) -> str:
+        return f"{self.name}:{self.arch}" if self.arch else self.name
+
+
 @functools.lru_cache(maxsize=4)
-def dpkg_packages(text: str) -> dict[str, tuple[str, str]]:
-    """{package: (status, version)} from dpkg's status file (stanzas separated by blank lines)."""
-    out = {}
+def dpkg_packages(text: str) -> tuple[DpkgPackage, ...]:
+    """Every package instance in dpkg's status file (stanzas separated by blank lines). A Multi-Arch
+    package has one stanza per architecture (libfoo:amd64 and libfoo:i386), so the name alone is no key."""
+    out = []
     for stanza in re.split(r"\n\s*\n", text):
         fields = dict(re.findall(r"^([A-Za-z-]+): ?(.*)$", stanza, re.M))
         if "Package" in fields:
-            out[fields["Package"].strip()] = (fields.get("Status", "").strip(), fields.get("Version", "").strip())
-    return out
+            out.append(
+                DpkgPackage(
+                    fields["Package"].strip(),
+                    fields.get("Architecture", "").strip(),
+                    fields.get("Status", "").strip(),
+                    fields.get("Version", "").strip(),
+                )
+            )
+    return tuple(out)
+
+
+def dpkg_lookup(packages: tuple[DpkgPackage, ...], spec: str) -> list[DpkgPackage]:
+    """The instances a package name selects as dpkg-query does (dpkg-query(1), "package-name-pattern";
+    dpkg(1) pkg-spec): `name` is every architecture's instance, `name:arch` that architecture's only
+    (`name:all` for an architecture-independent package)."""
+    name, _, arch = spec.partition(":")
+    return [p for p in packages if p.name == name and (not arch or p.arch == arch)]
 
 
 def judge_package(b: Bundle, p: dict[str, Any]) -> tuple[list[str], list[str]]:
@@ -217,17 +249,19 @@ def judge_package(b: Bundle, p: dict[str, Any]) -> tuple[list[str], list[str]]:
             f"no dpkg database on this node ({DPKG_STATUS} missing): package rules read dpkg's status file; an RPM "
             "database needs rpm itself to read, so write a file rule or a Python site check for it"
         )
-    pkgs = dpkg_packages(b.text(DPKG_STATUS))
-    status, version = pkgs.get(p["name"], ("", ""))
-    installed = status.endswith(" installed")
-    lines = [f"dpkg: {p['name']} " + (f"{version} ({status})" if status else "not known to dpkg")]
-    if "installed" in p and installed != p["installed"]:
-        return [f"package {p['name']} is {'installed' if installed else 'not installed'}"], lines
+    found = dpkg_lookup(dpkg_packages(b.text(DPKG_STATUS)), p["name"])
+    installed = [i for i in found if i.installed]
+    lines = [f"dpkg: {i} {i.version} ({i.status})" for i in found] or [f"dpkg: {p['name']} not known to dpkg"]
+    if "installed" in p and bool(installed) != p["installed"]:
+        what = ", ".join(f"{i} {i.version}" for i in installed)
+        return [f"package {p['name']} is {'installed (' + what + ')' if installed else 'not installed'}"], lines
     if "version" in p:
         if not installed:
             return [f"package {p['name']} is not installed (wanted {p['version']})"], lines
-        if not satisfies(version, p["version"]):
-            return [f"package {p['name']} is {version}, wanted {p['version']}"], lines
+        # every installed instance must satisfy it: a second architecture's older build is still loaded
+        bad = [i for i in installed if not satisfies(i.version, p["version"])]
+        if bad:
+            return [f"package {', '.join(f'{i} is {i.version}' for i in bad)}, wanted {p['version']}"], lines
     elif "installed" not in p and not installed:
         return [f"package {p['name']} is not installed"], lines
     return [], lines
