@@ -36,6 +36,8 @@ NODE_FILES = {
     "/proc/sys/vm/nr_hugepages": "2048\n",
     "/proc/sys/net/core/somaxconn": "4096\n",
     "/proc/cmdline": "BOOT_IMAGE=/vmlinuz root=/dev/sda1 ro quiet iommu=pt intel_iommu=on\n",
+    # modules.builtin(5) of the kernel the tests run on: the collector reads the node's own uname -r
+    f"/lib/modules/{os.uname().release}/modules.builtin": "kernel/drivers/nvme/host/nvme-core.ko\nkernel/fs/ext4/ext4.ko\n",
     "/proc/modules": "nvidia_peermem 16384 0 - Live 0x0000000000000000 (POE)\nnouveau 2301952 0 - Live 0x0000000000000000\n",
     "/sys/fs/cgroup/system.slice/nvidia-persistenced.service/cgroup.procs": "1234\n",
     "/sys/fs/cgroup/system.slice/idle.service/cgroup.procs": "",
@@ -85,6 +87,9 @@ RULES = "checks:\n" + "".join(
         rule("SITE-IOMMU-VALUE", "low", "cmdline: {has: iommu=PT}"),  # values are compared as written
         rule("SITE-PEERMEM", "high", "module: {name: nvidia-peermem}"),
         rule("SITE-NO-NOUVEAU", "high", "module: {name: nouveau, loaded: false}"),
+        rule("SITE-NVME-CORE", "low", "module: {name: nvme_core}"),  # built in: modules.builtin
+        rule("SITE-NO-EXT4", "low", "module: {name: ext4, loaded: false}"),
+        rule("SITE-NO-VFIO", "low", "module: {name: vfio_pci, loaded: false}"),
         rule("SITE-PERSISTENCED", "medium", "systemd: {unit: nvidia-persistenced.service, running: true, enabled: true}"),
         rule("SITE-FABRICMANAGER", "critical", "systemd: {unit: nvidia-fabricmanager.service, running: true}"),
         rule("SITE-IDLE-NOT-RUNNING", "low", "systemd: {unit: idle.service, running: false, enabled: false}"),
@@ -116,6 +121,9 @@ EXPECTED = {
     "SITE-IOMMU-VALUE": "failed",
     "SITE-PEERMEM": "passed",
     "SITE-NO-NOUVEAU": "failed",
+    "SITE-NVME-CORE": "passed",
+    "SITE-NO-EXT4": "failed",  # built into the kernel
+    "SITE-NO-VFIO": "passed",
     "SITE-PERSISTENCED": "passed",
     "SITE-FABRICMANAGER": "failed",
     "SITE-IDLE-NOT-RUNNING": "passed",

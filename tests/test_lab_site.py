@@ -103,7 +103,7 @@ def test_site_checks_over_ssh(site_lab, tmp_path, transport):
     by = {(r["node"], r["check"]): r for r in doc["results"]}
     assert by[("site-bad", "SITE-DRIVER-SMI-PINNED")]["message"] == "00000000:19:00.0 runs 535.104.05, pinned 550.90.07"
     assert by[("site-bad", "SITE-CONF")]["message"] == "/etc/gnc/site.conf does not match /^pool=gpu-a$/"
-    assert by[("site-bad", "SITE-TOOLKIT")]["message"] == "package nvidia-container-toolkit is 1.17.4-1, wanted >=1.17.8"
+    assert by[("site-bad", "SITE-TOOLKIT")]["message"] == "package nvidia-container-toolkit:amd64 is 1.17.4-1, wanted >=1.17.8"
     # the injected path was only ever data: nothing ran on the node (its /tmp is the lab's overlay)
     for node in site_lab.nodes:
         assert not any((node.dir / "upper" / "tmp").glob("gnc-lab-pwned*"))

@@ -412,6 +412,7 @@ if [ -n "$GNC_SITE" ]; then
   printf '%s' "$GNC_SITE" | base64 -d 2>/dev/null | while IFS= read -r line || [ -n "$line" ]; do
     p=${line#* }
     case $p in /*) ;; *) continue ;; esac
+    case $p in *@KREL@*) p="${p%%@KREL@*}$(uname -r)${p#*@KREL@}" ;; esac  # the running kernel's release
     case $line in
       'read '*) emit_file "$p" ;;
       'stat '*)

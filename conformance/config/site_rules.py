@@ -71,6 +71,11 @@ class Needs:
         return [f"{kind} {p}" for kind in ("read", "stat", "link", "glob") for p in sorted(getattr(self, kind))]
 
 
+# The modules built into the running kernel (modules.builtin(5)): loaded, though /proc/modules never lists
+# them. The collector puts the node's `uname -r` in place of @KREL@.
+MODULES_BUILTIN = "/lib/modules/@KREL@/modules.builtin"
+
+
 def sysctl_path(name: str) -> str:
     return "/proc/sys/" + name.replace(".", "/")
 
@@ -87,7 +92,7 @@ def needs_of(rule: SiteRule) -> Needs:
     elif rule.kind == "cmdline":
         n.read.add("/proc/cmdline")
     elif rule.kind == "module":
-        n.read.add("/proc/modules")
+        n.read.update(("/proc/modules", MODULES_BUILTIN))
     elif rule.kind == "systemd":
         n.read.update(c.format(p["unit"]) for c in UNIT_CGROUPS)
         n.glob.update(w + p["unit"] for w in SYSTEMD_WANTS)

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import functools
 import json
+import posixpath
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from conformance.collection.bundle import Bundle
-from conformance.config.site_rules import DPKG_STATUS, SYSTEMD_WANTS, UNIT_CGROUPS, SiteRule, sysctl_path
+from conformance.config.site_rules import DPKG_STATUS, MODULES_BUILTIN, SYSTEMD_WANTS, UNIT_CGROUPS, SiteRule, sysctl_path
 from conformance.errors import FactUnavailable, ParseError
 from conformance.facts.debversion import satisfies
 from conformance.facts.kubelet import load_yaml_mapping
@@ -158,8 +159,29 @@ def judge_module(b: Bundle, p: dict[str, Any]) -> tuple[list[str], list[str]]:
 
     loaded = {norm(line.split()[0]) for line in b.text("/proc/modules").splitlines() if line.strip()}
     want = p.get("loaded", True)
-    is_loaded = norm(p["name"]) in loaded
-    lines = [f"/proc/modules: {p['name']} {'loaded' if is_loaded else 'not loaded'} ({len(loaded)} modules loaded)"]
+    name = norm(p["name"])
+    if name in loaded:
+        is_loaded, how = True, f"loaded ({len(loaded)} modules in /proc/modules)"
+    else:
+        # A module built into the kernel is never in /proc/modules: modules.builtin(5) of the running kernel
+        # lists it (one path per line, kernel/drivers/nvme/host/nvme-core.ko). Unread, it is unknown.
+        uname = b.command("uname")
+        if uname.status != "0" or not uname.data.strip():
+            raise FactUnavailable(f"{p['name']} is not in /proc/modules, and the kernel release (uname -r) was not read")
+        path = MODULES_BUILTIN.replace("@KREL@", uname.data.decode("utf-8", "replace").strip())
+        rec = b.file(path)
+        if rec is None or rec.status != "ok":
+            state = "not collected" if rec is None else rec.status
+            raise FactUnavailable(
+                f"{p['name']} is not in /proc/modules, and {path} ({state}) was not read: whether it is built into the "
+                "kernel is unknown"
+            )
+        builtin = {
+            norm(posixpath.basename(line.strip()).removesuffix(".ko")) for line in b.text(path).splitlines() if line.strip()
+        }
+        is_loaded = name in builtin
+        how = "built into the kernel (" + path + ")" if is_loaded else f"not loaded (not in /proc/modules nor {path})"
+    lines = [f"kernel module {p['name']}: {how}"]
     if is_loaded != want:
         return [f"kernel module {p['name']} is {'loaded' if is_loaded else 'not loaded'}"], lines
     return [], lines
