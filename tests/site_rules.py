@@ -38,15 +38,27 @@ NODE_FILES = {
     "/proc/cmdline": "BOOT_IMAGE=/vmlinuz root=/dev/sda1 ro quiet iommu=pt intel_iommu=on\n",
     # modules.builtin(5) of the kernel the tests run on: the collector reads the node's own uname -r
     f"/lib/modules/{os.uname().release}/modules.builtin": "kernel/drivers/nvme/host/nvme-core.ko\nkernel/fs/ext4/ext4.ko\n",
+    "/etc/systemd/system/irqbalance.service": "",
+    "/usr/lib/systemd/system/irqbalance.service": "[Service]\nExecStart=/usr/sbin/irqbalance\n",
+    "/lib/systemd/system/nvidia-persistenced.service": "[Service]\nExecStart=/usr/bin/nvidia-persistenced\n",
     "/proc/modules": "nvidia_peermem 16384 0 - Live 0x0000000000000000 (POE)\nnouveau 2301952 0 - Live 0x0000000000000000\n",
-    "/sys/fs/cgroup/system.slice/nvidia-persistenced.service/cgroup.procs": "1234\n",
-    "/sys/fs/cgroup/system.slice/idle.service/cgroup.procs": "",
+    "/sys/fs/cgroup/system.slice/nvidia-persistenced.service/cgroup.events": "populated 1\nfrozen 0\n",
+    "/sys/fs/cgroup/system.slice/idle.service/cgroup.events": "populated 0\nfrozen 0\n",
+    # a template instance sits in its template's slice, '-' escaped (systemd.slice(5))
+    "/sys/fs/cgroup/system.slice/system-serial\\x2dgetty.slice/serial-getty@ttyS0.service/cgroup.events": (
+        "populated 1\nfrozen 0\n"
+    ),
+    # Delegate=yes: the service's own cgroup.procs is empty, its processes are in a child; populated covers it
+    "/sys/fs/cgroup/system.slice/containerd.service/cgroup.events": "populated 1\nfrozen 0\n",
+    "/sys/fs/cgroup/system.slice/containerd.service/cgroup.procs": "",
     "/var/lib/dpkg/status": DPKG_STATUS,
 }
 NODE_MODES = {"/etc/gnc/site.conf": 0o640}
 NODE_LINKS = {
     "/etc/systemd/system/multi-user.target.wants/nvidia-persistenced.service": "/lib/systemd/system/nvidia-persistenced.service",
     "/etc/systemd/system/ondemand.service": "/dev/null",
+    "/run/systemd/system/thermald.service": "/dev/null",  # systemctl mask --runtime
+    "/usr/lib/systemd/system/thermald.service": "/dev/null",
 }
 
 
@@ -92,8 +104,13 @@ RULES = "checks:\n" + "".join(
         rule("SITE-NO-VFIO", "low", "module: {name: vfio_pci, loaded: false}"),
         rule("SITE-PERSISTENCED", "medium", "systemd: {unit: nvidia-persistenced.service, running: true, enabled: true}"),
         rule("SITE-FABRICMANAGER", "critical", "systemd: {unit: nvidia-fabricmanager.service, running: true}"),
+        rule("SITE-SERIAL-GETTY", "low", "systemd: {unit: serial-getty@ttyS0.service, running: true}"),
+        rule("SITE-DELEGATED", "low", "systemd: {unit: containerd.service, running: true}"),
         rule("SITE-IDLE-NOT-RUNNING", "low", "systemd: {unit: idle.service, running: false, enabled: false}"),
         rule("SITE-ONDEMAND-MASKED", "low", "systemd: {unit: ondemand.service, masked: true}"),
+        rule("SITE-THERMALD-RUNTIME-MASK", "low", "systemd: {unit: thermald.service, masked: false}"),
+        rule("SITE-EMPTY-UNIT-MASKED", "low", "systemd: {unit: irqbalance.service, masked: true}"),
+        rule("SITE-REAL-UNIT", "low", "systemd: {unit: nvidia-persistenced.service, masked: true}"),
         rule("SITE-TOOLKIT", "high", 'package: {name: nvidia-container-toolkit, version: ">=1.17.8"}'),
         rule("SITE-TOOLKIT-AMD64", "high", 'package: {name: "nvidia-container-toolkit:amd64", version: ">=1.17.8"}'),
         rule("SITE-TOOLKIT-I386", "low", 'package: {name: "nvidia-container-toolkit:i386"}'),
@@ -126,8 +143,13 @@ EXPECTED = {
     "SITE-NO-VFIO": "passed",
     "SITE-PERSISTENCED": "passed",
     "SITE-FABRICMANAGER": "failed",
+    "SITE-SERIAL-GETTY": "passed",
+    "SITE-DELEGATED": "passed",
     "SITE-IDLE-NOT-RUNNING": "passed",
     "SITE-ONDEMAND-MASKED": "passed",
+    "SITE-THERMALD-RUNTIME-MASK": "failed",  # masked in /run, which comes before /usr/lib
+    "SITE-EMPTY-UNIT-MASKED": "passed",  # an empty unit file masks it
+    "SITE-REAL-UNIT": "failed",
     "SITE-TOOLKIT": "passed",
     "SITE-TOOLKIT-AMD64": "passed",
     "SITE-TOOLKIT-I386": "failed",  # dpkg-query: no such architecture installed

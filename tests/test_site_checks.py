@@ -158,6 +158,9 @@ GOOD = "  - id: SITE-OK\n    severity: low\n    title: t\n    rationale: r\n    
         ("checks:\n" + GOOD + "    sysctl: {name: 'vm.x; reboot', min: 1}\n", "sysctl.name: must be a dotted sysctl name"),
         ("checks:\n" + GOOD + "    systemd: {unit: 'x.service; reboot', running: true}\n", "systemd.unit: must be a unit name"),
         ("checks:\n" + GOOD + "    module: {name: nvidia, loaded: yes-please}\n", "module.loaded: must be true or false"),
+        ("checks:\n" + GOOD + "    systemd: {unit: docker.socket, running: true}\n",
+         "systemd.running: only a .service unit has processes of its own"),
+        ("checks:\n" + GOOD + "    file: {path: /etc/x, min: 1}\n", "file.min: compares a parsed key"),
         ("checks:\n" + GOOD + "    cmdline: {has: x}\n" + GOOD + "    cmdline: {has: y}\n",
          "checks[1] (SITE-OK): id already declared"),
     ],
@@ -326,3 +329,49 @@ def test_a_profiles_site_checks_apply_to_its_nodes_only(node_root, site, tmp_pat
     nodes = {r["node"] for r in doc["results"] if r["check"].startswith("SITE-")}
     assert nodes == {"hgx-1"}
     assert {r["check"]: r["outcome"] for r in doc["results"] if r["node"] == "hgx-1"} == EXPECTED
+
+
+# Unit layouts; the real `systemctl --root=ROOT is-enabled UNIT` (it reads unit files offline, no manager)
+# decides which are masked ("masked", or "masked-runtime" for a mask under /run).
+UNIT_LAYOUTS = {
+    "usr-only": {"/usr/lib/systemd/system/u.service": "[Service]\nExecStart=/bin/true\n"},
+    "etc-mask": {"/usr/lib/systemd/system/u.service": "[Service]\nExecStart=/bin/true\n", "/etc/systemd/system/u.service": None},
+    "runtime-mask": {
+        "/usr/lib/systemd/system/u.service": "[Service]\nExecStart=/bin/true\n",
+        "/run/systemd/system/u.service": None,
+    },
+    "etc-empty": {"/usr/lib/systemd/system/u.service": "[Service]\nExecStart=/bin/true\n", "/etc/systemd/system/u.service": ""},
+    "usr-empty": {"/usr/lib/systemd/system/u.service": ""},
+    "etc-copy-over-runtime-mask": {
+        "/etc/systemd/system/u.service": "[Service]\nExecStart=/bin/true\n",
+        "/run/systemd/system/u.service": None,
+    },
+    "lib-mask": {"/lib/systemd/system/u.service": None},
+}
+
+
+@pytest.mark.parametrize("layout", sorted(UNIT_LAYOUTS))
+def test_masks_read_as_the_real_systemctl_reads_them(layout, tmp_path):
+    from conformance.collection.collect import collect_node
+    from conformance.config.inventory import NodeSpec
+    from conformance.config.site_rules import UNIT_PATH
+    from conformance.facts.site import unit_masked
+
+    systemctl = shutil.which("systemctl")
+    require_or_skip(None if systemctl else "systemctl is not installed (the Debian package systemd)")
+    assert systemctl is not None
+    root = tmp_path / "root"
+    for path, text in UNIT_LAYOUTS[layout].items():
+        f = root / path.lstrip("/")
+        f.parent.mkdir(parents=True, exist_ok=True)
+        if text is None:
+            f.symlink_to("/dev/null")
+        else:
+            f.write_text(text)
+    state = subprocess.run(
+        [systemctl, f"--root={root}", "is-enabled", "u.service"], capture_output=True, text=True
+    ).stdout.strip()
+    site = "\n".join([*(f"stat {d}/u.service" for d in UNIT_PATH), *(f"link {d}/u.service" for d in UNIT_PATH)])
+    bundle = collect_node(NodeSpec(name="n", transport="local", host_root=str(root)), retries=0, site=site)
+    masked, how = unit_masked(bundle, "u.service")
+    assert masked == state.startswith("masked"), f"systemctl says {state!r}; the suite: {how}"

@@ -47,7 +47,30 @@ TEXT_FIELDS = ("title", "rationale", "remediation")
 DPKG_STATUS = "/var/lib/dpkg/status"
 SYSTEMD_WANTS = ("/etc/systemd/system/*.wants/", "/etc/systemd/system/*.requires/", "/usr/lib/systemd/system/*.wants/",
                  "/lib/systemd/system/*.wants/")  # fmt: skip
-UNIT_CGROUPS = ("/sys/fs/cgroup/system.slice/{}/cgroup.procs", "/sys/fs/cgroup/systemd/system.slice/{}/cgroup.procs")
+# The system manager's unit search path, first match wins (systemd.unit(5) "Unit File Load Path";
+# src/basic/path-lookup.c lookup_paths_init: control, transient, generator.early, /etc, attached, /run,
+# generator, /usr/local/lib, /usr/lib, /lib on split-usr systems, generator.late). `systemctl mask
+# --runtime` links /run/systemd/system/UNIT to /dev/null.
+UNIT_PATH = (
+    "/etc/systemd/system.control", "/run/systemd/system.control", "/run/systemd/transient", "/run/systemd/generator.early",
+    "/etc/systemd/system", "/etc/systemd/system.attached", "/run/systemd/system", "/run/systemd/system.attached",
+    "/run/systemd/generator", "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system",
+    "/run/systemd/generator.late",
+)  # fmt: skip
+# Where a service's processes are: its cgroup under system.slice (cgroup v2, then v1's name=systemd
+# hierarchy). v2's cgroup.events says "populated 1" while any process is in the cgroup or below it, which
+# also covers Delegate= units that keep their processes in child cgroups (cgroup-v2.rst "populated").
+UNIT_CGROUPS = ("/sys/fs/cgroup/{}/cgroup.events", "/sys/fs/cgroup/systemd/{}/cgroup.procs")
+
+
+def unit_cgroup(unit: str) -> str:
+    """The cgroup systemd puts a system service in: system.slice/UNIT, and for a template instance
+    (NAME@INSTANCE.service) system.slice/system-NAME.slice/UNIT, with '-' in NAME escaped as \\x2d
+    (systemd.slice(5); src/core/unit.c unit_default_slice; e.g. system-serial\\x2dgetty.slice)."""
+    if "@" in unit:
+        prefix = unit.split("@", 1)[0].replace("-", "\\x2d")
+        return f"system.slice/system-{prefix}.slice/{unit}"
+    return f"system.slice/{unit}"
 
 
 @dataclass(frozen=True)
@@ -94,9 +117,11 @@ def needs_of(rule: SiteRule) -> Needs:
     elif rule.kind == "module":
         n.read.update(("/proc/modules", MODULES_BUILTIN))
     elif rule.kind == "systemd":
-        n.read.update(c.format(p["unit"]) for c in UNIT_CGROUPS)
+        n.read.update(c.format(unit_cgroup(p["unit"])) for c in UNIT_CGROUPS)
         n.glob.update(w + p["unit"] for w in SYSTEMD_WANTS)
-        n.link.add(f"/etc/systemd/system/{p['unit']}")
+        for d in UNIT_PATH:  # where the unit's file is, and whether it is masked (a /dev/null link, or empty)
+            n.stat.add(f"{d}/{p['unit']}")
+            n.link.add(f"{d}/{p['unit']}")
     elif rule.kind == "package":
         n.read.add(DPKG_STATUS)
     return n
@@ -166,6 +191,11 @@ def _check_params(kind: str, p: dict[str, Any]) -> None:
             raise _Problem("systemd.unit: must be a unit name with its type, e.g. nvidia-persistenced.service")
         if not any(k in p for k in ("running", "enabled", "masked")):
             raise _Problem("systemd: give running, enabled or masked")
+        if "running" in p and not p["unit"].endswith(".service"):
+            raise _Problem(
+                "systemd.running: only a .service unit has processes of its own; a socket, timer, path, mount or "
+                "target unit is judged by the service it starts: name that service"
+            )
     elif kind == "package":
         if not isinstance(p["name"], str) or not NAME.fullmatch(p["name"]):
             raise _Problem("package.name: must be a package name")

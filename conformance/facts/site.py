@@ -19,7 +19,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from conformance.collection.bundle import Bundle
-from conformance.config.site_rules import DPKG_STATUS, MODULES_BUILTIN, SYSTEMD_WANTS, UNIT_CGROUPS, SiteRule, sysctl_path
+from conformance.config.site_rules import (
+    DPKG_STATUS,
+    MODULES_BUILTIN,
+    SYSTEMD_WANTS,
+    UNIT_CGROUPS,
+    UNIT_PATH,
+    SiteRule,
+    sysctl_path,
+    unit_cgroup,
+)
 from conformance.errors import FactUnavailable, ParseError
 from conformance.facts.debversion import satisfies
 from conformance.facts.kubelet import load_yaml_mapping
@@ -191,26 +200,13 @@ def judge_systemd(b: Bundle, p: dict[str, Any]) -> tuple[list[str], list[str]]:
     unit = p["unit"]
     problems, lines = [], []
     if "running" in p:
-        procs = None
-        for path in (c.format(unit) for c in UNIT_CGROUPS):
-            rec = b.file(path)
-            if rec is not None and rec.status == "ok":
-                procs = [x for x in rec.data.decode("utf-8", "replace").split() if x.isdigit()]
-                lines.append(f"{path}: {len(procs)} process(es)")
-                break
-        if procs is None:
-            cg_root = b.file(UNIT_CGROUPS[0].format(unit))
-            if cg_root is None:
-                raise FactUnavailable(f"{unit}: its cgroup was not collected")
-            procs = []  # no cgroup: systemd has not started it (or it stopped and its cgroup went away)
-            lines.append(f"{unit}: no cgroup under system.slice (not running)")
-        running = bool(procs)
+        running, how = unit_running(b, unit)
+        lines.append(f"{unit}: {how}")
         if running != p["running"]:
             problems.append(f"{unit} is {'running' if running else 'not running'}")
-    link = b.link(f"/etc/systemd/system/{unit}")
-    masked = link == "/dev/null"
+    masked, where = unit_masked(b, unit)
     if "masked" in p:
-        lines.append(f"/etc/systemd/system/{unit}: " + ("-> /dev/null (masked)" if masked else "not masked"))
+        lines.append(f"{unit}: {where}")
         if masked != p["masked"]:
             problems.append(f"{unit} is {'masked' if masked else 'not masked'}")
     if "enabled" in p:
@@ -220,6 +216,58 @@ def judge_systemd(b: Bundle, p: dict[str, Any]) -> tuple[list[str], list[str]]:
         if enabled != p["enabled"]:
             problems.append(f"{unit} is {'enabled' if enabled else 'not enabled'}" + (" (masked)" if masked else ""))
     return problems, lines
+
+
+def unit_running(b: Bundle, unit: str) -> tuple[bool, str]:
+    """(running, how it was decided) from the service's cgroup: cgroup v2's cgroup.events (populated, the
+    whole subtree), else v1's cgroup.procs. No cgroup at either place: systemd has not started it, or it
+    stopped and its cgroup went away. A cgroup file that could not be read is unknown, never "not running"."""
+    group = unit_cgroup(unit)
+    v2, v1 = (c.format(group) for c in UNIT_CGROUPS)
+    for path in (v2, v1):
+        rec = b.file(path)
+        if rec is None:
+            raise FactUnavailable(f"{path}: not collected (an older snapshot): whether {unit} runs is unknown")
+        if rec.status == "missing":
+            continue
+        if rec.status != "ok":
+            raise FactUnavailable(f"{path} could not be read ({rec.status}): whether {unit} runs is unknown")
+        text = rec.data.decode("utf-8", "replace")
+        if path == v2:
+            populated = re.search(r"^populated (\d)$", text, re.M)
+            if populated is None:
+                raise ParseError(f"{path}: no 'populated' line")
+            return populated.group(1) == "1", f"{path}: populated {populated.group(1)}"
+        procs = [x for x in text.split() if x.isdigit()]
+        return bool(procs), f"{path}: {len(procs)} process(es)"
+    return False, f"no cgroup {group} (not running)"
+
+
+def unit_masked(b: Bundle, unit: str) -> tuple[bool, str]:
+    """(masked, how it was decided). The first file of the unit along the search path is the one systemd
+    loads; it masks the unit when it is a symlink to /dev/null or an empty file (systemd.unit(5)). A path
+    that could not be examined before that first file makes the answer unknown."""
+    for d in UNIT_PATH:
+        path = f"{d}/{unit}"
+        st = b.stat(path)
+        if st is None:
+            raise FactUnavailable(f"{path}: not collected (an older snapshot): whether {unit} is masked is unknown")
+        if st.status == "missing":
+            continue
+        if st.status != "ok":
+            raise FactUnavailable(f"{path} could not be examined ({st.status}): whether {unit} is masked is unknown")
+        kind = st.data.decode("utf-8", "replace").split(" ", 5)[-1]
+        if kind == "symbolic link":
+            target = b.link(path)
+            if target is None:
+                raise FactUnavailable(f"{path}: its link target was not read: whether {unit} is masked is unknown")
+            if target == "/dev/null":
+                return True, f"{path} -> /dev/null (masked)"
+            return False, f"{path} -> {target} (not masked)"
+        if kind == "regular empty file":
+            return True, f"{path} is empty (masked)"
+        return False, f"{path}: {kind} (not masked)"
+    return False, "no unit file in systemd's search path (not masked)"
 
 
 @dataclass(frozen=True)
