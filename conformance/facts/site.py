@@ -15,10 +15,11 @@ import functools
 import json
 import posixpath
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from conformance.collection.bundle import Bundle
+from conformance.collection.bundle import Bundle, Record
 from conformance.config.site_rules import (
     DPKG_STATUS,
     MODULES_BUILTIN,
@@ -224,50 +225,54 @@ def unit_running(b: Bundle, unit: str) -> tuple[bool, str]:
     stopped and its cgroup went away. A cgroup file that could not be read is unknown, never "not running"."""
     group = unit_cgroup(unit)
     v2, v1 = (c.format(group) for c in UNIT_CGROUPS)
-    for path in (v2, v1):
-        rec = b.file(path)
+    found = _first_present(b.file, (v2, v1), f"whether {unit} runs")
+    if found is None:
+        return False, f"no cgroup {group} (not running)"
+    path, rec = found
+    text = rec.data.decode("utf-8", "replace")
+    if path == v2:
+        populated = re.search(r"^populated (\d)$", text, re.M)
+        if populated is None:
+            raise ParseError(f"{path}: no 'populated' line")
+        return populated.group(1) == "1", f"{path}: populated {populated.group(1)}"
+    procs = [x for x in text.split() if x.isdigit()]
+    return bool(procs), f"{path}: {len(procs)} process(es)"
+
+
+def _first_present(get: Callable[[str], Record | None], paths: Iterable[str], what: str) -> tuple[str, Record] | None:
+    """The first of `paths` whose record exists on the node; a path not collected or not readable before it
+    makes `what` unknown."""
+    for path in paths:
+        rec = get(path)
         if rec is None:
-            raise FactUnavailable(f"{path}: not collected (an older snapshot): whether {unit} runs is unknown")
+            raise FactUnavailable(f"{path}: not collected (an older snapshot): {what} is unknown")
         if rec.status == "missing":
             continue
         if rec.status != "ok":
-            raise FactUnavailable(f"{path} could not be read ({rec.status}): whether {unit} runs is unknown")
-        text = rec.data.decode("utf-8", "replace")
-        if path == v2:
-            populated = re.search(r"^populated (\d)$", text, re.M)
-            if populated is None:
-                raise ParseError(f"{path}: no 'populated' line")
-            return populated.group(1) == "1", f"{path}: populated {populated.group(1)}"
-        procs = [x for x in text.split() if x.isdigit()]
-        return bool(procs), f"{path}: {len(procs)} process(es)"
-    return False, f"no cgroup {group} (not running)"
+            raise FactUnavailable(f"{path} could not be read ({rec.status}): {what} is unknown")
+        return path, rec
+    return None
 
 
 def unit_masked(b: Bundle, unit: str) -> tuple[bool, str]:
     """(masked, how it was decided). The first file of the unit along the search path is the one systemd
     loads; it masks the unit when it is a symlink to /dev/null or an empty file (systemd.unit(5)). A path
     that could not be examined before that first file makes the answer unknown."""
-    for d in UNIT_PATH:
-        path = f"{d}/{unit}"
-        st = b.stat(path)
-        if st is None:
-            raise FactUnavailable(f"{path}: not collected (an older snapshot): whether {unit} is masked is unknown")
-        if st.status == "missing":
-            continue
-        if st.status != "ok":
-            raise FactUnavailable(f"{path} could not be examined ({st.status}): whether {unit} is masked is unknown")
-        kind = st.data.decode("utf-8", "replace").split(" ", 5)[-1]
-        if kind == "symbolic link":
-            target = b.link(path)
-            if target is None:
-                raise FactUnavailable(f"{path}: its link target was not read: whether {unit} is masked is unknown")
-            if target == "/dev/null":
-                return True, f"{path} -> /dev/null (masked)"
-            return False, f"{path} -> {target} (not masked)"
-        if kind == "regular empty file":
-            return True, f"{path} is empty (masked)"
-        return False, f"{path}: {kind} (not masked)"
-    return False, "no unit file in systemd's search path (not masked)"
+    found = _first_present(b.stat, (f"{d}/{unit}" for d in UNIT_PATH), f"whether {unit} is masked")
+    if found is None:
+        return False, "no unit file in systemd's search path (not masked)"
+    path, st = found
+    kind = st.data.decode("utf-8", "replace").split(" ", 5)[-1]
+    if kind == "symbolic link":
+        target = b.link(path)
+        if target is None:
+            raise FactUnavailable(f"{path}: its link target was not read: whether {unit} is masked is unknown")
+        if target == "/dev/null":
+            return True, f"{path} -> /dev/null (masked)"
+        return False, f"{path} -> {target} (not masked)"
+    if kind == "regular empty file":
+        return True, f"{path} is empty (masked)"
+    return False, f"{path}: {kind} (not masked)"
 
 
 @dataclass(frozen=True)
