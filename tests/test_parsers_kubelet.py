@@ -87,3 +87,30 @@ def test_bad_documents(text):
     with pytest.raises(ParseError) as e:
         load_config_document(text, "/etc/kubelet.yaml")
     assert "/etc/kubelet.yaml" in str(e.value)
+
+
+def _k3s_bundle(drop_ins_status: str, drop_ins: dict[str, str]):
+    from conformance.collection.bundle import Bundle, Record
+
+    records = [
+        Record("P", "k3s", "42"),
+        Record("F", "/proc/42/cmdline", "ok", b"/usr/local/bin/k3s\0agent\0"),
+        Record("F", "/etc/rancher/k3s/config.yaml", "ok", b"kubelet-arg:\n  - cpu-manager-policy=static\n"),
+        Record("G", "/etc/rancher/k3s/config.yaml.d/*.yaml", drop_ins_status, "\n".join(drop_ins).encode()),
+        *(Record("F", path, "ok", text.encode()) for path, text in drop_ins.items()),
+        Record("M", "end", "ok"),
+    ]
+    return Bundle("k3s-node", records)
+
+
+def test_k3s_drop_ins_set_kubelet_flags_and_an_unlistable_folder_is_unknown():
+    """k3s applies config.yaml, then config.yaml.d/*.yaml; a drop-in may change a kubelet-arg, so a folder
+    that could not be listed leaves the kubelet's flags unknown, never "no drop-ins"."""
+    from conformance.errors import FactUnavailable
+    from conformance.facts.node_facts import NodeFacts
+
+    drop_in = {"/etc/rancher/k3s/config.yaml.d/50-none.yaml": "kubelet-arg+:\n  - cpu-manager-policy=none\n"}
+    args = NodeFacts(_k3s_bundle("ok", drop_in)).kubelet_args
+    assert args.flags["cpu-manager-policy"][-1] == "none"
+    with pytest.raises(FactUnavailable, match=r"config\.yaml\.d"):
+        NodeFacts(_k3s_bundle("denied", {})).kubelet_args

@@ -134,11 +134,8 @@ class NodeFacts:
         main = self.bundle.optional_text("/etc/rancher/k3s/config.yaml")
         if main is not None:
             docs.append(("/etc/rancher/k3s/config.yaml", main))
-        try:
-            extra = self.bundle.glob("/etc/rancher/k3s/config.yaml.d/*.yaml")
-        except FactUnavailable:
-            extra = []
-        docs += [(p, self.bundle.text(p)) for p in extra]
+        # an unlistable drop-in folder is unknown, never "no drop-ins": one may set a kubelet-arg
+        docs += [(p, self.bundle.text(p)) for p in self.bundle.glob("/etc/rancher/k3s/config.yaml.d/*.yaml")]
         return docs
 
     @fact
