@@ -113,4 +113,4 @@ def test_k3s_drop_ins_set_kubelet_flags_and_an_unlistable_folder_is_unknown():
     args = NodeFacts(_k3s_bundle("ok", drop_in)).kubelet_args
     assert args.flags["cpu-manager-policy"][-1] == "none"
     with pytest.raises(FactUnavailable, match=r"config\.yaml\.d"):
-        NodeFacts(_k3s_bundle("denied", {})).kubelet_args
+        _ = NodeFacts(_k3s_bundle("denied", {})).kubelet_args
