@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from conformance.checks import check
-from conformance.checks.runtime_rules import across_releases, handler_problems
+from conformance.checks.runtime_rules import across_releases, handler_problems, judged_handlers
 from conformance.errors import FactUnavailable
 from conformance.facts.kernel import cgroup_fs_name
 
@@ -42,10 +42,7 @@ def test_runtime_systemd_cgroup(node, runtime_config, facts, profile, evidence):
     if rc.rules:
         evidence.add(f"files merged as the running release does: {rc.rules}")
     gpu_handlers = profile.get("runtime.gpu_handlers")
-    for name in dict.fromkeys([rc.default_handler, *(h for h in gpu_handlers if h in rc.handlers)]):
-        if (h := rc.handlers.get(name)) is None:
-            continue  # a refused configuration has no handlers
-        evidence.add(f"handler {name}: type {h.runtime_type or '(none)'}, systemd cgroup {h.systemd_cgroup} ({h.source})")
+    evidence.add(*(rc.handlers[n].describe() for n in judged_handlers(rc, gpu_handlers) if n in rc.handlers))
     problems: list[str] = []
     unknown: FactUnavailable | None = None
     try:

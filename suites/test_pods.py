@@ -456,7 +456,7 @@ def test_runtime_class_handler(node, container, pod, runtime_handlers, runtime_c
     )
     h = rc.handlers.get(handler)
     if h is not None:
-        evidence.add(f"handler {handler}: type {h.runtime_type or '(none)'}, systemd cgroup {h.systemd_cgroup} ({h.source})")
+        evidence.add(h.describe())
     problems, per_release = across_releases(rc, lambda c: [p] if (p := handler_problem(c, handler)) else [])
     evidence.add(*per_release)
     assert not problems, f"RuntimeClass {pod.runtime_class!r}: " + "; ".join(problems)

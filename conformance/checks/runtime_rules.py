@@ -12,13 +12,14 @@ from conformance.facts.runtime import RuntimeConfig, RuntimeRefused
 Judge = Callable[[RuntimeConfig], list[str]]
 
 
-def refusal(rc: RuntimeConfig) -> str | None:
-    return f"{rc.runtime} refuses its configuration, so no pod starts: {rc.refused}" if rc.refused else None
+def judged_handlers(rc: RuntimeConfig, gpu_handlers: Iterable[str]) -> list[str]:
+    """The default handler and every GPU handler the configuration defines, each once."""
+    return list(dict.fromkeys([rc.default_handler, *(h for h in gpu_handlers if h in rc.handlers)]))
 
 
 def handler_problem(rc: RuntimeConfig, name: str) -> str | None:
     if rc.refused:
-        return refusal(rc)
+        return f"{rc.runtime} refuses its configuration, so no pod starts: {rc.refused}"
     h = rc.handlers.get(name)
     if h is None:
         defined = ", ".join(sorted(rc.handlers)) or "none"
@@ -31,11 +32,7 @@ def handler_problem(rc: RuntimeConfig, name: str) -> str | None:
 
 
 def handler_problems(rc: RuntimeConfig, gpu_handlers: Iterable[str]) -> list[str]:
-    """The default handler and every GPU handler the configuration defines."""
-    if rc.refused:
-        return [f"{refusal(rc)}"]
-    wanted = [rc.default_handler] + [h for h in gpu_handlers if h in rc.handlers]
-    return [p for name in dict.fromkeys(wanted) if (p := handler_problem(rc, name))]
+    return [p for name in judged_handlers(rc, gpu_handlers) if (p := handler_problem(rc, name))]
 
 
 def across_releases(rc: RuntimeConfig, judge: Judge) -> tuple[list[str], list[str]]:

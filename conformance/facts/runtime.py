@@ -109,6 +109,9 @@ class RuntimeHandler:
     source: str
     broken: str | None = None  # why pods of this handler cannot start, if they cannot
 
+    def describe(self) -> str:
+        return f"handler {self.name}: type {self.runtime_type or '(none)'}, systemd cgroup {self.systemd_cgroup} ({self.source})"
+
 
 @dataclass
 class RuntimeConfig:
@@ -161,7 +164,11 @@ def merge_containerd(
     containerd 2.3 (v2.3.0 LoadConfigWithPlugins): a drop-in whose version is higher than the root
     file's is refused; every file is migrated to version 4 on its own before the deep merge; version 4
     keeps version 3's CRI runtime path."""
-    docs = _load_all(main_path, read, expand, rules, cwd)
+    return merge_docs(_load_all(main_path, read, expand, rules, cwd), rules)
+
+
+def merge_docs(docs: list[tuple[str, dict]], rules: MergeRules) -> ContainerdMerge:
+    """The loaded files (path, document), in load order, merged as `rules` say."""
     files = [p for p, _ in docs]
     if rules.family == "1.x":
         doc, plugin_id = _merge_1x(docs, rules)
@@ -224,12 +231,16 @@ def _version_number(doc: dict[str, Any], path: str) -> int:
 
 def _version(doc: dict[str, Any], path: str, rules: MergeRules) -> int:
     """The file's config version; one above what these release rules read stops containerd (ValidateVersion)."""
-    v = _version_number(doc, path)
-    if rules.highest_version is not None and v > rules.highest_version:
+    return _supported(_version_number(doc, path), path, rules)
+
+
+def _supported(version: int, where: str, rules: MergeRules) -> int:
+    if rules.highest_version is not None and version > rules.highest_version:
         raise RuntimeRefused(
-            f"{path}: config version {v}: {rules.label} supports versions up to {rules.highest_version} and refuses to start"
+            f"{where}: config version {version}: {rules.label} supports versions up to {rules.highest_version} "
+            "and refuses to start"
         )
-    return v
+    return version
 
 
 def _copy_top_level(merged: dict[str, Any], doc: dict[str, Any]) -> None:
@@ -267,13 +278,8 @@ def _merge_1x(docs: list[tuple[str, dict]], rules: MergeRules) -> tuple[dict[str
         version = _version_number(doc, path) or version
         merged["plugins"].update(copy.deepcopy(_plugins(doc, path)))  # whole sections replaced
         _copy_top_level(merged, doc)
-    version = version or 1  # GetVersion: an unset version is 1
     where = docs[-1][0] if len(docs) == 1 else f"{docs[0][0]} with its imports"
-    if rules.highest_version is not None and version > rules.highest_version:
-        raise RuntimeRefused(
-            f"{where}: config version {version}: {rules.label} supports versions up to {rules.highest_version} "
-            "and refuses to start (ValidateV2: unsupported config version)"
-        )
+    version = _supported(version or 1, where, rules)  # GetVersion: unset is 1; ValidateV2 checks the merged version
     if version >= 2:
         for key in merged["plugins"]:
             if len(str(key).split(".")) < 4:  # ValidateV2
@@ -474,10 +480,21 @@ def containerd_config(
             return RuntimeConfig("containerd", "", {}, [main_path], rules=how, refused=str(e))
         rc.rules = how
         return rc
+    # The files are loaded once per way of resolving imports (only where relative globs are matched
+    # differs between releases), then merged by each span's rules.
+    loaded: dict[bool, list[tuple[str, dict]] | ParseError] = {}
     alternatives: dict[str, RuntimeConfig | ParseError] = {}
     for rules in EVERY_RULES:
+        if rules.glob_from_cwd not in loaded:
+            try:
+                loaded[rules.glob_from_cwd] = _load_all(main_path, read, expand, rules, cwd)
+            except ParseError as e:
+                loaded[rules.glob_from_cwd] = e
+        docs = loaded[rules.glob_from_cwd]
         try:
-            alternatives[rules.label] = containerd_runtime(merge_containerd(main_path, read, expand, rules, cwd))
+            if isinstance(docs, ParseError):
+                raise docs
+            alternatives[rules.label] = containerd_runtime(merge_docs(docs, rules))
         except ParseError as e:
             alternatives[rules.label] = e
     parsed = [alt for alt in alternatives.values() if isinstance(alt, RuntimeConfig)]
