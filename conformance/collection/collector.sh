@@ -152,7 +152,7 @@ emit_cmd uname uname -r
 emit_cmd stat-cgroup stat -fc %t "$R/sys/fs/cgroup"  # the magic: BusyBox stat names cgroup2fs "UNKNOWN"
 
 # Processes of interest: kubelet and the container runtimes.
-kpid=; cpid=; cexe=
+kpid=; cpid=; cexe=; kcwd=; ccwd=
 set +f
 for d in "$R"/proc/[0-9]*; do
   c=$(cat "$d/comm" 2>/dev/null) || continue
@@ -161,9 +161,10 @@ for d in "$R"/proc/[0-9]*; do
       pid=${d##*/}
       rec P "$c" "$pid"; echo
       emit_file "/proc/$pid/cmdline"
-      rec L "/proc/$pid/cwd" ok; readlink "$d/cwd" 2>/dev/null | tr -d '\n' | b64; echo
-      [ "$c" = kubelet ] && [ -z "$kpid" ] && kpid=$pid
-      [ "$c" = containerd ] && [ -z "$cpid" ] && cpid=$pid && cexe=$(readlink "$d/exe" 2>/dev/null) ;;
+      w=$(readlink "$d/cwd" 2>/dev/null)
+      rec L "/proc/$pid/cwd" ok; printf '%s' "$w" | tr -d '\n' | b64; echo
+      [ "$c" = kubelet ] && [ -z "$kpid" ] && kpid=$pid && kcwd=$w
+      [ "$c" = containerd ] && [ -z "$cpid" ] && cpid=$pid && ccwd=$w && cexe=$(readlink "$d/exe" 2>/dev/null) ;;
   esac
 done
 set -f
@@ -171,7 +172,7 @@ set -f
 # Kubelet: --config file (no default path), --config-dir drop-ins, state files under --root-dir.
 root_dir=/var/lib/kubelet
 if [ -n "$kpid" ]; then
-  cwd=$(readlink "$R/proc/$kpid/cwd" 2>/dev/null)
+  cwd=$kcwd
   cfg=$(arg_value "$R/proc/$kpid/cmdline" config)
   cdir=$(arg_value "$R/proc/$kpid/cmdline" config-dir)
   rd=$(arg_value "$R/proc/$kpid/cmdline" root-dir root_dir)
@@ -224,10 +225,9 @@ if [ -n "${cexe:-}" ]; then
     rec C containerd-version 127; echo
   fi
 fi
-ccfg=; ccwd=
+ccfg=
 if [ -n "$cpid" ]; then
   ccfg=$(arg_value "$R/proc/$cpid/cmdline" config c)
-  ccwd=$(readlink "$R/proc/$cpid/cwd" 2>/dev/null)
   case $ccfg in ''|/*) ;; *) [ -n "$ccwd" ] && ccfg="${ccwd%/}/$ccfg" ;; esac
 fi
 read_containerd "${ccfg:-/etc/containerd/config.toml}" 0
