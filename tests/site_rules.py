@@ -3,6 +3,7 @@ node files it judges, and a Python site check that uses testinfra's `host`."""
 
 from __future__ import annotations
 
+import grp
 import os
 import pwd
 
@@ -52,6 +53,9 @@ NODE_FILES = {
     "/sys/fs/cgroup/system.slice/containerd.service/cgroup.events": "populated 1\nfrozen 0\n",
     "/sys/fs/cgroup/system.slice/containerd.service/cgroup.procs": "",
     "/var/lib/dpkg/status": DPKG_STATUS,
+    # the node's own names for owners (under a host root the runner's /etc/passwd does not name them)
+    "/etc/passwd": f"{ME}:x:{os.getuid()}:{os.getgid()}:node user:/:/bin/sh\n",
+    "/etc/group": f"{grp.getgrgid(os.getgid()).gr_name}:x:{os.getgid()}:\n",
 }
 NODE_MODES = {"/etc/gnc/site.conf": 0o640}
 NODE_LINKS = {

@@ -33,8 +33,32 @@ rec() {
   esac
 }
 
+in_root() {  # $1 an absolute path on the node: print it with every symlink in it resolved as the node
+  # resolves it, inside the host root $R (an absolute target starts again at $R, `..` stops at it; in a
+  # pod, /host/etc/x -> /etc/y must not read the pod's own /etc/y). Fails after 40 links, as the kernel
+  # does (MAXSYMLINKS, ELOOP), or on a link it cannot read.
+  _ir_rest=${1#/}; _ir_out=; _ir_n=0
+  while [ -n "$_ir_rest" ]; do
+    _ir_c=${_ir_rest%%/*}
+    case $_ir_rest in */*) _ir_rest=${_ir_rest#*/} ;; *) _ir_rest= ;; esac
+    case $_ir_c in ''|.) continue ;; ..) _ir_out=${_ir_out%/*}; continue ;; esac
+    if [ -L "$R$_ir_out/$_ir_c" ]; then
+      _ir_n=$((_ir_n + 1)); [ "$_ir_n" -le 40 ] || return 1
+      _ir_t=$(readlink -- "$R$_ir_out/$_ir_c") && [ -n "$_ir_t" ] || return 1
+      case $_ir_t in /*) _ir_out= ;; esac
+      _ir_rest=$_ir_t${_ir_rest:+/$_ir_rest}  # a leading / is an empty first name, skipped
+    else
+      _ir_out=$_ir_out/$_ir_c
+    fi
+  done
+  printf '%s\n' "${_ir_out:-/}"
+}
 emit_file() {
   p=$R$1
+  if [ -n "$R" ]; then
+    p=$(in_root "$1") || { rec F "$1" loop; echo; return 0; }
+    p=$R$p
+  fi
   if [ -d "$p" ]; then rec F "$1" dir; echo
   elif [ ! -e "$p" ]; then rec F "$1" missing; echo
   elif [ ! -f "$p" ]; then rec F "$1" special; echo  # a FIFO, socket or device: opening it could block or act
@@ -406,6 +430,31 @@ if [ -n "$gpus" ]; then
   rec C xid-lines 0; printf '%s' "$xout" | b64; echo
 fi
 
+# An RPM database (rpm's %_dbpath: /var/lib/rpm on RHEL 8/9 and Amazon Linux, /usr/lib/sysimage/rpm on
+# SUSE and Fedora 36+): its packages as rpm itself reads them, bounded in time. Debian's rpm ships an empty
+# /var/lib/rpm, so the folder counts only with a database file of a backend rpm knows (sqlite, bdb, ndb).
+emit_rpm() {
+  d=$R$1
+  if [ -d "$d" ] && [ ! -x "$d" ]; then rec C "rpm:$1" denied; echo; return 0; fi
+  if [ ! -f "$d/rpmdb.sqlite" ] && [ ! -f "$d/Packages" ] && [ ! -f "$d/Packages.db" ]; then rec C "rpm:$1" missing; echo; return 0; fi
+  if ! command -v rpm >/dev/null 2>&1 || ! command -v timeout >/dev/null 2>&1; then rec C "rpm:$1" 127; echo; return 0; fi
+  emit_cmd "rpm:$1" timeout -s KILL 60 rpm --dbpath "$d" -qa --queryformat '%{NAME} %{ARCH} %|EPOCH?{%{EPOCH}}:{-}| %{VERSION} %{RELEASE}\n'
+}
+
+in_parent() {  # $1 a path on the node: its folder resolved inside the root, and its own last name (a link
+  # itself is examined, not followed)
+  if [ -z "$R" ] || [ "$1" = / ]; then printf '%s\n' "$1"; return 0; fi  # without a root the kernel resolves
+  _ip=$(in_root "${1%/*}/") || return 1
+  printf '%s/%s\n' "${_ip%/}" "${1##*/}"
+}
+emit_stat() {  # $1 record name, $2 the path on the node to stat (not followed if a link)
+  if [ -e "$R$2" ] || [ -L "$R$2" ]; then
+    st=$(stat -c '%a %u %g %U %G %F' -- "$R$2" 2>/dev/null)
+    if [ -n "$st" ]; then rec S "$1" ok; printf '%s' "$st" | b64; echo; else rec S "$1" denied; echo; fi
+  else rec S "$1" missing; echo
+  fi
+}
+
 # Site rules: files to read, paths to stat, links and globs, from the operator's rule files (untrusted:
 # each path is only ever quoted, and stat/readlink get -- before it).
 if [ -n "$GNC_SITE" ]; then
@@ -415,14 +464,19 @@ if [ -n "$GNC_SITE" ]; then
     case $p in *@KREL@*) p="${p%%@KREL@*}$(uname -r)${p#*@KREL@}" ;; esac  # the running kernel's release
     case $line in
       'read '*) emit_file "$p" ;;
-      'stat '*)
-        if [ -e "$R$p" ] || [ -L "$R$p" ]; then
-          st=$(stat -c '%a %u %g %U %G %F' -- "$R$p" 2>/dev/null)
-          if [ -n "$st" ]; then rec S "$p" ok; printf '%s' "$st" | b64; echo; else rec S "$p" denied; echo; fi
-        else rec S "$p" missing; echo
+      'stat '*) at=$(in_parent "$p") && emit_stat "$p" "$at" || { rec S "$p" loop; echo; } ;;
+      'link '*)
+        if at=$(in_parent "$p"); then rec L "$p" ok; readlink -- "$R$at" 2>/dev/null | tr -d '\n' | b64; echo
+        else rec L "$p" loop; echo
         fi ;;
-      'link '*) rec L "$p" ok; readlink -- "$R$p" 2>/dev/null | tr -d '\n' | b64; echo ;;
+      'target '*)  # what the path names once its links are followed inside the root: the file a rule judges
+        if at=$(in_root "$p"); then
+          rec L "target:$p" ok; printf '%s' "$at" | b64; echo
+          emit_stat "target:$p" "$at"
+        else rec L "target:$p" loop; echo
+        fi ;;
       'glob '*) emit_glob "$p" ;;
+      'rpm '*) emit_rpm "$p" ;;
     esac
   done
 fi

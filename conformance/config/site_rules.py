@@ -10,7 +10,7 @@ matcher over facts the collector can read without running a command:
   cmdline: {has: iommu=pt | lacks: ... | regex: ...}
   module:  {name: nvidia_peermem, loaded: true}
   systemd: {unit: nvidia-persistenced.service, running: true, enabled: true, masked: false}
-  package: {name: nvidia-driver-550, version: ">=550.90.07" | installed: false}   (dpkg status)
+  package: {name: nvidia-driver-550, version: ">=550.90.07" | installed: false}   (dpkg and rpm databases)
 
 Everything a rule names is untrusted input: paths travel to the node base64-encoded, unit and module
 names must be plain names, and every value reaches the report escaped. A malformed file is a usage
@@ -45,6 +45,10 @@ MATCHERS: dict[str, tuple[str, ...]] = {
 REQUIRED = {"file": "path", "sysctl": "name", "module": "name", "systemd": "unit", "package": "name"}
 TEXT_FIELDS = ("title", "rationale", "remediation")
 DPKG_STATUS = "/var/lib/dpkg/status"
+PASSWD, GROUP = "/etc/passwd", "/etc/group"  # passwd(5), group(5): name:password:ID:...
+# RPM's database folders, in the order rpm's %_dbpath has them across distributions: /var/lib/rpm (RHEL 8/9,
+# Rocky, Amazon Linux 2 and 2023), /usr/lib/sysimage/rpm (SUSE, Fedora 36+, where /var/lib/rpm links to it).
+RPM_DBPATHS = ("/var/lib/rpm", "/usr/lib/sysimage/rpm")
 SYSTEMD_WANTS = ("/etc/systemd/system/*.wants/", "/etc/systemd/system/*.requires/", "/usr/lib/systemd/system/*.wants/",
                  "/lib/systemd/system/*.wants/")  # fmt: skip
 # The system manager's unit search path, first match wins (systemd.unit(5) "Unit File Load Path";
@@ -89,9 +93,12 @@ class Needs:
     stat: set[str] = field(default_factory=set)
     glob: set[str] = field(default_factory=set)
     link: set[str] = field(default_factory=set)
+    target: set[str] = field(default_factory=set)  # paths resolved inside the host root, and stat'ed there
+    rpm: set[str] = field(default_factory=set)  # RPM databases to query with rpm itself
+    KINDS = ("read", "stat", "link", "target", "glob", "rpm")
 
     def lines(self) -> list[str]:
-        return [f"{kind} {p}" for kind in ("read", "stat", "link", "glob") for p in sorted(getattr(self, kind))]
+        return [f"{kind} {p}" for kind in self.KINDS for p in sorted(getattr(self, kind))]
 
 
 # The modules built into the running kernel (modules.builtin(5)): loaded, though /proc/modules never lists
@@ -107,9 +114,12 @@ def needs_of(rule: SiteRule) -> Needs:
     n = Needs()
     p = rule.params
     if rule.kind == "file":
-        n.stat.add(p["path"])
+        n.stat.add(p["path"])  # the path itself: a symlink stays one
+        n.target.add(p["path"])  # what it names, its links followed inside the host root: what is judged
         if any(k in p for k in ("equals", "contains", "not_contains", "regex", "format", "key", *COMPARATORS)):
             n.read.add(p["path"])
+        if "owner" in p or "group" in p:  # names as the node itself has them, also under a host root
+            n.read.update((PASSWD, GROUP))
     elif rule.kind == "sysctl":
         n.read.add(sysctl_path(p["name"]))
     elif rule.kind == "cmdline":
@@ -124,6 +134,7 @@ def needs_of(rule: SiteRule) -> Needs:
             n.link.add(f"{d}/{p['unit']}")
     elif rule.kind == "package":
         n.read.add(DPKG_STATUS)
+        n.rpm.update(RPM_DBPATHS)
     return n
 
 
@@ -292,7 +303,7 @@ def needs_section(rules: list[SiteRule]) -> str:
     total = Needs()
     for r in rules:
         n = needs_of(r)
-        for kind in ("read", "stat", "glob", "link"):
+        for kind in Needs.KINDS:
             getattr(total, kind).update(getattr(n, kind))
     return "\n".join(total.lines())
 

@@ -6,7 +6,8 @@ Sources of truth: stat(1) `%a %u %g %U %G %F`; /proc/cmdline and /proc/modules (
 unit runs while its cgroup holds processes (systemd.unit(5): each service gets its own cgroup under its
 slice) and is enabled by the symlinks `systemctl enable` makes in the `.wants/` and `.requires/` folders
 of the [Install] targets, masked by a link to /dev/null in /etc/systemd/system; the dpkg status file
-(dpkg(1): `Package:`, `Status: install ok installed`, `Version:` stanzas).
+(dpkg(1): `Package:`, `Status: install ok installed`, `Version:` stanzas) and the RPM database as `rpm -qa`
+reads it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ from typing import Any
 from conformance.collection.bundle import Bundle, Record
 from conformance.config.site_rules import (
     DPKG_STATUS,
+    GROUP,
     MODULES_BUILTIN,
+    PASSWD,
+    RPM_DBPATHS,
     SYSTEMD_WANTS,
     UNIT_CGROUPS,
     UNIT_PATH,
@@ -31,8 +35,9 @@ from conformance.config.site_rules import (
     unit_cgroup,
 )
 from conformance.errors import FactUnavailable, ParseError
-from conformance.facts.debversion import satisfies
+from conformance.facts.debversion import satisfies as deb_satisfies
 from conformance.facts.kubelet import load_yaml_mapping
+from conformance.facts.rpmversion import satisfies as rpm_satisfies
 from conformance.facts.runtime import load_toml
 
 SHOWN = 160  # characters of a value shown in evidence
@@ -89,29 +94,86 @@ def _key(doc: Any, dotted: str, path: str) -> tuple[bool, Any]:
     return True, cur
 
 
-def judge_file(b: Bundle, p: dict[str, Any]) -> tuple[list[str], list[str]]:
-    path = p["path"]
-    st = b.stat(path)
+LOOP = "more than 40 symbolic links on the way to it (the kernel's limit, ELOOP), or a link that cannot be read"
+
+
+def _examined(b: Bundle, name: str, path: str) -> Record:
+    st = b.stat(name)
     if st is None:
         raise FactUnavailable(f"{path}: not collected (an older snapshot, or the collector stopped early)")
-    exists = st.status == "ok"
+    if st.status == "loop":
+        raise FactUnavailable(f"{path}: {LOOP}")
     if st.status not in ("ok", "missing"):
         raise FactUnavailable(f"{path}: could not be examined ({st.status})")
+    return st
+
+
+def _id_names(b: Bundle, table: str) -> dict[str, str] | None:
+    """ID -> name from the node's own passwd(5) or group(5) file; None when the collection ran on the node
+    itself, where stat(1) already named the owner through the node's name service."""
+    root = b.meta("root")
+    if root is None or not root.data:
+        return None
+    names: dict[str, str] = {}
+    for line in b.text(table, f"{table} (the owner names under the host root)").splitlines():
+        fields = line.split(":")
+        if len(fields) >= 3 and fields[2].isdigit():
+            names.setdefault(fields[2], fields[0])  # the first entry of an ID is the name ls and stat show
+    return names
+
+
+def _owned(b: Bundle, path: str, k: str, want: str, ident: str, stat_name: str) -> tuple[str, list[str]]:
+    """(the owner's name as the node names it, problems): owner or group against a wanted name or number."""
+    table = PASSWD if k == "owner" else GROUP
+    try:
+        names = _id_names(b, table)
+    except FactUnavailable:
+        if not want.isdigit():
+            raise
+        return "?", ([] if want == ident else [f"{path} is owned by {k} {ident}, expected {want}"])  # a number needs no name
+    have = stat_name if names is None else names.get(ident, "")
+    if want in (ident, have):
+        return have, []
+    if names is not None and not have and not want.isdigit():
+        if want in names.values():
+            return ident, [f"{path} is owned by {k} {ident} (not in the node's {table}), expected {want}"]
+        raise FactUnavailable(
+            f"{path}: {k} {ident} and the name {want} are both absent from the node's {table} (a directory service names "
+            f"them, which a host root cannot ask): write the {k} as a number"
+        )
+    return have, [f"{path} is owned by {k} {have or '?'} ({ident}), expected {want}"]
+
+
+def judge_file(b: Bundle, p: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The file the path names, with its links followed inside the node's root (the collector's `target`):
+    its mode, owner and content are what a reader of the path gets. A link is named in the evidence."""
+    path = p["path"]
+    st = _examined(b, path, path)
+    via = ""
+    if st.status == "ok" and st.data.decode("utf-8", "replace").endswith(" symbolic link"):
+        try:
+            target = b.link(f"target:{path}")
+        except FactUnavailable:
+            raise FactUnavailable(f"{path}: {LOOP}") from None
+        st = _examined(b, f"target:{path}", path)
+        via = f" (a symbolic link to {target})"
     want_exists = p.get("exists", True)
-    if not exists:
-        return ([] if not want_exists else [f"{path} does not exist"]), [f"{path}: does not exist"]
+    if st.status == "missing":
+        return ([] if not want_exists else [f"{path} does not exist{via}"]), [f"{path}: does not exist{via}"]
     mode, uid, gid, user, group, *kind = st.data.decode("utf-8", "replace").split(" ", 5)
-    lines = [f"{path}: {' '.join(kind)}, mode {mode.zfill(4)}, owner {user} ({uid}), group {group} ({gid})"]
-    if not want_exists:
-        return [f"{path} exists, and must not"], lines
     problems = []
+    for k, ident, stat_name in (("owner", uid, user), ("group", gid, group)):
+        if k in p:
+            name, bad = _owned(b, path, k, str(p[k]), ident, stat_name)
+            problems += bad
+            user, group = (name, group) if k == "owner" else (user, name)
+    lines = [f"{path}{via}: {' '.join(kind)}, mode {mode.zfill(4)}, owner {user} ({uid}), group {group} ({gid})"]
+    if not want_exists:
+        return [f"{path} exists, and must not{via}"], lines
     if "mode" in p and int(mode, 8) != int(p["mode"], 8):
         problems.append(f"{path} has mode {mode.zfill(4)}, expected {p['mode'].zfill(4)}")
     if "mode_max" in p and int(mode, 8) & ~int(p["mode_max"], 8):
         problems.append(f"{path} has mode {mode.zfill(4)}: more permissive than {p['mode_max'].zfill(4)}")
-    for k, have, ident in (("owner", user, uid), ("group", group, gid)):
-        if k in p and str(p[k]) not in (have, ident):
-            problems.append(f"{path} is owned by {k} {have} ({ident}), expected {p[k]}")
     if any(k in p for k in ("equals", "contains", "not_contains", "regex", "format")):
         text = b.text(path)
         rec = b.file(path)
@@ -276,22 +338,29 @@ def unit_masked(b: Bundle, unit: str) -> tuple[bool, str]:
 
 
 @dataclass(frozen=True)
-class DpkgPackage:
+class Package:
+    """One installed (or, for dpkg, known) instance of a package, in the database that holds it."""
+
+    manager: str  # "dpkg" or "rpm"
     name: str
-    arch: str  # "" when the stanza has no Architecture field
-    status: str  # the Status field: want, error flag, state ("install ok installed")
-    version: str
+    arch: str  # "" when the database names none
+    status: str  # dpkg's Status field (want, error flag, state); "installed" for rpm's
+    version: str  # dpkg's Version; rpm's [epoch:]version-release
 
     @property
     def installed(self) -> bool:
-        return self.status.split()[-1:] == ["installed"]  # dpkg-query's ${db:Status-Status}
+        return self.status.split()[-1:] == ["installed"]  # dpkg-query's ${db:Status-Status}; rpm lists installed only
+
+    def satisfies(self, constraint: str) -> bool:
+        """The manager's own comparison: dpkg's deb-version(7) order, or rpm's rpmvercmp."""
+        return (rpm_satisfies if self.manager == "rpm" else deb_satisfies)(self.version, constraint)
 
     def __str__(self) -> str:
         return f"{self.name}:{self.arch}" if self.arch else self.name
 
 
 @functools.lru_cache(maxsize=4)
-def dpkg_packages(text: str) -> tuple[DpkgPackage, ...]:
+def dpkg_packages(text: str) -> tuple[Package, ...]:
     """Every package instance in dpkg's status file (stanzas separated by blank lines). A Multi-Arch
     package has one stanza per architecture (libfoo:amd64 and libfoo:i386), so the name alone is no key."""
     out = []
@@ -299,7 +368,8 @@ def dpkg_packages(text: str) -> tuple[DpkgPackage, ...]:
         fields = dict(re.findall(r"^([A-Za-z-]+): ?(.*)$", stanza, re.M))
         if "Package" in fields:
             out.append(
-                DpkgPackage(
+                Package(
+                    "dpkg",
                     fields["Package"].strip(),
                     fields.get("Architecture", "").strip(),
                     fields.get("Status", "").strip(),
@@ -309,7 +379,23 @@ def dpkg_packages(text: str) -> tuple[DpkgPackage, ...]:
     return tuple(out)
 
 
-def dpkg_lookup(packages: tuple[DpkgPackage, ...], spec: str) -> list[DpkgPackage]:
+@functools.lru_cache(maxsize=4)
+def rpm_packages(text: str) -> tuple[Package, ...]:
+    """The collector's `rpm -qa --queryformat '%{NAME} %{ARCH} EPOCH|- %{VERSION} %{RELEASE}'` lines. rpm
+    lists one header per installed instance: two architectures, or install-only packages such as kernel-core
+    with several versions at once, are several lines of one name."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split(" ")
+        if len(parts) != 5:
+            raise ParseError(f"rpm -qa: unexpected line {_short(line)!r} (expected NAME ARCH EPOCH VERSION RELEASE)")
+        name, arch, epoch, version, release = parts
+        evr = (f"{epoch}:" if epoch != "-" else "") + f"{version}-{release}"
+        out.append(Package("rpm", name, "" if arch == "(none)" else arch, "installed", evr))
+    return tuple(out)
+
+
+def dpkg_lookup(packages: tuple[Package, ...], spec: str) -> list[Package]:
     """The instances a package name selects as dpkg-query does (dpkg-query(1), "package-name-pattern";
     dpkg(1) pkg-spec): `name` is every architecture's instance, `name:arch` that architecture's only
     (`name:all` for an architecture-independent package)."""
@@ -317,16 +403,63 @@ def dpkg_lookup(packages: tuple[DpkgPackage, ...], spec: str) -> list[DpkgPackag
     return [p for p in packages if p.name == name and (not arch or p.arch == arch)]
 
 
-def judge_package(b: Bundle, p: dict[str, Any]) -> tuple[list[str], list[str]]:
+def rpm_lookup(packages: tuple[Package, ...], spec: str) -> list[Package]:
+    """The instances `rpm -q SPEC` selects by name: `name` is every instance, `name.arch` an architecture's
+    (rpm tries the whole label as a name first: python3.11 is a name; lib/rpmdb.c rpmdbIndexIterator over
+    NAME, then the name.arch split in rpmdbInitIterator's label handling). `name:arch`, the spelling that
+    package rules share with dpkg, selects the same as `name.arch`."""
+    if ":" in spec:
+        return dpkg_lookup(packages, spec)
+    exact = [p for p in packages if p.name == spec]
+    if exact or "." not in spec:
+        return exact
+    name, _, arch = spec.rpartition(".")
+    return [p for p in packages if p.name == name and p.arch == arch]
+
+
+def installed_packages(b: Bundle) -> list[tuple[str, tuple[Package, ...]]]:
+    """Every package database the node has, read, as (source, packages). A database
+    that is there but could not be read makes every package rule unknown; none at all is an error too."""
+    found: list[tuple[str, tuple[Package, ...]]] = []
+    looked = []
     rec = b.file(DPKG_STATUS)
-    if rec is None or rec.status == "missing":
-        raise FactUnavailable(
-            f"no dpkg database on this node ({DPKG_STATUS} missing): package rules read dpkg's status file; an RPM "
-            "database needs rpm itself to read, so write a file rule or a Python site check for it"
-        )
-    found = dpkg_lookup(dpkg_packages(b.text(DPKG_STATUS)), p["name"])
+    if rec is None:
+        raise FactUnavailable(f"{DPKG_STATUS}: not collected (an older snapshot): which packages are installed is unknown")
+    if rec.status == "ok":
+        found.append((f"dpkg ({DPKG_STATUS})", dpkg_packages(b.text(DPKG_STATUS))))
+    elif rec.status != "missing":
+        raise FactUnavailable(f"{DPKG_STATUS} could not be read ({rec.status}): which packages are installed is unknown")
+    looked.append(f"{DPKG_STATUS} ({rec.status})")
+    for dbpath in RPM_DBPATHS:
+        cmd = b.optional_command(f"rpm:{dbpath}")
+        if cmd is None:
+            raise FactUnavailable(f"{dbpath}: not looked at for an RPM database (an older snapshot): installed packages unknown")
+        looked.append(f"{dbpath} ({'no rpm database' if cmd.status == 'missing' else cmd.status})")
+        if cmd.status == "missing":
+            continue
+        if cmd.status == "denied":
+            raise FactUnavailable(f"{dbpath}: the RPM database folder cannot be entered by this user (needs execute permission)")
+        if cmd.status == "127":
+            raise FactUnavailable(f"{dbpath} holds an RPM database, but rpm or timeout is not on the node's PATH to read it")
+        if cmd.status != "0":
+            why = " (killed after 60 s)" if cmd.status in ("137", "124") else ""
+            raise FactUnavailable(f"rpm --dbpath {dbpath} -qa exited {cmd.status}{why}: which packages are installed is unknown")
+        found.append((f"rpm ({dbpath})", rpm_packages(cmd.data.decode("utf-8", "replace"))))
+        break  # the first folder with a database is rpm's %_dbpath; the other is its compatibility link
+    if not found:
+        raise FactUnavailable(f"no package database on this node: looked at {', '.join(looked)}")
+    return found
+
+
+def judge_package(b: Bundle, p: dict[str, Any]) -> tuple[list[str], list[str]]:
+    databases = installed_packages(b)
+    found: list[Package] = []
+    lines = []
+    for source, packages in databases:
+        mine = (rpm_lookup if source.startswith("rpm") else dpkg_lookup)(packages, p["name"])
+        found += mine
+        lines += [f"{source}: {i} {i.version} ({i.status})" for i in mine] or [f"{source}: {p['name']} not known"]
     installed = [i for i in found if i.installed]
-    lines = [f"dpkg: {i} {i.version} ({i.status})" for i in found] or [f"dpkg: {p['name']} not known to dpkg"]
     if "installed" in p and bool(installed) != p["installed"]:
         what = ", ".join(f"{i} {i.version}" for i in installed)
         return [f"package {p['name']} is {'installed (' + what + ')' if installed else 'not installed'}"], lines
@@ -334,7 +467,7 @@ def judge_package(b: Bundle, p: dict[str, Any]) -> tuple[list[str], list[str]]:
         if not installed:
             return [f"package {p['name']} is not installed (wanted {p['version']})"], lines
         # every installed instance must satisfy it: a second architecture's older build is still loaded
-        bad = [i for i in installed if not satisfies(i.version, p["version"])]
+        bad = [i for i in installed if not i.satisfies(p["version"])]
         if bad:
             return [f"package {', '.join(f'{i} is {i.version}' for i in bad)}, wanted {p['version']}"], lines
     elif "installed" not in p and not installed:
