@@ -356,6 +356,9 @@ def test_allowed_unsafe_sysctls(node, kubelet_config, profile, evidence):
     assert not missing, f"allowedUnsafeSysctls ({s.source}) does not admit {', '.join(missing)}: pods setting them are rejected"
 
 
+MANAGED_HINT = "; a write that fails with EIO marks a kernel-managed IRQ, which only isolcpus=managed_irq,<CPUs> moves"
+
+
 @check(
     "NODE-SYSTEM-CPUS-ISOLATED",
     "medium",
@@ -365,12 +368,15 @@ def test_allowed_unsafe_sysctls(node, kubelet_config, profile, evidence):
     node's daemons run anywhere, and an IRQ whose affinity includes a pinned CPU interrupts the pod
     there: the jitter exclusive CPUs were meant to remove. The tuning guidance this suite follows keeps
     2-4 cores for system components and steers daemons and interrupts onto them.""",
-    remediation="Confine system services to the reserved CPUs (CPUAffinity= in /etc/systemd/system.conf.d/, or "
-    "AllowedCPUs= on system.slice) and interrupts too (irqbalance's IRQBALANCE_BANNED_CPULIST set to the exclusive "
-    "CPUs, or /proc/irq/<N>/smp_affinity_list); with cpuManagerPolicyOptions strict-cpu-reservation the kubelet also "
-    "keeps pods without exclusive CPUs off the reserved ones.",
-    source="/sys/fs/cgroup/system.slice/cpuset.cpus.effective, /etc/systemd/system.conf(.d), /proc/irq/*/smp_affinity_list; "
-    "the kubelet's reservedSystemCPUs and cpu_manager_state",
+    remediation="Confine system services to the reserved CPUs (CPUAffinity= in /etc/systemd/system.conf.d/, then "
+    "systemctl daemon-reload and a restart of running services, or AllowedCPUs= on system.slice) and interrupts too "
+    "(irqbalance's IRQBALANCE_BANNED_CPULIST set to the exclusive CPUs, or /proc/irq/<N>/smp_affinity_list). "
+    "Kernel-managed interrupts (NVMe I/O queues) refuse those writes: the kernel parameter "
+    "isolcpus=managed_irq,<exclusive CPUs> keeps them off. With cpuManagerPolicyOptions strict-cpu-reservation the "
+    "kubelet also keeps pods without exclusive CPUs off the reserved ones.",
+    source="/proc/1/status Cpus_allowed_list, systemd-system.conf(5) files and drop-ins, "
+    "/sys/fs/cgroup/system.slice/cpuset.cpus.effective, /proc/irq/*/effective_affinity_list (else smp_affinity_list), "
+    "/sys/kernel/debug/irq/irqs (managed IRQs), /proc/cmdline; the kubelet's reservedSystemCPUs and cpu_manager_state",
 )
 def test_system_cpus_isolated(node, facts, kubelet_config, topology, evidence):
     policy = kubelet_config.get("cpuManagerPolicy")
@@ -384,7 +390,7 @@ def test_system_cpus_isolated(node, facts, kubelet_config, topology, evidence):
         state = facts.cpu_manager_state
         exclusive = frozenset().union(*(c for e in state.entries.values() for c in e.values()))
         evidence.add("reservedSystemCPUs not set: the exclusive pool is not fixed; judged on the CPUs assigned now")
-    evidence.source = "system.slice cpuset, systemd CPUAffinity=, /proc/irq"
+    evidence.source = "PID 1, systemd CPUAffinity=, system.slice cpuset, /proc/irq"
     options = kubelet_config.get("cpuManagerPolicyOptions").value or {}
     evidence.add(
         f"exclusive CPUs: {format_cpulist(exclusive) or '(none)'}",
@@ -393,22 +399,74 @@ def test_system_cpus_isolated(node, facts, kubelet_config, topology, evidence):
     if not exclusive:
         pytest.skip("no CPU is handed out exclusively on this node now")
     sc = facts.system_cpus
-    if sc.affinity is not None:
-        services, how = sc.affinity, f"systemd CPUAffinity= ({sc.affinity_source})"
-    elif sc.slice_cpus is not None:
-        services, how = sc.slice_cpus, "system.slice cpuset.cpus.effective"
+    problems, unknown = [], ""
+    configured = (
+        f"CPUAffinity= {format_cpulist(sc.affinity)} ({sc.affinity_source})"
+        if sc.affinity is not None
+        else (f"no CPUAffinity= ({sc.affinity_source})" if sc.affinity_source else "no CPUAffinity= in systemd's files")
+    )
+    evidence.add(f"systemd configuration: {configured}")
+    if sc.pid1 is not None:
+        name, mask = sc.pid1
+        services, how = mask, f"PID 1 ({name}) runs on {format_cpulist(mask)} (/proc/1/status), and services inherit it"
+        if sc.affinity is not None and sc.affinity != mask:
+            evidence.add(
+                f"PID 1 does not run with the configured CPUAffinity= {format_cpulist(sc.affinity)}: systemd applies it at "
+                "boot and on daemon-reload; services started before keep their old CPUs until restarted"
+            )
     else:
-        services, how = topology.online, "no CPUAffinity= and no system.slice cpuset: every online CPU"
+        services, how = sc.affinity or topology.online, "configuration only"
+        unknown = "PID 1's CPUs (/proc/1/status) are not visible here, so where services really run is unknown"
+    if sc.slice_cpus is not None:
+        services, how = services & sc.slice_cpus, how + f"; system.slice cpuset {format_cpulist(sc.slice_cpus)}"
     evidence.add(f"system services may run on {format_cpulist(services)} ({how})")
-    problems = []
-    if services & exclusive:
+    if services & exclusive and not unknown:
         problems.append(f"system services may run on exclusive CPUs {format_cpulist(services & exclusive)} ({how})")
-    device_irqs = {n: v for n, v in sc.irqs.items() if v[1]}  # with a device handler; others deliver nothing
-    evidence.add(f"{len(device_irqs)} IRQ(s) with a device handler, of {len(sc.irqs)}")
-    bad = {n: (cpus & exclusive, names) for n, (cpus, names) in sorted(device_irqs.items()) if cpus & exclusive}
-    if bad:
-        listed = [f"{n} ({', '.join(names)}) -> {format_cpulist(cpus)}" for n, (cpus, names) in list(bad.items())[:10]]
-        more = f" and {len(bad) - 10} more" if len(bad) > 10 else ""
-        problems.append(f"IRQs may be delivered to exclusive CPUs: {'; '.join(listed)}{more}")
+    device_irqs = {n: irq for n, irq in sorted(sc.irqs.items()) if irq.handlers}  # no handler: delivers nothing
+    evidence.add(
+        f"{len(device_irqs)} IRQ(s) with a device handler, of {len(sc.irqs)}; judged on "
+        + ("effective_affinity_list" if any(i.effective for i in device_irqs.values()) else "smp_affinity_list")
+        + f"; kernel-managed IRQs told by {sc.managed_source}"
+    )
+    on_exclusive = {n: irq for n, irq in device_irqs.items() if irq.cpus & exclusive}
+
+    def listed(irqs: dict) -> str:
+        shown = [f"{n} ({', '.join(i.handlers)}) -> {format_cpulist(i.cpus & exclusive)}" for n, i in list(irqs.items())[:10]]
+        return "; ".join(shown) + (f" and {len(irqs) - 10} more" if len(irqs) > 10 else "")
+
+    movable = {n: i for n, i in on_exclusive.items() if not i.managed}
+    managed = {n: i for n, i in on_exclusive.items() if i.managed}
+    if movable:
+        problems.append(
+            f"IRQs may be delivered to exclusive CPUs: {listed(movable)} (move them: irqbalance's IRQBALANCE_BANNED_CPULIST, "
+            "or /proc/irq/<N>/smp_affinity_list"
+            + (
+                ""
+                if any(i.managed is False for i in movable.values())
+                else "; a write that fails with EIO marks a kernel-managed IRQ, which only isolcpus=managed_irq,<CPUs> moves"
+            )
+            + ")"
+        )
+    if managed:
+        isolated = sc.isolated_managed
+        cpus = frozenset().union(*(i.cpus & exclusive for i in managed.values()))
+        if isolated is not None and cpus <= isolated:
+            evidence.add(
+                f"kernel-managed IRQs stay on exclusive CPUs {format_cpulist(cpus)} although isolcpus=managed_irq covers "
+                f"them: their masks hold no other online CPU, which nothing outside the driver changes ({listed(managed)})"
+            )
+        elif isolated is None:
+            unknown = (
+                unknown or "the kernel command line (/proc/cmdline) was not read: whether isolcpus=managed_irq is set is unknown"
+            )
+            evidence.add(f"kernel-managed IRQs on exclusive CPUs: {listed(managed)}")
+        else:
+            problems.append(
+                f"kernel-managed IRQs are delivered to exclusive CPUs: {listed(managed)}. The kernel sets their affinity and "
+                f"refuses writes to /proc/irq; only the kernel parameter isolcpus=managed_irq,{format_cpulist(exclusive)} "
+                "(and a reboot) keeps them off those CPUs"
+            )
     assert not problems, "; ".join(problems)
+    if unknown:
+        raise FactUnavailable(unknown)
     evidence.add("verified: services and device interrupts stay on the reserved CPUs")

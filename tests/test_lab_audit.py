@@ -108,3 +108,22 @@ def test_snapshot_replay_gives_the_same_verdicts(lab, audit, tmp_path):
     replay = json.loads((tmp_path / "replay" / "results.json").read_text())
     assert outcomes(replay) == outcomes(live)
     assert {n["name"]: n["verdict"] for n in replay["nodes"]} == {n["name"]: n["verdict"] for n in live["nodes"]}
+
+
+def test_system_cpus_are_judged_on_pid1_and_effective_irq_affinity(audit):
+    """PID 1 really runs with the lab's CPU mask (taskset); the good node's NIC queue may go anywhere but is
+    delivered to reserved cpu4 only; bad-runtime's NVMe I/O queue is kernel-managed and gets the one remedy
+    that works, its NIC queue the ordinary one."""
+    _, _, doc = audit
+    got = {(r["node"], r["check"]): r for r in doc["results"]}
+    good = got[("good", "NODE-SYSTEM-CPUS-ISOLATED")]
+    assert good["outcome"] == "passed"
+    shown = " | ".join(good["evidence"])
+    assert "PID 1 (sh) runs on 0 (/proc/1/status)" in shown or "PID 1 (sshd) runs on 0 (/proc/1/status)" in shown, shown
+    assert "judged on effective_affinity_list; kernel-managed IRQs told by debugfs" in shown
+    bad = got[("bad-runtime", "NODE-SYSTEM-CPUS-ISOLATED")]["message"]
+    assert "IRQs may be delivered to exclusive CPUs: 32 (mlx5_comp6@pci:0000:17:00.0) -> 6" in bad, bad
+    assert "kernel-managed IRQs are delivered to exclusive CPUs: 31 (nvme0q5) -> 5" in bad, bad
+    assert "isolcpus=managed_irq," in bad
+    everywhere = got[("bad-state", "NODE-SYSTEM-CPUS-ISOLATED")]["message"]
+    assert everywhere.startswith("system services may run on exclusive CPUs 1 (PID 1 (sshd) runs on 0-1"), everywhere

@@ -125,7 +125,7 @@ def test_file_rules_see_what_the_kernel_resolves_inside_the_root(node_root, tmp_
 def test_owner_names_come_from_the_nodes_own_files(node_root, tmp_path):
     def owner_rule(rid: str, path: str, owner: str) -> str:
         return (
-            f"  - {{id: {rid}, severity: high, title: t, rationale: r, remediation: m, file: {{path: {path}, owner: {owner}}}}}\n"  # noqa: E501
+            f"  - {{id: {rid}, severity: high, title: t, rationale: r, remediation: m, file: {{path: {path}, owner: {owner}}}}}\n"
         )
 
     extra = (

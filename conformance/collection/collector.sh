@@ -59,8 +59,10 @@ emit_file() {
     p=$(in_root "$1") || { rec F "$1" loop; echo; return 0; }
     p=$R$p
   fi
-  if [ -d "$p" ]; then rec F "$1" dir; echo
+  if [ -n "$R" ] && [ "$p" = "$R/dev/null" ]; then rec F "$1" ok; echo  # /dev/null reads empty: a masked file
+  elif [ -d "$p" ]; then rec F "$1" dir; echo
   elif [ ! -e "$p" ]; then rec F "$1" missing; echo
+  elif [ -z "$R" ] && [ -c "$p" ] && [ "$p" -ef /dev/null ]; then rec F "$1" ok; echo
   elif [ ! -f "$p" ]; then rec F "$1" special; echo  # a FIFO, socket or device: opening it could block or act
   elif [ ! -r "$p" ] || ! head -c 1 "$p" >/dev/null 2>&1; then rec F "$1" denied; echo
   else rec F "$1" ok; head -c "$((MAX + 1))" "$p" 2>/dev/null | b64; echo
@@ -273,9 +275,25 @@ done
 # Where system services and device interrupts may run (kept off the CPUs pods get exclusively?): the
 # system.slice cpuset, systemd's CPUAffinity=, and each IRQ's affinity with its handlers' names.
 emit_file /sys/fs/cgroup/system.slice/cpuset.cpus.effective
-emit_file /etc/systemd/system.conf
-emit_glob '/etc/systemd/system.conf.d/*.conf'
+for d in /etc/systemd /run/systemd /usr/local/lib/systemd /usr/lib/systemd; do  # systemd-system.conf(5)'s folders
+  emit_file "$d/system.conf"
+  emit_glob "$d/system.conf.d/*.conf"
+done
+emit_file /proc/1/status  # Cpus_allowed_list: the affinity systemd really runs with, and its services inherit
+emit_file /proc/cmdline  # isolcpus=managed_irq,...
 emit_lines '/proc/irq/[0-9]*/smp_affinity_list'
+emit_lines '/proc/irq/[0-9]*/effective_affinity_list'
+# Kernel-managed IRQs cannot be moved through /proc/irq; debugfs (root only) is the one place that says which
+# they are (kernel/irq/debugfs.c prints IRQD_AFFINITY_MANAGED in an IRQ's dstate)
+dbg=$R/sys/kernel/debug/irq/irqs
+if [ -d "$dbg" ] && [ -r "$dbg" ] && [ -x "$dbg" ]; then
+  set +f
+  managed=$(awk '/IRQD_AFFINITY_MANAGED/ { print FILENAME }' "$dbg"/[0-9]* 2>/dev/null)
+  set -f
+  rec M managed-irqs ok; printf '%s' "$managed" | b64; echo
+else
+  rec M managed-irqs missing; echo
+fi
 acts=
 set +f
 for d in "$R"/proc/irq/[0-9]*/*/; do [ -d "$d" ] && acts="$acts${d#"$R"}$NL"; done

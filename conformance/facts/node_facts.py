@@ -43,7 +43,15 @@ from conformance.facts.runtime import (
     parse_containerd_version,
     path_glob_match,
 )
-from conformance.facts.system_cpus import SystemCpus, parse_cpu_affinity, parse_irqs
+from conformance.facts.system_cpus import (
+    SYSTEMD_CONF_DIRS,
+    SystemCpus,
+    isolcpus_managed,
+    parse_cpu_affinity,
+    parse_irqs,
+    parse_pid1,
+    systemd_conf_files,
+)
 from conformance.facts.topology import Topology
 from conformance.facts.xid import CONTROL, XID_LINES_KEPT, XidLog, XidRecordError, parse_xid_record
 
@@ -341,19 +349,44 @@ class NodeFacts:
 
     @fact
     def system_cpus(self) -> SystemCpus:
-        """Where system services and device interrupts may run."""
+        """Where system services and device interrupts may run (conformance.facts.system_cpus)."""
         self.require_reachable()
         b = self.bundle
+
+        def present(path: str) -> bool:
+            rec = b.file(path)
+            if rec is None:
+                raise FactUnavailable(f"{path}: not collected from node {self.name} (an older snapshot)")
+            return rec.status != "missing"
+
         effective = b.optional_text("/sys/fs/cgroup/system.slice/cpuset.cpus.effective")
         slice_cpus = (
             parse_cpulist(effective, what="system.slice cpuset.cpus.effective") if effective and effective.strip() else None
         )
-        docs = [(p, t) for p in ["/etc/systemd/system.conf", *sorted(b.glob("/etc/systemd/system.conf.d/*.conf"))]
-                if (t := b.optional_text(p)) is not None]  # fmt: skip
+        mains = {f"{d}/system.conf": present(f"{d}/system.conf") for d in SYSTEMD_CONF_DIRS}
+        dropins = [p for d in SYSTEMD_CONF_DIRS for p in b.glob(f"{d}/system.conf.d/*.conf")]
+        docs = [(p, b.text(p)) for p in systemd_conf_files(mains, dropins)]  # a /dev/null link reads empty: masked
         affinity, source = parse_cpu_affinity(docs)
+        pid1 = parse_pid1(b.text("/proc/1/status")) if present("/proc/1/status") else None
+        isolated = isolcpus_managed(b.text("/proc/cmdline")) if present("/proc/cmdline") else None
+        managed_rec = b.meta("managed-irqs")
+        if managed_rec is None:
+            raise FactUnavailable(f"node {self.name}: which IRQs are kernel-managed was not looked at (an older snapshot)")
+        managed = None
+        if managed_rec.status == "ok":
+            managed = {int(x.rsplit("/", 1)[-1]) for x in managed_rec.data.decode().split() if x.rsplit("/", 1)[-1].isdigit()}
         action_dirs = b.meta_lines("irq-actions") or []
         affinities = {p: b.text(p) for p in b.glob("/proc/irq/[0-9]*/smp_affinity_list")}
-        return SystemCpus(slice_cpus, affinity, source, parse_irqs(affinities, action_dirs))
+        effectives = {p: b.text(p) for p in b.glob("/proc/irq/[0-9]*/effective_affinity_list")}
+        return SystemCpus(
+            slice_cpus,
+            affinity,
+            source,
+            pid1,
+            parse_irqs(affinities, action_dirs, effectives, managed),
+            "debugfs IRQD_AFFINITY_MANAGED" if managed is not None else "driver names (NVMe I/O queues); debugfs not readable",
+            isolated,
+        )
 
     @fact
     def topology(self) -> Topology:

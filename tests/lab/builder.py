@@ -127,6 +127,12 @@ class NodeSpec:
     daemons: list[str] = field(default_factory=list)  # do-nothing processes run under these program names (their comm)
     links: dict[str, str] = field(default_factory=dict)  # symlink on the node -> its target
     irqs: dict[int, tuple[str, list[str]]] = field(default_factory=dict)  # /proc/irq: IRQ -> (affinity, handler names)
+    effective_irqs: dict[int, str] = field(default_factory=dict)  # IRQ -> its effective_affinity_list
+    # the IRQs debugfs marks kernel-managed (/sys/kernel/debug/irq/irqs/N); None: no debugfs on the node
+    managed_irqs: list[int] | None = None
+    # the real CPUs the node's PID 1 runs on (taskset), inherited by all its processes, as systemd's CPUAffinity=
+    # makes them; None: PID 1 keeps every CPU this machine lets the lab use (a node without CPUAffinity=)
+    pid1_cpus: str | None = "0"
     userland: Userland = DEBIAN  # the node's sh, awk and small tools
 
 
@@ -144,13 +150,15 @@ def lab_available() -> str | None:
     """None when a lab can be built here, else the reason it cannot."""
     if os.geteuid() != 0:
         return "the lab needs root (network namespaces, mounts)"
-    for tool in ("ip", "unshare", "ssh-keygen", "cc", "mount"):
+    for tool in ("ip", "unshare", "ssh-keygen", "cc", "mount", "taskset"):
         if shutil.which(tool) is None:
             return f"the lab needs the '{tool}' command"
     if not Path("/usr/sbin/sshd").exists():
         return "the lab needs OpenSSH's sshd (/usr/sbin/sshd; Debian package openssh-server)"
     if _cgroup2_root() is None:
         return "the lab needs a cgroup2 hierarchy"
+    if not {0, 1} <= os.sched_getaffinity(0):
+        return "the lab runs node processes on CPUs 0 and 1 (PID 1's real affinity), and this process may use fewer"
     return userland_available(DEBIAN)  # every node's sh and awk are pinned, dash and mawk unless it says
 
 
@@ -291,8 +299,16 @@ class Lab:
         for n, (affinity, handlers) in s.irqs.items():
             (irq / str(n)).mkdir()
             (irq / str(n) / "smp_affinity_list").write_text(affinity + "\n")
+            if n in s.effective_irqs:
+                (irq / str(n) / "effective_affinity_list").write_text(s.effective_irqs[n] + "\n")
             for h in handlers:
                 (irq / str(n) / h).mkdir()
+        if s.managed_irqs is not None:  # debugfs's IRQ files, as kernel/irq/debugfs.c prints a managed one's dstate
+            irqs = d / "debugfs" / "irq" / "irqs"
+            irqs.mkdir(parents=True)
+            for n in s.irqs:
+                flags = "            IRQD_AFFINITY_MANAGED\n" if n in s.managed_irqs else ""
+                (irqs / str(n)).write_text(f"handler:  handle_edge_irq\ndstate:   0x0\n{flags}")
         (d / "cgmnt").mkdir()
         (d / "sshd_config").write_text(  # the node's own lines first: for sshd the first value of a keyword wins
             node.spec.sshd_config + f"ListenAddress {node.address}:22\nHostKey {d / 'host_ed25519'}\nPidFile none\nUsePAM no\n"
@@ -365,6 +381,8 @@ class Lab:
             )
 
         lines = ["set -e", "mount --make-rprivate /"]
+        if s.pid1_cpus is not None:  # PID 1 (this shell, then sshd) and everything it starts inherit the mask
+            lines.append(f"taskset -pc {q(s.pid1_cpus)} $$ >/dev/null")
         # /tmp last: the lab's own folder lives below it, and an overlay's upper layer cannot be an overlay
         lines += [overlay(top) for top in OVERLAID if top != "tmp"]
         lines += [
@@ -374,6 +392,8 @@ class Lab:
             f"mount --bind {q(str(d / 'sys' / 'pci'))} /sys/bus/pci/devices",
             f"mount --bind {q(str(d / 'irq'))} /proc/irq",
         ]
+        if s.managed_irqs is not None:
+            lines.append(f"mount --bind {q(str(d / 'debugfs'))} /sys/kernel/debug")
         if s.cgroup == "v2":
             lines += [
                 f"mount -t cgroup2 none {q(str(d / 'cgmnt'))}",

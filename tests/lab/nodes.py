@@ -180,7 +180,10 @@ def specs() -> list[NodeSpec]:
         # an unprivileged account, for which the CPU checkpoint and containerd's drop-in folder are unreadable
         users=["auditor"],
         modes={"/var/lib/kubelet/cpu_manager_state": 0o600, "/etc/containerd/conf.d": 0o700},
-        irqs=GOOD_IRQS,
+        # a NIC queue allowed anywhere, which the interrupt controller delivers to reserved cpu4 only
+        irqs={**GOOD_IRQS, 26: ("0-15", ["i40e-eth0-TxRx-0"])},
+        effective_irqs={26: "4"},
+        managed_irqs=[],  # debugfs readable: no IRQ is kernel-managed
     )
     hostile = NodeSpec(
         name="hostile",
@@ -203,6 +206,7 @@ def specs() -> list[NodeSpec]:
         fifos=["/etc/containerd/conf.d/60-pipe.toml"],
         sysctls=GOOD_SYSCTLS,
         nvme={"nvme0n1": b"\xff\xfe[none] \xc3\x28\n"},  # not UTF-8
+        pid1_cpus="0-1",  # no CPUAffinity=: PID 1 and every service may use every CPU (the lab has two)
     )
     bad_kubelet = NodeSpec(
         name="bad-kubelet",
@@ -229,8 +233,9 @@ def specs() -> list[NodeSpec]:
         nvme={"nvme0n1": "[none] mq-deadline"},
         cgroup="v1",
         kubepods=None,
-        # irqbalance put an NVMe queue's interrupt on cpu5, which the CPU manager hands out exclusively
-        irqs={**GOOD_IRQS, 31: ("5", ["nvme0q5"])},
+        # an NVMe I/O queue's interrupt (kernel-managed: only isolcpus=managed_irq moves it) on cpu5, and a NIC
+        # queue irqbalance put on cpu6, both CPUs the CPU manager hands out exclusively
+        irqs={**GOOD_IRQS, 31: ("5", ["nvme0q5"]), 32: ("6", ["mlx5_comp6@pci:0000:17:00.0"])},
     )
     del bad_runtime.files["/etc/containerd/conf.d/99-nvidia.toml"]
     crio_kubelet = GOOD_KUBELET.replace("unix:///run/containerd/containerd.sock", "unix:///var/run/crio/crio.sock")
@@ -251,6 +256,7 @@ def specs() -> list[NodeSpec]:
         numa={0: "0-4,8-11", 1: "4-7,12-15"},  # cpu4 in two nodes
         nvme={"nvme0n1": "none [mq-deadline]"},
         kubepods="kubepods",
+        pid1_cpus="0-1",  # no CPUAffinity=: PID 1 and every service may use every CPU (the lab has two)
     )
     down = NodeSpec(name="down", up=False)
     drop_in = {
@@ -360,7 +366,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         SYSCTL_TCP_TW_REUSE="failed",
         SYSCTL_SOMAXCONN="failed",
         SYSCTL_PORT_RANGE="failed",
-        NODE_SYSTEM_CPUS_ISOLATED="failed",  # IRQ 31 on cpu5
+        NODE_SYSTEM_CPUS_ISOLATED="failed",  # IRQ 31 (kernel-managed) on cpu5, IRQ 32 on cpu6
     ),
     "bad-state": _row(
         "passed",
@@ -369,7 +375,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         NODE_NVME_SCHEDULER="failed",
         RUNTIME_SYSTEMD_CGROUP="failed",
         KUBELET_CGROUP_DRIVER="failed",
-        NODE_SYSTEM_CPUS_ISOLATED="failed",  # no CPUAffinity=, no system.slice cpuset: services run anywhere
+        NODE_SYSTEM_CPUS_ISOLATED="failed",  # no CPUAffinity=, no system.slice cpuset: PID 1 runs on every CPU
     ),
     "hostile": _row(
         "passed",
