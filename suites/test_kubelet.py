@@ -15,6 +15,7 @@ from conformance.checks.sysctl_rules import POD_SYSCTLS, allowlisted
 from conformance.errors import FactUnavailable, ParseError
 from conformance.facts.cpulist import format_cpulist, parse_cpulist
 from conformance.facts.kubelet import go_parse_bool
+from conformance.facts.releases import at_least
 from conformance.facts.reservations import format_bytes, hard_eviction_memory, memory_sums, reserved_cpu_total
 from conformance.facts.units import parse_duration
 
@@ -335,25 +336,37 @@ def test_cpu_manager_state(node, cpu_manager_state, kubelet_config, evidence):
     "in the profile when a CNI tuning plugin sets them instead.",
     source=CONFIG_SOURCE,
 )
-def test_allowed_unsafe_sysctls(node, kubelet_config, profile, evidence):
+def test_allowed_unsafe_sysctls(node, facts, kubelet_config, profile, evidence):
     if profile.get("pods.sysctls_set_by") != "pod":
         pytest.skip(f"the profile says pod sysctls come from {profile.get('pods.sysctls_set_by')!r}, not from the pods' specs")
     s = kubelet_config.get("allowedUnsafeSysctls")
     evidence.from_setting(s)
     allowed = [str(x) for x in (s.value or [])]
-    missing = []
-    for name, (safe, since) in POD_SYSCTLS.items():
-        if safe:
+    missing, unknown = [], []
+    for name, (since, kernel) in POD_SYSCTLS.items():
+        entry = allowlisted(name, allowed)
+        if entry:
+            evidence.add(f"{name}: allowed by {entry!r}")
+            continue
+        if since is None:
+            missing.append(name)
+            continue
+        if since == "1.0" and kernel is None:
             evidence.add(f"{name}: in the kubelet's safe set")
             continue
-        entry = allowlisted(name, allowed)
-        if since and not entry:
-            evidence.add(f"{name}: safe since Kubernetes {since} (kernel 3.16+); older kubelets need it allowed")
-        elif entry:
-            evidence.add(f"{name}: allowed by {entry!r}")
+        try:
+            kubelet, kern = facts.kubelet_version, facts.kernel_release
+        except FactUnavailable as e:
+            unknown.append(f"{name} is safe only from Kubernetes {since} (kernel {kernel}+), and {e}")
+            continue
+        have = f"kubelet {'.'.join(map(str, kubelet))}, kernel {'.'.join(map(str, kern))}"
+        if at_least(kubelet, since) and (kernel is None or at_least(kern, kernel)):
+            evidence.add(f"{name}: in the kubelet's safe set from Kubernetes {since} (kernel {kernel}+): {have}")
         else:
-            missing.append(name)
+            missing.append(f"{name} (safe only from Kubernetes {since} on kernel {kernel}+; {have})")
     assert not missing, f"allowedUnsafeSysctls ({s.source}) does not admit {', '.join(missing)}: pods setting them are rejected"
+    if unknown:
+        raise FactUnavailable("; ".join(unknown))
 
 
 MANAGED_HINT = "; a write that fails with EIO marks a kernel-managed IRQ, which only isolcpus=managed_irq,<CPUs> moves"

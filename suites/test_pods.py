@@ -367,16 +367,25 @@ def test_pod_sysctl_somaxconn(node, container, pod, inside, profile, evidence):
 @check(
     "POD-SYSCTL-PORT-RANGE",
     "medium",
-    title="The pod's ephemeral port range is wide and keeps off the NodePort range",
+    title="The pod's ephemeral port range is wide (and, on the node's network, keeps off the NodePort range)",
     rationale="""A pod's own network namespace starts with ip_local_port_range 32768-60999
-    (net/ipv4/af_inet.c inet_init_net), half the ports a busy client pod may need.""",
+    (net/ipv4/af_inet.c inet_init_net), half the ports a busy client pod may need. NodePorts live in the
+    node's network namespace: only a hostNetwork pod's ephemeral ports can take one, so only there must
+    the NodePort range be reserved (conformance/checks/sysctl_rules.py says why).""",
     remediation=SYSCTL_REMEDIATION,
     source="exec: /proc/sys/net/ipv4/ip_local_port_range, ip_local_reserved_ports in the container",
 )
 def test_pod_sysctl_port_range(node, container, pod, inside, profile, evidence):
     names = ["net/ipv4/ip_local_port_range", "net/ipv4/ip_local_reserved_ports"]
     values = _pod_sysctls(pod, inside, evidence, names)
-    problems = port_range_problems(parse_port_range(values[names[0]]), parse_port_set(values[names[1]]), profile)
+    if not pod.host_network:
+        evidence.add(
+            "NodePorts are served in the node's network namespace; this pod's ephemeral ports are its own namespace's "
+            "and reach the node only through NAT, so they cannot take a NodePort: the reservation is not judged here"
+        )
+    problems = port_range_problems(
+        parse_port_range(values[names[0]]), parse_port_set(values[names[1]]), profile, nodeports_here=pod.host_network
+    )
     assert not problems, "; ".join(problems)
 
 

@@ -52,6 +52,11 @@ NODE_FILES = {
     # Delegate=yes: the service's own cgroup.procs is empty, its processes are in a child; populated covers it
     "/sys/fs/cgroup/system.slice/containerd.service/cgroup.events": "populated 1\nfrozen 0\n",
     "/sys/fs/cgroup/system.slice/containerd.service/cgroup.procs": "",
+    # cgroup v1 (name=systemd): a Delegate=yes unit with its process in a child cgroup, and an idle one
+    "/sys/fs/cgroup/systemd/system.slice/docker.service/cgroup.procs": "",
+    "/sys/fs/cgroup/systemd/system.slice/docker.service/daemon/cgroup.procs": "1234\n",
+    "/sys/fs/cgroup/systemd/system.slice/v1idle.service/cgroup.procs": "",
+    "/sys/fs/cgroup/systemd/system.slice/v1idle.service/empty/cgroup.procs": "",
     "/var/lib/dpkg/status": DPKG_STATUS,
     # the node's own names for owners (under a host root the runner's /etc/passwd does not name them)
     "/etc/passwd": f"{ME}:x:{os.getuid()}:{os.getgid()}:node user:/:/bin/sh\n",
@@ -110,6 +115,8 @@ RULES = "checks:\n" + "".join(
         rule("SITE-FABRICMANAGER", "critical", "systemd: {unit: nvidia-fabricmanager.service, running: true}"),
         rule("SITE-SERIAL-GETTY", "low", "systemd: {unit: serial-getty@ttyS0.service, running: true}"),
         rule("SITE-DELEGATED", "low", "systemd: {unit: containerd.service, running: true}"),
+        rule("SITE-DELEGATED-V1", "low", "systemd: {unit: docker.service, running: true}"),
+        rule("SITE-IDLE-V1", "low", "systemd: {unit: v1idle.service, running: true}"),
         rule("SITE-IDLE-NOT-RUNNING", "low", "systemd: {unit: idle.service, running: false, enabled: false}"),
         rule("SITE-ONDEMAND-MASKED", "low", "systemd: {unit: ondemand.service, masked: true}"),
         rule("SITE-THERMALD-RUNTIME-MASK", "low", "systemd: {unit: thermald.service, masked: false}"),
@@ -149,6 +156,8 @@ EXPECTED = {
     "SITE-FABRICMANAGER": "failed",
     "SITE-SERIAL-GETTY": "passed",
     "SITE-DELEGATED": "passed",
+    "SITE-DELEGATED-V1": "passed",  # its process is in a child cgroup
+    "SITE-IDLE-V1": "failed",
     "SITE-IDLE-NOT-RUNNING": "passed",
     "SITE-ONDEMAND-MASKED": "passed",
     "SITE-THERMALD-RUNTIME-MASK": "failed",  # masked in /run, which comes before /usr/lib

@@ -127,3 +127,16 @@ def test_system_cpus_are_judged_on_pid1_and_effective_irq_affinity(audit):
     assert "isolcpus=managed_irq," in bad
     everywhere = got[("bad-state", "NODE-SYSTEM-CPUS-ISOLATED")]["message"]
     assert everywhere.startswith("system services may run on exclusive CPUs 1 (PID 1 (sshd) runs on 0-1"), everywhere
+
+
+def test_pod_sysctls_are_judged_by_the_running_kubelets_release(audit):
+    """The lab's kubelet binaries answer --version as real ones do (one is 1.26, one never answers)."""
+    _, _, doc = audit
+    got = {(r["node"], r["check"]): r for r in doc["results"]}
+    good = got[("good", "KUBELET-ALLOWED-UNSAFE-SYSCTLS")]
+    assert any("ip_local_reserved_ports: in the kubelet's safe set from Kubernetes 1.27" in e for e in good["evidence"])
+    old = got[("containerd1", "KUBELET-ALLOWED-UNSAFE-SYSCTLS")]["message"]
+    assert "net.ipv4.ip_local_reserved_ports (safe only from Kubernetes 1.27 on kernel 3.16+; kubelet 1.26.15" in old, old
+    hang = got[("hostile", "KUBELET-ALLOWED-UNSAFE-SYSCTLS")]
+    assert hang["outcome"] == "error"
+    assert "the kubelet's --version exited 137 (killed after 5 s)" in hang["message"], hang["message"]

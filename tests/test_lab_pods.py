@@ -49,7 +49,8 @@ PODS = [
         init="setup",
         share_pid=True,
         sidecar="log-shipper",
-        sysctls=POD_SYSCTLS,
+        # a wide range in its own network namespace needs no NodePort reservation there: NodePorts are the node's
+        sysctls={**POD_SYSCTLS, "net.ipv4.ip_local_reserved_ports": ""},
     ),
     # Burstable, on the shared pool across both NUMA nodes, GPU1, 64 MiB /dev/shm, no thread variables;
     # its own network namespace with the kernel's defaults except somaxconn, which it raises

@@ -149,3 +149,17 @@ def test_the_acceptance_pod_sets_the_profiles_pod_sysctls():
         {"name": "net.ipv4.ip_local_port_range", "value": "1024 65535"},
         {"name": "net.ipv4.ip_local_reserved_ports", "value": "30000-32767"},
     ]
+
+
+def test_the_nodeport_reservation_is_asked_only_on_the_nodes_network():
+    from conformance.checks.sysctl_rules import port_range_problems
+    from conformance.config.profile import load_profile
+
+    profile = load_profile(None)
+    wide = (1024, 65535)
+    on_node = port_range_problems(wide, set(), profile)
+    assert on_node == ["NodePort ports 30000-32767 are in the ephemeral range but not in ip_local_reserved_ports"]
+    assert port_range_problems(wide, set(), profile, nodeports_here=False) == []  # a pod's own namespace
+    assert port_range_problems((32768, 60999), set(), profile, nodeports_here=False) == [
+        "ip_local_port_range is 32768-60999; it should cover 1024-65535"
+    ]

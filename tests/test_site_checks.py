@@ -375,3 +375,47 @@ def test_masks_read_as_the_real_systemctl_reads_them(layout, tmp_path):
     bundle = collect_node(NodeSpec(name="n", transport="local", host_root=str(root)), retries=0, site=site)
     masked, how = unit_masked(bundle, "u.service")
     assert masked == state.startswith("masked"), f"systemctl says {state!r}; the suite: {how}"
+
+
+# Where a unit is linked into a target; the real `systemctl --root=ROOT is-enabled` decides which count as
+# enabled ("enabled", "enabled-runtime"): links in /etc or /run, not a vendor's in /usr/lib.
+UNIT_FILE = "[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n"
+WANTS_LAYOUTS = {
+    "etc-wants": "/etc/systemd/system/multi-user.target.wants",
+    "etc-requires": "/etc/systemd/system/multi-user.target.requires",
+    "runtime-wants": "/run/systemd/system/multi-user.target.wants",
+    "vendor-wants": "/usr/lib/systemd/system/multi-user.target.wants",
+    "lib-wants": "/lib/systemd/system/multi-user.target.wants",
+    "local-lib-wants": "/usr/local/lib/systemd/system/multi-user.target.wants",
+    "not-linked": "",
+    "etc-wants-but-masked": "/etc/systemd/system/multi-user.target.wants",
+}
+
+
+@pytest.mark.parametrize("layout", sorted(WANTS_LAYOUTS))
+def test_enabled_reads_as_the_real_systemctl_reads_it(layout, tmp_path):
+    from conformance.collection.collect import collect_node
+    from conformance.config.inventory import NodeSpec
+    from conformance.config.site_rules import SiteRule, needs_section
+    from conformance.facts.site import judge_systemd
+
+    systemctl = shutil.which("systemctl")
+    require_or_skip(None if systemctl else "systemctl is not installed (the Debian package systemd)")
+    assert systemctl is not None
+    root = tmp_path / "root"
+    unit = root / "usr/lib/systemd/system/u.service"
+    unit.parent.mkdir(parents=True)
+    unit.write_text(UNIT_FILE)
+    if WANTS_LAYOUTS[layout]:
+        wants = root / WANTS_LAYOUTS[layout].lstrip("/")
+        wants.mkdir(parents=True, exist_ok=True)
+        (wants / "u.service").symlink_to("/usr/lib/systemd/system/u.service")
+    if layout.endswith("masked"):
+        (root / "etc/systemd/system/u.service").symlink_to("/dev/null")
+    state = subprocess.run([systemctl, f"--root={root}", "is-enabled", "u.service"], capture_output=True, text=True).stdout
+    rule = SiteRule(spec=None, kind="systemd", params={"unit": "u.service", "enabled": True}, origin="test")  # type: ignore[arg-type]
+    bundle = collect_node(NodeSpec(name="n", transport="local", host_root=str(root)), retries=0, site=needs_section([rule]))
+    problems, lines = judge_systemd(bundle, rule.params)
+    assert (not problems) == (state.strip() in ("enabled", "enabled-runtime")), (
+        f"systemctl says {state.strip()!r}; the suite: {lines}"
+    )

@@ -18,12 +18,15 @@ from typing import Any
 
 from conformance.facts.cpulist import format_cpulist
 
-# sysctl -> (always safe?, Kubernetes release from which it is safe, or None)
-POD_SYSCTLS = {
-    "net.ipv4.tcp_tw_reuse": (False, None),
-    "net.core.somaxconn": (False, None),
-    "net.ipv4.ip_local_port_range": (True, "1.0"),
-    "net.ipv4.ip_local_reserved_ports": (False, "1.27"),
+# sysctl -> (the Kubernetes release from which the kubelet counts it safe, the kernel it needs), None: never
+# safe / any kernel. ip_local_reserved_ports: kubernetes PR 115374 (1.27), kernel 3.16 (where Linux commit
+# 122ff243f5f1 made it per namespace); the kubelet leaves it out of its safe set on older kernels
+# (pkg/kubelet/sysctl/safe_sysctls.go getSafeSysctlAllowlist).
+POD_SYSCTLS: dict[str, tuple[str | None, str | None]] = {
+    "net.ipv4.tcp_tw_reuse": (None, None),
+    "net.core.somaxconn": (None, None),
+    "net.ipv4.ip_local_port_range": ("1.0", None),
+    "net.ipv4.ip_local_reserved_ports": ("1.27", "3.16"),
 }
 KERNEL_DEFAULTS = {"net.ipv4.tcp_tw_reuse": "2", "net.core.somaxconn": "4096", "net.ipv4.ip_local_port_range": "32768 60999"}
 
@@ -38,14 +41,27 @@ def somaxconn_problem(value: int, profile: Any) -> str | None:
     return None if value >= want else f"net.core.somaxconn is {value}; at least {want} expected"
 
 
-def port_range_problems(port_range: tuple[int, int], reserved: set[int], profile: Any) -> list[str]:
+# Where NodePorts and ephemeral ports can meet. NodePort traffic is handled in the node's network namespace
+# only: kube-proxy's KUBE-NODEPORTS rules in its nat table, its IPVS services, or a CNI's eBPF program on
+# the node's devices. Ephemeral ports are drawn per network namespace (net/ipv4/inet_hashtables.c
+# __inet_hash_connect: the bind hash is keyed by the namespace, and inet_is_local_reserved_port reads the
+# namespace's own ip_local_reserved_ports). So a socket of the node, or of a hostNetwork pod, that takes a
+# NodePort as its source port has its replies taken by the Service (kubernetes issue 111682; the
+# apiserver's --service-node-port-range must not overlap the nodes' ephemeral range, PR 111697), while a
+# pod in its own namespace reaches the node's only through NAT, whose conntrack entry owns the replies:
+# its ephemeral ports cannot collide with a NodePort, and reserving them there changes nothing.
+
+
+def port_range_problems(port_range: tuple[int, int], reserved: set[int], profile: Any, nodeports_here: bool = True) -> list[str]:
+    """`nodeports_here`: the namespace is the node's (the node itself, a hostNetwork pod), where NodePorts
+    inside the ephemeral range must be reserved."""
     lo, hi = port_range
     want_lo, want_hi = profile.get("sysctl.local_port_range")
     np_lo, np_hi = profile.get("sysctl.nodeport_range")
     problems = []
     if lo > want_lo or hi < want_hi:
         problems.append(f"ip_local_port_range is {lo}-{hi}; it should cover {want_lo}-{want_hi}")
-    unreserved = set(range(max(lo, np_lo), min(hi, np_hi) + 1)) - reserved
+    unreserved = set(range(max(lo, np_lo), min(hi, np_hi) + 1)) - reserved if nodeports_here else set()
     if unreserved:
         problems.append(
             f"NodePort ports {format_cpulist(unreserved)} are in the ephemeral range but not in ip_local_reserved_ports"

@@ -237,6 +237,17 @@ if [ -z "$kpid" ]; then
     done
   fi
 fi
+# The kubelet's release decides which pod sysctls it counts safe: ask the running binary itself (its
+# /proc/PID/exe, so an upgrade on disk does not answer for it), bounded in time. k3s answers for the kubelet
+# it runs.
+vpid=${kpid:-${kpid_k3s:-}}
+if [ -n "$vpid" ]; then
+  if command -v timeout >/dev/null 2>&1; then
+    emit_cmd kubelet-version timeout -s KILL 5 "$R/proc/$vpid/exe" --version
+  else
+    rec C kubelet-version 127; echo
+  fi
+fi
 emit_file "$root_dir/cpu_manager_state"
 emit_file "$root_dir/memory_manager_state"
 emit_file "$root_dir/device-plugins/kubelet_internal_checkpoint"  # which pod holds which device (GPU)
@@ -279,7 +290,13 @@ for d in /etc/systemd /run/systemd /usr/local/lib/systemd /usr/lib/systemd; do  
   emit_file "$d/system.conf"
   emit_glob "$d/system.conf.d/*.conf"
 done
-emit_file /proc/1/status  # Cpus_allowed_list: the affinity systemd really runs with, and its services inherit
+# PID 1's name and Cpus_allowed_list (the affinity systemd really runs with, and its services inherit); only
+# those lines travel: the rest of /proc/1/status changes from one read to the next
+if [ -e "$R/proc/1/status" ]; then
+  emit_cmd pid1-status awk '/^(Name|Cpus_allowed_list):/' "$R/proc/1/status"
+else
+  rec C pid1-status missing; echo
+fi
 emit_file /proc/cmdline  # isolcpus=managed_irq,...
 emit_lines '/proc/irq/[0-9]*/smp_affinity_list'
 emit_lines '/proc/irq/[0-9]*/effective_affinity_list'

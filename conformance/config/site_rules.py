@@ -49,8 +49,13 @@ PASSWD, GROUP = "/etc/passwd", "/etc/group"  # passwd(5), group(5): name:passwor
 # RPM's database folders, in the order rpm's %_dbpath has them across distributions: /var/lib/rpm (RHEL 8/9,
 # Rocky, Amazon Linux 2 and 2023), /usr/lib/sysimage/rpm (SUSE, Fedora 36+, where /var/lib/rpm links to it).
 RPM_DBPATHS = ("/var/lib/rpm", "/usr/lib/sysimage/rpm")
-SYSTEMD_WANTS = ("/etc/systemd/system/*.wants/", "/etc/systemd/system/*.requires/", "/usr/lib/systemd/system/*.wants/",
-                 "/lib/systemd/system/*.wants/")  # fmt: skip
+# Where `systemctl enable` (and `enable --runtime`) links a unit into its [Install] targets: the .wants/ and
+# .requires/ folders of /etc/systemd/system and /run/systemd/system. `systemctl is-enabled` counts those
+# only (the real systemctl decides this in tests/test_site_checks.py); a vendor's link under /usr/lib or /lib
+# starts the unit with its target too, but is-enabled says "disabled", so it is shown, not counted.
+SYSTEMD_WANTS = tuple(f"{d}/*.{k}/" for d in ("/etc/systemd/system", "/run/systemd/system") for k in ("wants", "requires"))
+SYSTEMD_VENDOR_WANTS = tuple(f"{d}/*.{k}/" for d in ("/usr/local/lib/systemd/system", "/usr/lib/systemd/system",
+                                                    "/lib/systemd/system") for k in ("wants", "requires"))  # fmt: skip
 # The system manager's unit search path, first match wins (systemd.unit(5) "Unit File Load Path";
 # src/basic/path-lookup.c lookup_paths_init: control, transient, generator.early, /etc, attached, /run,
 # generator, /usr/local/lib, /usr/lib, /lib on split-usr systems, generator.late). `systemctl mask
@@ -65,6 +70,9 @@ UNIT_PATH = (
 # hierarchy). v2's cgroup.events says "populated 1" while any process is in the cgroup or below it, which
 # also covers Delegate= units that keep their processes in child cgroups (cgroup-v2.rst "populated").
 UNIT_CGROUPS = ("/sys/fs/cgroup/{}/cgroup.events", "/sys/fs/cgroup/systemd/{}/cgroup.procs")
+# cgroup v1 has no "populated": a Delegate= unit's processes may sit in child cgroups of its own, so those
+# are read too, three levels down (systemd.resource-control(5) Delegate=; cgroup-v1/cgroups.rst cgroup.procs)
+UNIT_V1_CHILDREN = tuple("/sys/fs/cgroup/systemd/{}" + "/*" * depth + "/cgroup.procs" for depth in (1, 2, 3))
 
 
 def unit_cgroup(unit: str) -> str:
@@ -128,7 +136,8 @@ def needs_of(rule: SiteRule) -> Needs:
         n.read.update(("/proc/modules", MODULES_BUILTIN))
     elif rule.kind == "systemd":
         n.read.update(c.format(unit_cgroup(p["unit"])) for c in UNIT_CGROUPS)
-        n.glob.update(w + p["unit"] for w in SYSTEMD_WANTS)
+        n.glob.update(c.format(unit_cgroup(p["unit"])) for c in UNIT_V1_CHILDREN)
+        n.glob.update(w + p["unit"] for w in (*SYSTEMD_WANTS, *SYSTEMD_VENDOR_WANTS))
         for d in UNIT_PATH:  # where the unit's file is, and whether it is masked (a /dev/null link, or empty)
             n.stat.add(f"{d}/{p['unit']}")
             n.link.add(f"{d}/{p['unit']}")

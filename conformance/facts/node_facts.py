@@ -35,6 +35,7 @@ from conformance.facts.kubelet import (
     split_cmdline,
     walk_order,
 )
+from conformance.facts.releases import Release, parse_release
 from conformance.facts.runtime import (
     ContainerdRelease,
     RuntimeConfig,
@@ -88,6 +89,14 @@ class Sysctls:
     somaxconn: int
     port_range: tuple[int, int]
     reserved_ports: set[int]
+
+
+# what a bounded `--version` exit says: timeout(1) kills with SIGKILL (137), the shell's 126 and 127
+VERSION_EXITS = {
+    "137": "killed after 5 s",
+    "126": "not permitted to run it: /proc/PID/exe needs the kubelet's own user or root",
+    "127": "timeout(1) or the binary not found",
+}
 
 
 class NodeFacts:
@@ -348,6 +357,26 @@ class NodeFacts:
         )
 
     @fact
+    def kubelet_version(self) -> Release:
+        """The running kubelet's release, as its binary (/proc/PID/exe --version; k3s's for the kubelet it runs)
+        reports it."""
+        self.require_reachable()
+        rec = self.bundle.optional_command("kubelet-version")
+        if rec is None:
+            raise FactUnavailable(f"node {self.name}: no kubelet process, or its release was not asked (an older snapshot)")
+        if rec.status != "0":
+            why = VERSION_EXITS.get(rec.status, "")
+            raise FactUnavailable(f"the kubelet's --version exited {rec.status}{f' ({why})' if why else ''}: release unknown")
+        return parse_release(rec.data.decode("utf-8", "replace"), "the kubelet's --version")
+
+    @fact
+    def kernel_release(self) -> Release:
+        rec = self.bundle.command("uname")
+        if rec.status != "0":
+            raise FactUnavailable(f"uname -r exited {rec.status}: the kernel release is unknown")
+        return parse_release(rec.data.decode("utf-8", "replace"), "uname -r")
+
+    @fact
     def system_cpus(self) -> SystemCpus:
         """Where system services and device interrupts may run (conformance.facts.system_cpus)."""
         self.require_reachable()
@@ -367,7 +396,10 @@ class NodeFacts:
         dropins = [p for d in SYSTEMD_CONF_DIRS for p in b.glob(f"{d}/system.conf.d/*.conf")]
         docs = [(p, b.text(p)) for p in systemd_conf_files(mains, dropins)]  # a /dev/null link reads empty: masked
         affinity, source = parse_cpu_affinity(docs)
-        pid1 = parse_pid1(b.text("/proc/1/status")) if present("/proc/1/status") else None
+        status = b.command("pid1-status")
+        if status.status not in ("0", "missing"):
+            raise FactUnavailable(f"/proc/1/status could not be read (exit {status.status}): where PID 1 runs is unknown")
+        pid1 = parse_pid1(status.data.decode("utf-8", "replace")) if status.status == "0" else None
         isolated = isolcpus_managed(b.text("/proc/cmdline")) if present("/proc/cmdline") else None
         managed_rec = b.meta("managed-irqs")
         if managed_rec is None:

@@ -27,9 +27,11 @@ from conformance.config.site_rules import (
     MODULES_BUILTIN,
     PASSWD,
     RPM_DBPATHS,
+    SYSTEMD_VENDOR_WANTS,
     SYSTEMD_WANTS,
     UNIT_CGROUPS,
     UNIT_PATH,
+    UNIT_V1_CHILDREN,
     SiteRule,
     sysctl_path,
     unit_cgroup,
@@ -274,8 +276,14 @@ def judge_systemd(b: Bundle, p: dict[str, Any]) -> tuple[list[str], list[str]]:
             problems.append(f"{unit} is {'masked' if masked else 'not masked'}")
     if "enabled" in p:
         wanted = sorted({m for w in SYSTEMD_WANTS for m in b.glob(w + unit)})
+        vendor = sorted({m for w in SYSTEMD_VENDOR_WANTS for m in b.glob(w + unit)})
         enabled = bool(wanted) and not masked
-        lines.append(f"{unit}: " + (f"enabled by {', '.join(wanted)}" if wanted else "no .wants/.requires link (not enabled)"))
+        lines.append(
+            f"{unit}: "
+            + (f"enabled by {', '.join(wanted)}" if wanted else "no .wants/.requires link in /etc or /run (not enabled)")
+        )
+        if vendor:
+            lines.append(f"{unit}: wanted by the vendor's {', '.join(vendor)} (starts with that target; is-enabled ignores it)")
         if enabled != p["enabled"]:
             problems.append(f"{unit} is {'enabled' if enabled else 'not enabled'}" + (" (masked)" if masked else ""))
     return problems, lines
@@ -283,8 +291,9 @@ def judge_systemd(b: Bundle, p: dict[str, Any]) -> tuple[list[str], list[str]]:
 
 def unit_running(b: Bundle, unit: str) -> tuple[bool, str]:
     """(running, how it was decided) from the service's cgroup: cgroup v2's cgroup.events (populated, the
-    whole subtree), else v1's cgroup.procs. No cgroup at either place: systemd has not started it, or it
-    stopped and its cgroup went away. A cgroup file that could not be read is unknown, never "not running"."""
+    whole subtree), else v1's cgroup.procs of it and of its child cgroups. No cgroup at either place: systemd
+    has not started it, or it stopped and its cgroup went away. A cgroup file that could not be read is
+    unknown, never "not running"."""
     group = unit_cgroup(unit)
     v2, v1 = (c.format(group) for c in UNIT_CGROUPS)
     found = _first_present(b.file, (v2, v1), f"whether {unit} runs")
@@ -298,7 +307,13 @@ def unit_running(b: Bundle, unit: str) -> tuple[bool, str]:
             raise ParseError(f"{path}: no 'populated' line")
         return populated.group(1) == "1", f"{path}: populated {populated.group(1)}"
     procs = [x for x in text.split() if x.isdigit()]
-    return bool(procs), f"{path}: {len(procs)} process(es)"
+    if procs:
+        return True, f"{path}: {len(procs)} process(es)"
+    for pattern in (c.format(group) for c in UNIT_V1_CHILDREN):  # a Delegate= unit's own child cgroups
+        for child in b.glob(pattern):
+            if [x for x in b.text(child).split() if x.isdigit()]:
+                return True, f"{path}: no process of its own, but {child} has some (a delegated subtree)"
+    return False, f"{path} and its child cgroups (three levels): no process"
 
 
 def _first_present(get: Callable[[str], Record | None], paths: Iterable[str], what: str) -> tuple[str, Record] | None:

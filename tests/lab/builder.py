@@ -33,7 +33,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 OVERLAID = ("etc", "var", "opt", "tmp", "root", "home", "run")
-KUBELET_C = "#include <unistd.h>\nint main(void) { for (;;) pause(); }\n"
+# A stand-in daemon (the kubelet, k3s, nv-fabricmanager...): it waits forever, as the daemon would; asked
+# `--version` (also through /proc/PID/exe, as the collector asks), it prints the node's
+# /opt/gnc-lab/versions/<its program's name>, and never answers where that file is missing or says "hang".
+KUBELET_C = r"""#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--version") == 0) {
+    char exe[4096], path[4200], buf[512];
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (k > 0) {
+      exe[k] = 0;
+      const char *base = strrchr(exe, '/');
+      snprintf(path, sizeof path, "/opt/gnc-lab/versions/%s", base ? base + 1 : exe);
+      FILE *f = fopen(path, "r");
+      size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+      buf[n] = 0;
+      if (n > 0 && strncmp(buf, "hang", 4) != 0) {
+        fputs(buf, stdout);
+        return 0;
+      }
+    }
+  }
+  for (;;) pause();
+}
+"""
 # A stand-in containerd: `--version` prints what <its own path>.version holds (or never answers when that
 # says "hang"); otherwise it waits forever, as the daemon would. Its file name makes its comm 'containerd'.
 CONTAINERD_C = r"""#include <stdio.h>
@@ -98,6 +123,10 @@ def userland_available(userland: Userland) -> str | None:
     return f"the shell lab needs /usr/bin/{', '.join(lacking)} (Debian packages {' '.join(lacking)})" if lacking else None
 
 
+# What the real programs print for `--version` (kubelet v1.31.0; k3s v1.31.2+k3s1, its first two lines)
+VERSIONS = {"kubelet": "Kubernetes v1.31.0", "k3s": "k3s version v1.31.2+k3s1 (6da20424)\ngo version go1.22.8"}
+
+
 @dataclass
 class NodeSpec:
     """What a simulated node looks like. Paths in `files` are absolute paths on the node and
@@ -130,6 +159,8 @@ class NodeSpec:
     effective_irqs: dict[int, str] = field(default_factory=dict)  # IRQ -> its effective_affinity_list
     # the IRQs debugfs marks kernel-managed (/sys/kernel/debug/irq/irqs/N); None: no debugfs on the node
     managed_irqs: list[int] | None = None
+    # what `PROGRAM --version` prints on the node, per program name (the kubelet, k3s); "hang": never answers
+    versions: dict[str, str] = field(default_factory=lambda: dict(VERSIONS))
     # the real CPUs the node's PID 1 runs on (taskset), inherited by all its processes, as systemd's CPUAffinity=
     # makes them; None: PID 1 keeps every CPU this machine lets the lab use (a node without CPUAffinity=)
     pid1_cpus: str | None = "0"
@@ -413,6 +444,9 @@ class Lab:
         # The node's daemons live in its own /opt/gnc-lab (its upper layer), so their command lines are the
         # same on every node whatever the lab's folder is called.
         own = d / "upper" / "opt" / "gnc-lab"
+        (own / "versions").mkdir(parents=True, exist_ok=True)
+        for program, text in s.versions.items():
+            (own / "versions" / program).write_text(text + "\n")
         if s.containerd is not None:
             own.mkdir(parents=True, exist_ok=True)  # a copy per node, beside its own version file
             shutil.copy(self.root / "bin" / "containerd", own / "containerd")

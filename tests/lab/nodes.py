@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.lab.builder import NodeSpec
+from tests.lab.builder import VERSIONS, NodeSpec
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
@@ -207,6 +207,7 @@ def specs() -> list[NodeSpec]:
         sysctls=GOOD_SYSCTLS,
         nvme={"nvme0n1": b"\xff\xfe[none] \xc3\x28\n"},  # not UTF-8
         pid1_cpus="0-1",  # no CPUAffinity=: PID 1 and every service may use every CPU (the lab has two)
+        versions={**VERSIONS, "kubelet": "hang"},  # its kubelet binary never answers --version
     )
     bad_kubelet = NodeSpec(
         name="bad-kubelet",
@@ -268,7 +269,12 @@ def specs() -> list[NodeSpec]:
         name="containerd2", kubelet_args=GOOD_ARGS, files=drop_in, sysctls=GOOD_SYSCTLS, containerd=CONTAINERD_2_0
     )
     containerd1 = NodeSpec(
-        name="containerd1", kubelet_args=GOOD_ARGS, files=drop_in, sysctls=GOOD_SYSCTLS, containerd=CONTAINERD_1_7
+        name="containerd1",
+        kubelet_args=GOOD_ARGS,
+        files=drop_in,
+        sysctls=GOOD_SYSCTLS,
+        containerd=CONTAINERD_1_7,
+        versions={**VERSIONS, "kubelet": "Kubernetes v1.26.15"},  # before ip_local_reserved_ports became safe
     )
     return [good, bad_kubelet, bad_runtime, bad_state, hostile, down, containerd2, containerd1]
 
@@ -383,11 +389,17 @@ EXPECTED: dict[str, dict[str, str]] = {
         NODE_NVME_SCHEDULER="error",
         RUNTIME_SYSTEMD_CGROUP="failed",  # its config imports a file that does not exist: containerd refuses to start
         NODE_SYSTEM_CPUS_ISOLATED="failed",
+        KUBELET_ALLOWED_UNSAFE_SYSCTLS="error",  # ip_local_reserved_ports is safe from 1.27: the release is unknown
     ),
     "down": _row("error"),
     # the same files, merged as each release merges them (the release from the running binary's --version)
     "containerd2": _row("passed", NODE_NVME_SCHEDULER="skipped"),
-    "containerd1": _row("passed", NODE_NVME_SCHEDULER="skipped", RUNTIME_SYSTEMD_CGROUP="failed"),
+    "containerd1": _row(
+        "passed",
+        NODE_NVME_SCHEDULER="skipped",
+        RUNTIME_SYSTEMD_CGROUP="failed",
+        KUBELET_ALLOWED_UNSAFE_SYSCTLS="failed",  # kubelet 1.26 rejects pods setting ip_local_reserved_ports
+    ),
 }
 VERDICTS = {
     "good": "accepted",
