@@ -33,25 +33,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 OVERLAID = ("etc", "var", "opt", "tmp", "root", "home", "run")
-# A stand-in daemon (the kubelet, k3s, nv-fabricmanager...): it waits forever, as the daemon would; asked
-# `--version` (also through /proc/PID/exe, as the collector asks), it prints the node's
-# /opt/gnc-lab/versions/<its program's name>, and never answers where that file is missing or says "hang".
+# A stand-in daemon (the kubelet, k3s, nv-fabricmanager...): it waits forever, as the daemon would. Asked
+# `--version` (also through /proc/PID/exe, from another mount namespace, as the collector asks in a pod), it
+# prints what follows the last "GNC-VERSION:" appended to its own file (a copy per node, made by the lab),
+# and never answers when nothing was appended or that says "hang". The marker is built at run time so that
+# the program's own bytes never hold it.
 KUBELET_C = r"""#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+static char buf[1 << 21];
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--version") == 0) {
-    char exe[4096], path[4200], buf[512];
-    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (k > 0) {
-      exe[k] = 0;
-      const char *base = strrchr(exe, '/');
-      snprintf(path, sizeof path, "/opt/gnc-lab/versions/%s", base ? base + 1 : exe);
-      FILE *f = fopen(path, "r");
-      size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-      buf[n] = 0;
-      if (n > 0 && strncmp(buf, "hang", 4) != 0) {
-        fputs(buf, stdout);
+    const char enc[] = "FOB,WDSRHNO;";
+    char mark[sizeof enc];
+    for (size_t i = 0; i < sizeof enc; i++) mark[i] = enc[i] ? enc[i] ^ 1 : 0;
+    FILE *f = fopen("/proc/self/exe", "rb");
+    size_t n = f ? fread(buf, 1, sizeof buf, f) : 0, m = strlen(mark);
+    for (size_t i = n >= m ? n - m + 1 : 0; i-- > 0;) {
+      if (memcmp(buf + i, mark, m) == 0) {
+        if (strncmp(buf + i + m, "hang", 4) == 0) break;
+        fwrite(buf + i + m, 1, n - i - m, stdout);
         return 0;
       }
     }
@@ -159,7 +160,7 @@ class NodeSpec:
     effective_irqs: dict[int, str] = field(default_factory=dict)  # IRQ -> its effective_affinity_list
     # the IRQs debugfs marks kernel-managed (/sys/kernel/debug/irq/irqs/N); None: no debugfs on the node
     managed_irqs: list[int] | None = None
-    # what `PROGRAM --version` prints on the node, per program name (the kubelet, k3s); "hang": never answers
+    # what `PROGRAM --version` prints on the node, per stand-in program (the kubelet, k3s); "hang": never answers
     versions: dict[str, str] = field(default_factory=lambda: dict(VERSIONS))
     # the real CPUs the node's PID 1 runs on (taskset), inherited by all its processes, as systemd's CPUAffinity=
     # makes them; None: PID 1 keeps every CPU this machine lets the lab use (a node without CPUAffinity=)
@@ -444,20 +445,25 @@ class Lab:
         # The node's daemons live in its own /opt/gnc-lab (its upper layer), so their command lines are the
         # same on every node whatever the lab's folder is called.
         own = d / "upper" / "opt" / "gnc-lab"
-        (own / "versions").mkdir(parents=True, exist_ok=True)
-        for program, text in s.versions.items():
-            (own / "versions" / program).write_text(text + "\n")
+        own.mkdir(parents=True, exist_ok=True)
+
+        def stand_in(name: str) -> str:  # a copy of the stand-in per node, its --version answer appended
+            data = (self.root / "bin" / "pause").read_bytes()
+            if name in s.versions:
+                data += b"GNC-VERSION:" + s.versions[name].encode() + b"\n"
+            (own / name).write_bytes(data)
+            (own / name).chmod(0o755)
+            return f"/opt/gnc-lab/{name}"
+
         if s.containerd is not None:
             own.mkdir(parents=True, exist_ok=True)  # a copy per node, beside its own version file
             shutil.copy(self.root / "bin" / "containerd", own / "containerd")
             (own / "containerd.version").write_text(s.containerd + "\n")
             lines.append(f"(cd {q(s.containerd_cwd)} && exec /opt/gnc-lab/containerd --config /etc/containerd/config.toml) &")
         for name in s.daemons:  # e.g. nv-fabricmanager: the kernel keeps its first 15 characters as comm
-            own.mkdir(parents=True, exist_ok=True)
-            shutil.copy(self.root / "bin" / "pause", own / name)
-            lines.append(f"/opt/gnc-lab/{q(name)} &")
+            lines.append(f"{q(stand_in(name))} &")
         if s.kubelet_args:
-            lines.append(" ".join(q(a) for a in [str(self.root / "bin" / "kubelet"), *s.kubelet_args]) + " &")
+            lines.append(" ".join(q(a) for a in [stand_in("kubelet"), *s.kubelet_args]) + " &")
         # Last, so that the processes above have the same PIDs on every userland.
         lines += self._userland_mounts(node)
         lines.append(f"exec /usr/sbin/sshd -D -e -f {q(str(d / 'sshd_config'))}")
