@@ -14,6 +14,7 @@ from conformance.checks import Evidence
 from conformance.cluster import dcgm
 from conformance.cluster.api import dcgm_metrics
 from conformance.cluster.pods import ContainerRef, InsideFacts, PodInfo
+from conformance.config.endpoints import Endpoint
 from conformance.config.inventory import NodeSpec
 from conformance.config.profile import Profile
 from conformance.config.site_rules import SiteRule
@@ -21,7 +22,7 @@ from conformance.errors import FactUnavailable
 from conformance.facts.gpu import GpuFacts
 from conformance.facts.node_facts import NodeFacts
 from conformance.measurements.gpu_measure import H2DMeasurement
-from conformance.measurements.latency import Endpoint, LatencyResult
+from conformance.measurements.latency import LatencyResult
 from conformance.session import Run
 
 # `node` (and the container, endpoint or site rule beside it) is a session-scoped parameter (see

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from conformance import fixtures
-from conformance.checks import SEVERITIES, CheckSpec, Evidence, spec_of
+from conformance.checks import Evidence, spec_of
 from conformance.cluster.pods import ContainerRef
+from conformance.config.check_contract import SEVERITIES, CheckSpec
 from conformance.config.site_rules import SiteRule
 from conformance.errors import ConformanceError, UsageError
 from conformance.outputs import FAILING, diff, junit_chunks, load_results, prometheus_text

@@ -12,11 +12,12 @@ from typing import Any
 import pytest
 
 from conformance import __version__
-from conformance.checks import BLOCKING, REGISTRY
+from conformance.checks import REGISTRY
 from conformance.cluster.acceptance import AcceptancePod
 from conformance.cluster.api import api_client, discover
 from conformance.cluster.kubelet_access import KubeletEndpoint, access_report
 from conformance.collection.bundle import Bundle
+from conformance.config.check_contract import BLOCKING
 from conformance.config.inventory import Inventory, NodeSpec, load_inventory, local_inventory, merge_discovered
 from conformance.config.profile import Profile
 from conformance.errors import ParseError, UsageError

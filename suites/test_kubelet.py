@@ -12,12 +12,12 @@ import pytest
 
 from conformance.checks import check
 from conformance.checks.sysctl_rules import POD_SYSCTLS, allowlisted
+from conformance.config.units import parse_duration
 from conformance.errors import FactUnavailable, ParseError
 from conformance.facts.cpulist import format_cpulist, parse_cpulist
 from conformance.facts.kubelet import go_parse_bool
 from conformance.facts.releases import at_least
 from conformance.facts.reservations import format_bytes, hard_eviction_memory, memory_sums, reserved_cpu_total
-from conformance.facts.units import parse_duration
 
 CONFIG_SOURCE = "kubelet command line, --config file, --config-dir drop-ins"
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from conformance.checks import check
+from conformance.config.urls import redact_url
 from conformance.errors import FactUnavailable
-from conformance.facts.urls import redact_url
 
 MAX_SAMPLES_KEPT = 20000
 

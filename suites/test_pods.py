@@ -9,10 +9,10 @@ import pytest
 from conformance.checks import check
 from conformance.checks.runtime_rules import across_releases, handler_problem
 from conformance.checks.sysctl_rules import port_range_problems, somaxconn_problem, tw_reuse_problem
+from conformance.config.units import bytes_of, cpu_count
 from conformance.errors import ConformanceError, FactUnavailable
 from conformance.facts.cpulist import format_cpulist
 from conformance.facts.kernel import parse_int_sysctl, parse_port_range, parse_port_set
-from conformance.facts.units import bytes_of, cpu_count
 
 
 def _nodes_of(cpus, topology) -> set[int | None]:

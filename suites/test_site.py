@@ -3,7 +3,7 @@ a profile): each rule is judged on the records the node's single collection brou
 
 from __future__ import annotations
 
-from conformance.facts.site import judge
+from conformance.checks.site_judges import judge
 
 
 def test_site_rule(node, site_rule, site_params, facts, evidence):

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from conformance.cluster.api import KubeSpec, api_client, configz, dcgm_metrics, discover, runtime_class_handlers
+from conformance.cluster.api import api_client, configz, dcgm_metrics, discover, runtime_class_handlers
 from conformance.cluster.dcgm import metric_series
 from conformance.config.inventory import load_inventory, merge_discovered
+from conformance.config.kubernetes import KubeSpec
 from conformance.errors import FactUnavailable, UsageError
 from tests.fakeapi import kubeconfig, node_object, pod_object, serve
 from tests.httpservers import dcgm_metrics as dcgm_text

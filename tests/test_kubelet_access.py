@@ -10,9 +10,10 @@ import urllib.request
 
 import pytest
 
-from conformance.cluster.api import KubeSpec, api_client, discover, parse_spec
+from conformance.cluster.api import api_client, discover
 from conformance.cluster.kubelet_access import access_report, can_i, configz_from_kubelet, kubelet_endpoint
 from conformance.cluster.pods import gpu_pods
+from conformance.config.kubernetes import KubeSpec, parse_spec
 from conformance.errors import FactUnavailable
 from tests.fakeapi import kubeconfig, node_object, pod_object, serve
 from tests.fakekubelet import FakeKubelet, kubelet_pki, serve_kubelet

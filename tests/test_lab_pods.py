@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conformance.cluster.api import KubeSpec, api_client
+from conformance.cluster.api import api_client
 from conformance.cluster.pods import ContainerRef, exec_inside
+from conformance.config.kubernetes import KubeSpec
 from tests.conftest import require_or_skip
 from tests.fakeapi import kubeconfig, node_object, pod_object, serve
 from tests.gpu_standins import CONFIG, build_standins, driver_files

@@ -11,9 +11,11 @@ from contextlib import ExitStack
 
 import pytest
 
+from conformance.config.endpoints import Endpoint
 from conformance.config.inventory import parse_inventory
+from conformance.config.urls import redact_url
 from conformance.errors import UsageError
-from conformance.measurements.latency import Endpoint, measure, percentile, redact_url
+from conformance.measurements.latency import measure, percentile
 from tests.httpservers import self_signed, serve
 
 SECRET = "sk-live-0123456789abcdef-SECRET"
@@ -162,7 +164,7 @@ def test_picture_in_report_and_no_secret_anywhere(audit):
 
 
 def test_error_text_is_redacted():
-    from conformance.measurements.latency import redact_text
+    from conformance.config.urls import redact_text
 
     msg = "HTTPConnectionPool(host='h', port=1): Max retries exceeded with url: /v1?token=abc (Caused by X)"
     assert "abc" not in redact_text(msg) and "url: /v1?<redacted>" in redact_text(msg)

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from conformance.facts.packages import rpm_lookup, rpm_packages
 from conformance.facts.rpmversion import satisfies, vercmp
-from conformance.facts.site import rpm_lookup, rpm_packages
 from tests.conftest import require_or_skip
 
 QUERY = "%{NAME} %{ARCH} %|EPOCH?{%{EPOCH}}:{-}| %{VERSION} %{RELEASE}\\n"  # the collector's query format

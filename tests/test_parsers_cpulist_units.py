@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conformance.config.units import parse_duration, parse_quantity
 from conformance.errors import ParseError
 from conformance.facts.cpulist import format_cpulist, parse_cpulist
-from conformance.facts.units import parse_duration, parse_quantity
 
 SAMPLES = Path(__file__).parent / "samples"
 

@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 
 from conformance.collection.bundle import Bundle, parse_wire
 from conformance.collection.redact import redact_text
+from conformance.config.endpoints import parse_endpoints
 from conformance.config.inventory import parse_inventory
+from conformance.config.units import parse_duration, parse_quantity
 from conformance.errors import ParseError, UsageError
 from conformance.facts import kernel
 from conformance.facts.checkpoints import parse_cpu_manager_state, parse_memory_manager_state
@@ -29,8 +31,6 @@ from conformance.facts.runtime import (
     load_toml,
     merge_containerd,
 )
-from conformance.facts.units import parse_duration, parse_quantity
-from conformance.measurements.latency import parse_endpoints
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

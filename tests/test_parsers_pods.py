@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from conformance.cluster.pods import last_cpu, parse_inside, selector_matches
+from conformance.config.units import bytes_of, cpu_count
 from conformance.errors import FactUnavailable
-from conformance.facts.units import bytes_of, cpu_count
 from tests.lab.nodes import SAMPLES
 
 STATUS = (SAMPLES / "proc_pid_status.prometheus-procfs-fixture.txt").read_text()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conformance.facts.debversion import compare, satisfies
-from conformance.facts.site import dpkg_packages
+from conformance.facts.packages import dpkg_packages
 from tests.conftest import require_or_skip
 from tests.site_rules import EXPECTED, NODE_FILES, NODE_LINKS, NODE_MODES, PYTHON_CHECK, PYTHON_COMMANDS, PYTHON_EXPECTED, RULES
 
@@ -274,7 +274,7 @@ Description: Firmware files used by the kernel module
 
 
 def test_package_names_select_instances_as_dpkg_query_does(tmp_path):
-    from conformance.facts.site import dpkg_lookup
+    from conformance.facts.packages import dpkg_lookup
 
     dpkg_query = shutil.which("dpkg-query")
     require_or_skip(None if dpkg_query else "dpkg-query is not installed (the Debian package dpkg)")
@@ -300,7 +300,7 @@ def test_package_names_select_instances_as_dpkg_query_does(tmp_path):
 
 
 def test_every_installed_architecture_must_satisfy_a_version_rule():
-    from conformance.facts.site import dpkg_lookup
+    from conformance.facts.packages import dpkg_lookup
 
     pkgs = dpkg_packages(MULTIARCH_STATUS)
     both = dpkg_lookup(pkgs, "libnvidia-compute-550")
@@ -352,10 +352,10 @@ UNIT_LAYOUTS = {
 
 @pytest.mark.parametrize("layout", sorted(UNIT_LAYOUTS))
 def test_masks_read_as_the_real_systemctl_reads_them(layout, tmp_path):
+    from conformance.checks.site_judges import unit_masked
     from conformance.collection.collect import collect_node
     from conformance.config.inventory import NodeSpec
     from conformance.config.site_rules import UNIT_PATH
-    from conformance.facts.site import unit_masked
 
     systemctl = shutil.which("systemctl")
     require_or_skip(None if systemctl else "systemctl is not installed (the Debian package systemd)")
@@ -394,10 +394,10 @@ WANTS_LAYOUTS = {
 
 @pytest.mark.parametrize("layout", sorted(WANTS_LAYOUTS))
 def test_enabled_reads_as_the_real_systemctl_reads_it(layout, tmp_path):
+    from conformance.checks.site_judges import judge_systemd
     from conformance.collection.collect import collect_node
     from conformance.config.inventory import NodeSpec
     from conformance.config.site_rules import SiteRule, needs_section
-    from conformance.facts.site import judge_systemd
 
     systemctl = shutil.which("systemctl")
     require_or_skip(None if systemctl else "systemctl is not installed (the Debian package systemd)")

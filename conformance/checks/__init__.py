@@ -9,33 +9,15 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-SEVERITIES = ("critical", "high", "medium", "low")
-BLOCKING = ("critical", "high")
-OUTCOMES = ("passed", "failed", "error", "skipped", "waived")
+from conformance.config.check_contract import SEVERITIES, SITE_PREFIX, CheckSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-@dataclass(frozen=True)
-class CheckSpec:
-    id: str
-    severity: str
-    title: str
-    rationale: str
-    remediation: str
-    source: str
-    family: str
-    origin: str = "built-in"  # or the site check's file (a YAML rule file, a Python file)
-
-    def to_json(self) -> dict[str, str]:
-        return asdict(self)
-
-
 REGISTRY: dict[str, CheckSpec] = {}
-SITE_PREFIX = "SITE-"  # every site check's id starts with it; no built-in id does
 # The modules of suites/ that declare the built-in checks (imported by name: checks never import a suite).
 SUITE_MODULES = (
     "test_kubelet",

@@ -8,9 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from conformance.config.gpu_health_terms import CLASSES
 from conformance.facts.gpu import Gpu
 from conformance.facts.gpu_health import FABRIC_STATES, NOT_SUPPORTED, RECOVERY_ACTIONS
-from conformance.facts.xid import CLASSES, XID_LINES_KEPT, XidCount, XidEvent, XidLog, pci_key
+from conformance.facts.xid import XID_LINES_KEPT, XidCount, XidEvent, XidLog, pci_key
 
 # nvmlReturn_t values a fabric registration reports in `status` (nvml.h)
 NVML_RETURNS = {

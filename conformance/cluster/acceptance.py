@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from conformance.cluster.api import explain
+from conformance.cluster.api_errors import explain
 from conformance.config.profile import Profile
 from conformance.errors import FactUnavailable
 

@@ -7,51 +7,16 @@ the kubeconfig or context on a configuration error, the API server on a 5xx or a
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from conformance.cluster.api_errors import explain
 from conformance.cluster.dcgm import collect_interval
-from conformance.cluster.kubelet_access import CONFIGZ_MODES, KubeletEndpoint, endpoint_of, parse_configz
-from conformance.config.validation import typed_fields
+from conformance.cluster.kubelet_access import KubeletEndpoint, endpoint_of, parse_configz
+from conformance.config.kubernetes import KubeSpec
 from conformance.errors import FactUnavailable, UsageError
 
-GPU_RESOURCE = "nvidia.com/gpu"
 TIMEOUT_S = 15.0
-
-
-@dataclass
-class KubeSpec:
-    """The inventory's `kubernetes:` section."""
-
-    kubeconfig: str | None = None
-    context: str | None = None
-    in_cluster: bool = False
-    discover: bool = True
-    node_selector: str | None = None  # a label selector; default: nodes with nvidia.com/gpu capacity
-    gpu_resource: str = GPU_RESOURCE
-    configz: str = "kubelet"  # kubelet (get nodes/configz), proxy (get nodes/proxy, broad) or off
-    kubelet_ca: str | None = None  # the CA of the kubelets' serving certificates (default: the cluster CA)
-    namespace: str = "gpu-node-conformance"  # where the acceptance pod is created
-    dcgm_namespace: str = "gpu-operator"  # where dcgm-exporter runs (GPU Operator default)
-    dcgm_selector: str = "app=nvidia-dcgm-exporter"
-    dcgm_port: int = 9400
-
-
-SPEC_TYPES = {
-    "kubeconfig": str,
-    "context": str,
-    "in_cluster": bool,
-    "discover": bool,
-    "node_selector": str,
-    "gpu_resource": str,
-    "configz": str,  # a mode, or a boolean from earlier inventories (read in parse_spec)
-    "kubelet_ca": str,
-    "namespace": str,
-    "dcgm_namespace": str,
-    "dcgm_selector": str,
-    "dcgm_port": int,
-}
 
 
 @dataclass
@@ -81,30 +46,6 @@ def api_client(spec: KubeSpec) -> Any:
         raise UsageError(f"kubernetes: {where}{ctx}: {e}") from None
     c.retries = False
     return client.ApiClient(c)
-
-
-def explain(e: Exception, verb: str, resource: str, name: str | None = None) -> str:
-    """One line naming what failed and what to fix; for a 403, the RBAC rule that is missing."""
-    from kubernetes.client.exceptions import ApiException
-
-    target = f"{resource} {name}" if name else resource
-    if isinstance(e, ApiException):
-        reason = ""
-        try:
-            reason = json.loads(e.body or "{}").get("message", "")
-        except ValueError:
-            reason = (e.body or "")[:200] if isinstance(e.body, str) else ""
-        if e.status == 403:
-            return (
-                f"Kubernetes API refused '{verb} {resource}' (403 Forbidden): the suite's identity lacks the RBAC "
-                f"permission {verb} on {resource} (see deploy/rbac.yaml){': ' + reason if reason else ''}"
-            )
-        if e.status == 401:
-            return "Kubernetes API: 401 Unauthorized: the kubeconfig's credentials were not accepted"
-        if e.status == 404:
-            return f"Kubernetes API: {target} not found (404)"
-        return f"Kubernetes API: {verb} {target} failed with HTTP {e.status} {e.reason}{': ' + reason if reason else ''}"
-    return f"Kubernetes API: {verb} {target}: {type(e).__name__}: {e}"
 
 
 def runtime_class_handlers(api: Any) -> dict[str, str]:
@@ -173,29 +114,6 @@ def configz(api: Any, node: str) -> dict[str, Any]:
     except Exception as e:
         raise FactUnavailable(explain(e, "get", "nodes/proxy", node)) from None
     return parse_configz(body, node)
-
-
-def parse_spec(block: Any, errors: list[str]) -> KubeSpec | None:
-    """Validate the inventory's `kubernetes:` section; problems go to `errors` as `kubernetes.<field>: ...`."""
-    if block is None:
-        return None
-    if not isinstance(block, dict):
-        errors.append("kubernetes: must be a mapping (kubeconfig, context, in_cluster, node_selector, ...)")
-        return None
-    spec = KubeSpec()
-    for k, v in typed_fields({k: v for k, v in block.items() if k != "configz"}, SPEC_TYPES, "kubernetes", errors).items():
-        setattr(spec, k, v)
-    mode = block.get("configz", "kubelet")
-    if isinstance(mode, bool):  # earlier inventories: true read configz (now from the kubelet), false did not
-        mode = "kubelet" if mode else "off"
-    if mode in CONFIGZ_MODES:
-        spec.configz = mode
-    else:
-        errors.append(f"kubernetes.configz: {mode!r} is not one of {', '.join(CONFIGZ_MODES)}")
-        spec.configz = "off"
-    if spec.in_cluster and spec.kubeconfig:
-        errors.append("kubernetes: give kubeconfig or in_cluster, not both")
-    return spec
 
 
 def dcgm_metrics(api: Any, spec: KubeSpec, node: str) -> tuple[str, str, tuple[int | None, str]]:

@@ -29,9 +29,9 @@ import ssl
 from dataclasses import dataclass
 from typing import Any
 
+from conformance.cluster.api_errors import explain
 from conformance.errors import FactUnavailable
 
-CONFIGZ_MODES = ("kubelet", "proxy", "off")
 KUBELET_PORT = 10250  # the kubelet's default --port (KubeletConfiguration `port`)
 TIMEOUT_S = 15.0
 FINE_GRAINED = "KubeletFineGrainedAuthz (beta, on by default since Kubernetes 1.33; GA in 1.36)"
@@ -79,8 +79,6 @@ def endpoint_of(obj: Any) -> KubeletEndpoint | None:
 def kubelet_endpoint(api: Any, node: str) -> KubeletEndpoint:
     """The kubelet endpoint of a node the inventory names (discovered nodes carry theirs)."""
     from kubernetes import client
-
-    from conformance.cluster.api import explain
 
     try:
         obj = client.CoreV1Api(api).read_node(node, _request_timeout=TIMEOUT_S)

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from conformance.cluster.api import GPU_RESOURCE, explain
+from conformance.cluster.api_errors import explain
 from conformance.collection.redact import env_value
+from conformance.config.kubernetes import GPU_RESOURCE
 from conformance.errors import FactUnavailable
 from conformance.facts.cpulist import parse_cpulist
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import yaml
 
-from conformance.cluster.api import KubeSpec
-from conformance.cluster.api import parse_spec as parse_kube_spec
+from conformance.config.endpoints import Endpoint, parse_endpoints
+from conformance.config.kubernetes import KubeSpec
+from conformance.config.kubernetes import parse_spec as parse_kube_spec
 from conformance.config.validation import typed_fields, unknown_fields
 from conformance.errors import UsageError
-from conformance.measurements.latency import Endpoint, parse_endpoints
 
 NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$")
 SSH_KEYS = {

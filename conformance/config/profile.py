@@ -8,10 +8,10 @@ from typing import Any
 
 import yaml
 
+from conformance.config.gpu_health_terms import CLASSES as XID_CLASSES
+from conformance.config.gpu_health_terms import CLOCK_REASONS, NVLINK_COUNTERS
+from conformance.config.units import parse_duration, parse_quantity
 from conformance.errors import ParseError, UsageError
-from conformance.facts.gpu_health import CLOCK_REASONS, NVLINK_COUNTERS
-from conformance.facts.units import parse_duration, parse_quantity
-from conformance.facts.xid import CLASSES as XID_CLASSES
 
 BUNDLED = "default"
 

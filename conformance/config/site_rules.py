@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conformance.checks import SEVERITIES, CheckSpec
+from conformance.config.check_contract import SEVERITIES, CheckSpec
 from conformance.config.validation import read_yaml
 from conformance.errors import UsageError
 

@@ -22,23 +22,12 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import Any
 
-# nvmlClocksEventReason* bits (nvml.h)
-CLOCK_REASONS = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks_setting",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal_slowdown",
-    0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown",
-    0x100: "display_clocks_setting",
-}
+from conformance.config.gpu_health_terms import CLOCK_REASONS, NVLINK_COUNTERS
+
 FABRIC_STATES = {0: "not supported", 1: "not started", 2: "in progress", 3: "completed"}
 NOT_SUPPORTED = "not supported on this GPU"  # as the NVML probe names NVML_ERROR_NOT_SUPPORTED
 # nvidia-smi prints "N/A" where NVML answers NOT_SUPPORTED (or the value does not apply to the GPU)
 SMI_NA = "N/A"
-NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")
 # nvmlDeviceGpuRecoveryAction_t (nvml.h; NVML field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, 230): what the driver says
 # must still happen before the GPU can be trusted again. NVIDIA's memory error management guide
 # (docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/error-recovery-and-response-flags.html): "None: no recovery

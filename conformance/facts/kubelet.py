@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
+from conformance.config.units import parse_duration
 from conformance.errors import ParseError
-from conformance.facts.units import parse_duration
 
 # Upstream defaults (kubelet v1beta1) of the keys the checks read. Source: the fully defaulted
 # round-trip test data in kubernetes/kubernetes (pkg/kubelet/apis/config/scheme/testdata).

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from conformance.config.units import parse_quantity
 from conformance.errors import ParseError
-from conformance.facts.units import parse_quantity
 
 DEFAULT_MEMORY_AVAILABLE = "100Mi"
 

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 
 from conformance.facts.xid_catalog import BUCKETS, CATALOG
 
-CLASSES = ("fatal", "reset", "service", "application", "informational", "unknown")
 XID_LINES_KEPT = 500  # the collector sends the newest 500 lines that mention an Xid (and counts every one)
 
 HEX = "[0-9A-Fa-f]"

@@ -12,7 +12,7 @@ tests/test_xid_catalog.py checks the classes the suite derives from the buckets.
 
 from __future__ import annotations
 
-# What each bucket asks for, and the suite's class for it (conformance.facts.xid.CLASSES):
+# What each bucket asks for, and the suite's class for it (conformance.config.gpu_health_terms.CLASSES):
 BUCKETS = {
     "RESTART_BM": ("fatal", "restart the bare-metal node"),
     "RESTART_VM": ("fatal", "restart the virtual machine"),

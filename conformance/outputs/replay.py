@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from conformance.checks import REGISTRY, CheckSpec
+from conformance.checks import REGISTRY
+from conformance.config.check_contract import CheckSpec
 from conformance.config.inventory import Inventory, NodeSpec
 from conformance.errors import FactUnavailable
 from conformance.outputs import load_results

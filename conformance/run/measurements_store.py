@@ -9,10 +9,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from conformance.config.endpoints import Endpoint
 from conformance.errors import FactUnavailable, ParseError
 from conformance.facts.checkpoints import KubeletAssignments
 from conformance.measurements.gpu_measure import H2DMeasurement, measure_node
-from conformance.measurements.latency import Endpoint, LatencyResult, measure
+from conformance.measurements.latency import LatencyResult, measure
 from conformance.run.facts_store import FactStore
 from conformance.run.fleet import Fleet
 

@@ -9,9 +9,10 @@ from concurrent.futures import ThreadPoolExecutor, wait
 
 from conformance.cluster import acceptance
 from conformance.cluster.acceptance import AcceptancePod
-from conformance.cluster.api import GPU_RESOURCE, runtime_class_handlers
+from conformance.cluster.api import runtime_class_handlers
 from conformance.cluster.manifests import DEFAULT_IMAGE
 from conformance.cluster.pods import ContainerRef, InsideFacts, PodInfo, exec_inside, gpu_pods
+from conformance.config.kubernetes import GPU_RESOURCE
 from conformance.errors import FactUnavailable
 from conformance.run.facts_store import FactStore
 from conformance.run.fleet import Fleet

@@ -1,23 +1,21 @@
 """Judging declarative site rules (conformance.config.site_rules) against a node's collected records.
 
-Pure: reads the records the collector brought back for the rules (files, stat lines, globs, links).
-Returns (problems, evidence lines); raises FactUnavailable when a fact the rule needs could not be read.
-Sources of truth: stat(1) `%a %u %g %U %G %F`; /proc/cmdline and /proc/modules (proc(5)); a systemd
-unit runs while its cgroup holds processes (systemd.unit(5): each service gets its own cgroup under its
-slice) and is enabled by the symlinks `systemctl enable` makes in the `.wants/` and `.requires/` folders
-of the [Install] targets, masked by a link to /dev/null in /etc/systemd/system; the dpkg status file
-(dpkg(1): `Package:`, `Status: install ok installed`, `Version:` stanzas) and the RPM database as `rpm -qa`
-reads it.
+Pure: reads the records the collector brought back for the rules (files, stat lines, globs, links, rpm's
+answer). Returns (problems, evidence lines); raises FactUnavailable when a fact the rule needs could not
+be read. Sources of truth: stat(1) `%a %u %g %U %G %F` of what a path names; /proc/cmdline,
+/proc/modules and modules.builtin; a systemd unit runs while its cgroup holds processes (systemd.unit(5):
+each service gets its own cgroup under its slice), is enabled by the links `systemctl enable` makes in
+the `.wants/` and `.requires/` folders of its [Install] targets, and is masked when the first file of it
+along the unit search path links to /dev/null or is empty; installed packages as conformance.facts.packages
+reads dpkg's status file and rpm's database.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import posixpath
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from conformance.collection.bundle import Bundle, Record
@@ -37,9 +35,8 @@ from conformance.config.site_rules import (
     unit_cgroup,
 )
 from conformance.errors import FactUnavailable, ParseError
-from conformance.facts.debversion import satisfies as deb_satisfies
 from conformance.facts.kubelet import load_yaml_mapping
-from conformance.facts.rpmversion import satisfies as rpm_satisfies
+from conformance.facts.packages import Package, dpkg_lookup, dpkg_packages, rpm_lookup, rpm_packages
 from conformance.facts.runtime import load_toml
 
 SHOWN = 160  # characters of a value shown in evidence
@@ -350,86 +347,6 @@ def unit_masked(b: Bundle, unit: str) -> tuple[bool, str]:
     if kind == "regular empty file":
         return True, f"{path} is empty (masked)"
     return False, f"{path}: {kind} (not masked)"
-
-
-@dataclass(frozen=True)
-class Package:
-    """One installed (or, for dpkg, known) instance of a package, in the database that holds it."""
-
-    manager: str  # "dpkg" or "rpm"
-    name: str
-    arch: str  # "" when the database names none
-    status: str  # dpkg's Status field (want, error flag, state); "installed" for rpm's
-    version: str  # dpkg's Version; rpm's [epoch:]version-release
-
-    @property
-    def installed(self) -> bool:
-        return self.status.split()[-1:] == ["installed"]  # dpkg-query's ${db:Status-Status}; rpm lists installed only
-
-    def satisfies(self, constraint: str) -> bool:
-        """The manager's own comparison: dpkg's deb-version(7) order, or rpm's rpmvercmp."""
-        return (rpm_satisfies if self.manager == "rpm" else deb_satisfies)(self.version, constraint)
-
-    def __str__(self) -> str:
-        return f"{self.name}:{self.arch}" if self.arch else self.name
-
-
-@functools.lru_cache(maxsize=4)
-def dpkg_packages(text: str) -> tuple[Package, ...]:
-    """Every package instance in dpkg's status file (stanzas separated by blank lines). A Multi-Arch
-    package has one stanza per architecture (libfoo:amd64 and libfoo:i386), so the name alone is no key."""
-    out = []
-    for stanza in re.split(r"\n\s*\n", text):
-        fields = dict(re.findall(r"^([A-Za-z-]+): ?(.*)$", stanza, re.M))
-        if "Package" in fields:
-            out.append(
-                Package(
-                    "dpkg",
-                    fields["Package"].strip(),
-                    fields.get("Architecture", "").strip(),
-                    fields.get("Status", "").strip(),
-                    fields.get("Version", "").strip(),
-                )
-            )
-    return tuple(out)
-
-
-@functools.lru_cache(maxsize=4)
-def rpm_packages(text: str) -> tuple[Package, ...]:
-    """The collector's `rpm -qa --queryformat '%{NAME} %{ARCH} EPOCH|- %{VERSION} %{RELEASE}'` lines. rpm
-    lists one header per installed instance: two architectures, or install-only packages such as kernel-core
-    with several versions at once, are several lines of one name."""
-    out = []
-    for line in text.splitlines():
-        parts = line.split(" ")
-        if len(parts) != 5:
-            raise ParseError(f"rpm -qa: unexpected line {_short(line)!r} (expected NAME ARCH EPOCH VERSION RELEASE)")
-        name, arch, epoch, version, release = parts
-        evr = (f"{epoch}:" if epoch != "-" else "") + f"{version}-{release}"
-        out.append(Package("rpm", name, "" if arch == "(none)" else arch, "installed", evr))
-    return tuple(out)
-
-
-def dpkg_lookup(packages: tuple[Package, ...], spec: str) -> list[Package]:
-    """The instances a package name selects as dpkg-query does (dpkg-query(1), "package-name-pattern";
-    dpkg(1) pkg-spec): `name` is every architecture's instance, `name:arch` that architecture's only
-    (`name:all` for an architecture-independent package)."""
-    name, _, arch = spec.partition(":")
-    return [p for p in packages if p.name == name and (not arch or p.arch == arch)]
-
-
-def rpm_lookup(packages: tuple[Package, ...], spec: str) -> list[Package]:
-    """The instances `rpm -q SPEC` selects by name: `name` is every instance, `name.arch` an architecture's
-    (rpm tries the whole label as a name first: python3.11 is a name; lib/rpmdb.c rpmdbIndexIterator over
-    NAME, then the name.arch split in rpmdbInitIterator's label handling). `name:arch`, the spelling that
-    package rules share with dpkg, selects the same as `name.arch`."""
-    if ":" in spec:
-        return dpkg_lookup(packages, spec)
-    exact = [p for p in packages if p.name == spec]
-    if exact or "." not in spec:
-        return exact
-    name, _, arch = spec.rpartition(".")
-    return [p for p in packages if p.name == name and p.arch == arch]
 
 
 def installed_packages(b: Bundle) -> list[tuple[str, tuple[Package, ...]]]:
