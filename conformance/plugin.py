@@ -182,6 +182,10 @@ def pytest_configure(config: pytest.Config) -> None:
         from conformance.outputs import html_report
 
         config.pluginmanager.register(html_report, "conformance-html")
+        run = config.stash[RUN_KEY]
+        config.stash[html_report.VIEW_KEY] = lambda: html_report.ReportView(
+            run.to_json(), run.snapshot_dir, bool(run.pods.acceptance)
+        )
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -4,6 +4,8 @@ pytest-html 4 inserts cells as HTML in the browser: every value from a node is e
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -12,7 +14,6 @@ from conformance import __version__
 from conformance.checks import REGISTRY
 from conformance.outputs.fleet_view import MATRIX_MAX_NODES, VERDICT_COLOURS, e, fleet_view
 from conformance.outputs.svg import heatmap, histogram
-from conformance.session import RUN_KEY, Run
 
 SYMBOLS = {"passed": "✓", "failed": "✗", "error": "!", "skipped": "–", "waived": "w", None: ""}
 _STYLE = """<style>
@@ -109,14 +110,38 @@ def pytest_html_report_title(report: Any) -> None:
     report.title = "GPU node conformance report"
 
 
-def _run(session: pytest.Session) -> Run | None:
-    return session.config.stash.get(RUN_KEY, None)
+@dataclass(frozen=True)
+class ReportView:
+    """What the report's summary shows: the run's results document (as results.json holds it), and the two
+    things about the run that the document does not say."""
+
+    doc: dict[str, Any]
+    snapshot_dir: str | None = None  # a replay of this snapshot folder
+    wrote: bool = False  # the run created acceptance pods
+
+    @property
+    def results(self) -> list[dict[str, Any]]:
+        return self.doc["results"]
+
+    @property
+    def node_names(self) -> list[str]:
+        return [n["name"] for n in self.doc["nodes"]]
+
+
+# The run puts a function here that gives the view when the report is written (plugin.py); outputs never
+# reach into the run itself.
+VIEW_KEY = pytest.StashKey[Callable[[], ReportView]]()
+
+
+def _view(session: pytest.Session) -> ReportView | None:
+    make = session.config.stash.get(VIEW_KEY, None)
+    return make() if make is not None else None
 
 
 WROTE = "; <b>this run created acceptance pods (the only write the suite makes to a cluster)</b>"
 
 
-def verdict_table(run: Run, summaries: list[dict[str, Any]]) -> str:
+def verdict_table(run: ReportView, summaries: list[dict[str, Any]]) -> str:
     rows = []
     fleet = len(summaries) > MATRIX_MAX_NODES
     for n in summaries:
@@ -150,11 +175,11 @@ def verdict_table(run: Run, summaries: list[dict[str, Any]]) -> str:
     return (
         "<h2>Node verdicts</h2><p>A node is <b>accepted</b> when no critical or high check failed or errored."
         f"{scope}"
-        f" Tool version {e(__version__)}; inventory {e(run.inventory.path)}; started {e(run.ledger.started_at)}"
+        f" Tool version {e(__version__)}; inventory {e(run.doc['inventory'])}; started {e(run.doc['started_at'])}"
         f"{'; snapshot replay from ' + e(run.snapshot_dir) if run.snapshot_dir else ''}"
-        f"{'; <b>run interrupted: results incomplete</b>' if run.ledger.interrupted else ''}"
-        f"{WROTE if run.pods.acceptance else ''}.</p>"
-        f"{api_access(run.api_access)}"
+        f"{'; <b>run interrupted: results incomplete</b>' if not run.doc['complete'] else ''}"
+        f"{WROTE if run.wrote else ''}.</p>"
+        f"{api_access(run.doc.get('api_access') or [])}"
         "<table><tr><th>node</th><th>verdict</th><th>profile</th><th>passed</th><th>failed</th><th>error</th>"
         f"<th>skipped</th><th>waived</th><th>blocking checks / reason</th></tr>{''.join(rows)}</table>"
     )
@@ -168,9 +193,9 @@ def api_access(lines: list[str]) -> str:
     return f"<p>Kubernetes API access of this run (as the API server answered for the suite's identity):</p><ul>{items}</ul>"
 
 
-def waivers_and_diff(run: Run) -> str:
+def waivers_and_diff(run: ReportView) -> str:
     parts = []
-    w = run.ledger.waivers_json()
+    w = run.doc.get("waivers")
     if w is not None:
         unused = "".join(
             f"<li>#{x['index']} {e(x['check'])} on {e(x['nodes'])} (expires {e(x['expires'])}): {e(x['justification'])}</li>"
@@ -180,8 +205,8 @@ def waivers_and_diff(run: Run) -> str:
             f"<p>Waivers: {w['count']} from {e(w['file'])}; matching nothing: {len(w['unused'])}</p>"
             + (f"<ul>{unused}</ul>" if unused else "")
         )
-    if run.ledger.diff is not None:
-        d = run.ledger.diff
+    if run.doc.get("diff") is not None:
+        d = run.doc["diff"]
         rows = "".join(
             f"<tr><td>{label}</td><td>{e(r['node'])}</td><td>{e(r['check'])}</td><td>{e(r['was'])} &rarr; "
             f"{e(r['outcome'])}</td><td>{e(r['message'][:200])}</td></tr>"
@@ -205,7 +230,7 @@ def waivers_and_diff(run: Run) -> str:
     return "".join(parts)
 
 
-def matrix(run: Run) -> str:
+def matrix(run: ReportView) -> str:
     """Nodes down, check ids across (grouped by family), each cell coloured by outcome."""
     ids = sorted({r["check"] for r in run.results}, key=lambda c: (REGISTRY[c].family, c) if c in REGISTRY else ("", c))
     if not ids:
@@ -261,7 +286,7 @@ def matrix(run: Run) -> str:
     )
 
 
-def latency_section(run: Run) -> str:
+def latency_section(run: ReportView) -> str:
     """One histogram per measured endpoint, with P50/P99(/P99.9) marked, and the numbers."""
     figures = []
     for r in run.results:
@@ -288,7 +313,7 @@ def latency_section(run: Run) -> str:
     )
 
 
-def bandwidth_section(run: Run) -> str:
+def bandwidth_section(run: ReportView) -> str:
     """Per node, the GPU x NUMA node H2D matrix as a heat map, with its verdict."""
     figures = []
     for r in run.results:
@@ -316,10 +341,10 @@ def bandwidth_section(run: Run) -> str:
 
 
 def pytest_html_results_summary(prefix: list[str], summary: list[str], postfix: list[str], session: pytest.Session) -> None:
-    run = _run(session)
+    run = _view(session)
     if run is None or not run.results:
         return
-    summaries = run.node_summaries()
+    summaries = run.doc["nodes"]
     if len(summaries) > MATRIX_MAX_NODES:
         # the fleet first, where the page opens; the matrix would be unreadable at this size
         wanted = session.config.getoption("conformance_group_by")
