@@ -1,6 +1,7 @@
-"""The layout's rules (docs/architecture.md), checked on the import graph read from the source (ast):
-check bodies never reach a transport, the Kubernetes API or the run; parsers do no I/O; outputs do not
-judge; the programs that run on nodes import nothing from the package."""
+"""The layout's rules (docs/architecture.md), checked on the import graph read from the source (ast): the
+pipeline's stages import only downwards and no modules import each other in a circle; check bodies never
+reach a transport, the Kubernetes API or the run; parsers do no I/O; outputs do not judge; the programs
+that run on nodes import nothing from the package."""
 
 from __future__ import annotations
 
@@ -41,6 +42,105 @@ def offending(files: list[Path], banned: tuple[str, ...]) -> dict[str, list[str]
         if bad:
             found[str(f.relative_to(ROOT))] = bad
     return found
+
+
+# The pipeline's stages, bottom first (docs/architecture.md "Stage order"). A module may import its own
+# stage and the stages below it, never one above.
+STAGES: list[tuple[str, tuple[str, ...]]] = [
+    ("configuration", ("conformance", "conformance.errors", "conformance.config")),
+    ("collection", ("conformance.collection",)),
+    ("facts", ("conformance.facts",)),
+    ("live facts", ("conformance.cluster", "conformance.measurements")),
+    ("checks", ("conformance.checks", "suites")),
+    ("outputs", ("conformance.outputs",)),
+    ("the run", ("conformance.run", "conformance.session", "conformance.fixtures", "conformance.plugin")),
+    ("commands", ("conformance.cli", "conformance.__main__")),
+]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def project_modules() -> dict[str, Path]:
+    files = [*PKG.rglob("*.py"), *(ROOT / "suites").glob("*.py")]
+    return {module_name(f): f for f in files}
+
+
+def stage_of(module: str) -> int:
+    """The stage of a module: the one whose longest prefix names it (conformance alone is its __init__)."""
+    best, level = -1, -1
+    for i, (_, prefixes) in enumerate(STAGES):
+        for p in prefixes:
+            if (module == p or module.startswith(p + ".")) and len(p) > best and (p != "conformance" or module == p):
+                best, level = len(p), i
+    return level
+
+
+def project_imports(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """module -> the project modules it imports (each import resolved to the longest module it names)."""
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        out = set()
+        for target in imports(path):
+            parts = target.split(".")
+            while parts and ".".join(parts) not in modules:
+                parts.pop()
+            if parts and ".".join(parts) != name:
+                out.add(".".join(parts))
+        graph[name] = out
+    return graph
+
+
+def test_every_module_has_a_stage():
+    assert [m for m in project_modules() if stage_of(m) < 0] == []
+
+
+def test_imports_point_down_the_pipeline():
+    graph = project_imports(project_modules())
+    upward = sorted(
+        f"{m} ({STAGES[stage_of(m)][0]}) imports {t} ({STAGES[stage_of(t)][0]})"
+        for m, targets in graph.items()
+        for t in targets
+        if stage_of(t) > stage_of(m)
+    )
+    assert upward == []
+
+
+def test_no_modules_import_each_other_in_a_circle():
+    graph = project_imports(project_modules())
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert circles == []
 
 
 def test_the_stages_exist_as_packages():
