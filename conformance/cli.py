@@ -6,14 +6,18 @@ Exit codes, the same for every command: 0 every node accepted (or the command su
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import importlib
 import importlib.util
 import json
+import signal
 import sys
 import textwrap
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from conformance import __version__
 from conformance.errors import UsageError
@@ -472,12 +476,32 @@ def cmd_merge(args: argparse.Namespace) -> int:
     docs = ([marker] if marker else []) + [doc for _, doc in found]
     note = "; some expected nodes sent nothing (marked incomplete)" if marker else ""
     print(f"merging {len(found)} results document(s){note}")
-    # one merged document for the report session: the sources are read and parsed once, here
-    merged = Path(tempfile.mkdtemp(prefix="gnc-merge-")) / "merged-results.json"
-    merged.write_text(json.dumps(merged_document(docs, args.sources), separators=(",", ":")), encoding="utf-8")
-    del found, docs  # the report session reads the merged document: at fleet scale this halves the peak memory
-    args.results = [str(merged)]
-    return _render(args)
+    # one merged document for the report session: the sources are read and parsed once, here. It lives in
+    # a folder removed when the merge ends, however it ends (an error, Ctrl-C, SIGTERM from a scheduler).
+    with tempfile.TemporaryDirectory(prefix="gnc-merge-") as work, _terminate_as_interrupt():
+        merged = Path(work) / "merged-results.json"
+        merged.write_text(json.dumps(merged_document(docs, args.sources), separators=(",", ":")), encoding="utf-8")
+        del found, docs  # the report session reads the merged document: at fleet scale this halves the peak memory
+        args.results = [str(merged)]
+        return _render(args)
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a CI job cancelled, a pod stopped) unwinds like Ctrl-C, so that `with` blocks clean up."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        before = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: leave the signal as it is
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -8,8 +8,10 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -167,3 +169,35 @@ def test_ci_templates_parse_and_the_cronjob_validates():
     for name in ("cronjob.yaml", "cronjob-rbac.yaml"):
         for obj in yaml.safe_load_all((ROOT / "examples" / name).read_text()):
             assert problems(obj) == [], (name, obj["kind"])
+
+
+def test_merge_report_and_run_leave_nothing_in_the_temporary_directory(pod_logs, tmp_path):
+    """Nothing the tool creates outlives it: the merge's working document included, after a normal end, an
+    error, and SIGTERM in the middle of the report session (a cancelled CI job)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "conformance", *args], capture_output=True, text=True, timeout=300, env=env)
+
+    out = tmp_path / "out"
+    assert run("merge", str(pod_logs), "--output", str(out / "merged")).returncode == 1
+    assert run("report", str(out / "merged" / "results.json"), "--output", str(out / "report")).returncode == 1
+    root = sample_host_root(tmp_path / "root")
+    assert run("run", "--host-root", str(root), "--output", str(out / "run")).returncode == 1
+    assert run("merge", str(tmp_path / "no-such-folder")).returncode == 4
+    assert sorted(p.name for p in tmp.iterdir()) == []
+    # SIGTERM once the merged document is written and the report session runs
+    p = subprocess.Popen([sys.executable, "-m", "conformance", "merge", str(pod_logs), "--output", str(out / "term")],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)  # fmt: skip
+    assert p.stdout is not None
+    for line in p.stdout:  # "merging N results document(s)" comes after the working document is written
+        if line.startswith("merging"):
+            break
+    deadline = time.monotonic() + 300
+    while not list(tmp.glob("gnc-merge-*/merged-results.json")) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=300)
+    assert sorted(p.name for p in tmp.iterdir()) == []
