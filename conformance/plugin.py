@@ -399,6 +399,7 @@ class XdistController:
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         self.run.store.remote_collection.update(json.loads(node.workeroutput.get("gnc_nodes", "{}")))
+        self.run.store.remote_identity.update(json.loads(node.workeroutput.get("gnc_identity", "{}")))
 
 
 def _replayed_report(item: ReplayItem, report: pytest.TestReport) -> pytest.TestReport:
@@ -448,8 +449,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if run.store.xdist_worker:  # the controller writes the outputs; it needs this worker's collection summaries
         summaries = {n: c for n in run.node_names if (c := run.collection_of(n)) is not None}
         session.config.workeroutput["gnc_nodes"] = json.dumps(summaries)  # type: ignore[attr-defined]
+        identities = {n: i for n in run.node_names if (i := run.identity_of(n))}
+        session.config.workeroutput["gnc_identity"] = json.dumps(identities)  # type: ignore[attr-defined]
         return
     opt = session.config.getoption
+    # the drift check judges the whole run's node records, after every other check; a run narrowed with
+    # -k or -m judges only what it selected, and an interrupted run has no whole to judge
+    if not (opt("keyword") or opt("markexpr") or run.ledger.interrupted):
+        run.judge_fleet(opt("conformance_group_by"))
     if opt("conformance_baseline"):
         run.ledger.diff = diff(load_results(opt("conformance_baseline")), run.to_json())
     doc = run.to_json()

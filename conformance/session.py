@@ -13,6 +13,7 @@ import pytest
 
 from conformance import __version__
 from conformance.checks import REGISTRY
+from conformance.checks.fleet_drift import FLEET_CHECK, drift_results
 from conformance.cluster.acceptance import AcceptancePod
 from conformance.cluster.api import api_client, discover
 from conformance.cluster.kubelet_access import KubeletEndpoint, access_report
@@ -21,6 +22,7 @@ from conformance.config.check_contract import BLOCKING
 from conformance.config.inventory import Inventory, NodeSpec, load_inventory, local_inventory, merge_discovered
 from conformance.config.profile import Profile
 from conformance.errors import ParseError, UsageError
+from conformance.facts.identity import identity
 from conformance.run.facts_store import CollectOptions, FactStore
 from conformance.run.fleet import Fleet
 from conformance.run.ledger import Ledger
@@ -56,6 +58,7 @@ class Run:
         self.site = SiteChecks(self.fleet, timeout)
         self.ledger = Ledger()
         self.api_access: list[str] = []  # the API grants the run relies on, as the API server answered
+        self._identities: dict[str, dict[str, Any]] = {}  # node -> its identity record, once read
 
     @classmethod
     def from_options(cls, config: pytest.Config) -> Run:
@@ -177,7 +180,37 @@ class Run:
             out["kubelet_config_source"] = f"configz (from {via})" if live else f"node files ({facts.configz_error})"
         if collection is not None:
             out["collection"] = collection
+        out.update(self.identity_of(node))
         return out
+
+    def identity_of(self, node: str) -> dict[str, Any]:
+        """{"identity": ..., "identity_errors": ...} of a node: from its facts, a replayed record, or the xdist
+        worker that collected it; {} when there is none (not collected)."""
+        if node in self._identities:
+            return self._identities[node]
+        got: dict[str, Any] = {}
+        facts = self.store.collected(node)
+        replayed = self.ledger.replayed_nodes.get(node)
+        if facts is not None and facts.reachable:
+            values, errors = identity(facts)
+            got = {"identity": values, **({"identity_errors": errors} if errors else {})}
+        elif replayed is not None and "identity" in replayed:
+            got = {k: replayed[k] for k in ("identity", "identity_errors") if k in replayed}
+        elif node in self.store.remote_identity:
+            got = self.store.remote_identity[node]
+        if facts is not None or replayed is not None or node in self.store.remote_identity:
+            self._identities[node] = got
+        return got
+
+    def judge_fleet(self, wanted_label: str | None) -> None:
+        """FLEET-CONSISTENT for every node, from the node records of the whole run (conformance.checks.fleet_drift);
+        a replayed document's own drift results are judged again over the nodes merged here."""
+        self.results[:] = [r for r in self.results if r["check"] != FLEET_CHECK.id]
+        rows = drift_results(self.node_summaries(), lambda node, key: self.profile_for(node).get(key), wanted_label)
+        for r in rows:
+            if r["outcome"] == "failed" and self.ledger.waivers:
+                r["outcome"], r["waiver"], r["message"] = self.apply_waivers(r["node"], r["check"], r["message"])
+        self.results.extend(rows)
 
     def to_json(self) -> dict[str, Any]:
         used = sorted({r["check"] for r in self.results})

@@ -10,8 +10,9 @@ import re
 import subprocess
 import sys
 
+from conformance.config.fleet import group_label
 from conformance.outputs import PROM_RESULT_SERIES_MAX, prometheus_text
-from conformance.outputs.fleet_view import MATRIX_MAX_NODES, group_label
+from conformance.outputs.fleet_view import MATRIX_MAX_NODES
 
 POOLS = ("h100-a", "h200-b")
 SPEC = {"id": "", "severity": "high", "title": "t", "rationale": "r", "remediation": "fix", "source": "s", "family": "kubelet"}

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from conformance.cluster.manifests import RESULTS_END
-from tests.lab.nodes import EXPECTED
+from tests.lab.nodes import EXPECTED_ALONE
 from tests.podrun import run_container
 from tests.test_lab_audit import outcomes
 
@@ -52,7 +52,7 @@ def test_the_in_cluster_command_gives_the_ssh_verdicts(installed_wheel, lab, tmp
     (logs / f"{node}.log").write_text(run.log)
     p = installed_wheel.conformance("merge", "logs", "--expect", node, "--output", "merged", cwd=tmp_path)
     doc = json.loads((tmp_path / "merged" / "results.json").read_text())
-    assert outcomes(doc) == {node: EXPECTED[node]}, p.stderr[-2000:]
+    assert outcomes(doc) == {node: EXPECTED_ALONE[node]}, p.stderr[-2000:]
     (entry,) = doc["nodes"]
     assert entry["transport"] == "local" and entry["collection"]["remote_executions"] == 1
     assert p.returncode == (0 if node == "good" else 1)

@@ -23,7 +23,7 @@ from conformance.config.inventory import NodeSpec
 from conformance.errors import TransportError
 from tests.conftest import require_or_skip
 from tests.lab.builder import Lab, lab_available
-from tests.lab.nodes import EXPECTED, specs
+from tests.lab.nodes import EXPECTED, EXPECTED_ALONE, specs
 from tests.relay import HoldingRelay
 
 pytestmark = pytest.mark.lab
@@ -105,7 +105,7 @@ def test_local_transport_inside_the_node_gives_the_same_verdicts_as_ssh(lab, tmp
     finally:
         subprocess.run(["rm", "-rf", str(out)], check=False)
     assert local["nodes"][0]["transport"] == "local", p.stderr[-2000:]
-    assert outcomes(local) == {name: EXPECTED[name]}
+    assert outcomes(local) == {name: EXPECTED_ALONE[name]}
 
 
 def _relayed(lab: Lab, tmp_path: Path, port: int, transport: str = "ssh", **ssh_extra) -> NodeSpec:

@@ -174,6 +174,7 @@ read_containerd() {  # $1 path, $2 depth; $ccwd: the daemon's working directory 
 rec M version ok; printf '1' | b64; echo
 rec M root ok; printf '%s' "$R" | b64; echo
 emit_file /proc/sys/kernel/hostname
+emit_file /etc/os-release  # the OS image, for the node's identity record
 emit_cmd uname uname -r
 emit_cmd stat-cgroup stat -fc %t "$R/sys/fs/cgroup"  # the magic: BusyBox stat names cgroup2fs "UNKNOWN"
 

@@ -8,6 +8,8 @@ from typing import Any
 
 import yaml
 
+from conformance.config.check_contract import SEVERITIES
+from conformance.config.fleet import IDENTITY_ATTRIBUTES
 from conformance.config.gpu_health_terms import CLASSES as XID_CLASSES
 from conformance.config.gpu_health_terms import CLOCK_REASONS, NVLINK_COUNTERS
 from conformance.config.units import parse_duration, parse_quantity
@@ -68,6 +70,11 @@ def _overlay(base: dict[str, Any], over: dict[str, Any], source: str, prefix: st
         if key == "site":  # free-form: site check ids to threshold fields (checked against each rule when used)
             if not isinstance(v, dict):
                 raise UsageError(f"{source}: site must be a mapping of site check ids to their fields")
+            out[k] = {**base[k], **v}
+            continue
+        if key == "fleet.pin":  # attribute -> value, checked against the attribute names in _validate
+            if not isinstance(v, dict):
+                raise UsageError(f"{source}: fleet.pin must be a mapping of identity attributes to values")
             out[k] = {**base[k], **v}
             continue
         if isinstance(base[k], dict):
@@ -197,6 +204,18 @@ def _validate(values: dict[str, Any], source: str) -> None:
     need("pods.acceptance_cpus", isinstance(p["acceptance_cpus"], int) and p["acceptance_cpus"] >= 1, "a whole number of CPUs")
     need("pods.acceptance_timeout_s", _is_number(p["acceptance_timeout_s"]), "a number of seconds")
     need("pods.acceptance_image", p["acceptance_image"] is None or isinstance(p["acceptance_image"], str), "an image or null")
+    f = values["fleet"]
+    need("fleet.severity", f["severity"] in SEVERITIES, " or ".join(SEVERITIES))
+    need(
+        "fleet.attributes",
+        isinstance(f["attributes"], list) and set(f["attributes"]) <= set(IDENTITY_ATTRIBUTES),
+        f"a list drawn from {list(IDENTITY_ATTRIBUTES)}",
+    )
+    need(
+        "fleet.pin",
+        isinstance(f["pin"], dict) and set(f["pin"]) <= set(IDENTITY_ATTRIBUTES),
+        f"a mapping of attributes ({', '.join(IDENTITY_ATTRIBUTES)}) to the value every node must have",
+    )
 
 
 def load_profile(ref: str | None) -> Profile:

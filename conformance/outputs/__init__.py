@@ -287,6 +287,15 @@ def diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
                 new_failures.append(item(r, prev["outcome"] if prev else "absent"))
         elif prev is not None and prev["outcome"] in FAILING and r["outcome"] in ("passed", "waived"):
             fixed.append(item(r, prev["outcome"]))
+    was_identity = {n["name"]: n.get("identity") for n in before["nodes"]}
+    changed = []
+    for n in after["nodes"]:
+        old_id, new_id = was_identity.get(n["name"]), n.get("identity")
+        if old_id is None or new_id is None:
+            continue  # a new node, or a record without identities: nothing to compare
+        for attr in sorted(set(old_id) | set(new_id)):
+            if old_id.get(attr) != new_id.get(attr):
+                changed.append({"node": n["name"], "attribute": attr, "was": old_id.get(attr), "now": new_id.get(attr)})
     return {
         "baseline_started_at": before.get("started_at"),
         "new_failures": new_failures,
@@ -294,6 +303,7 @@ def diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
         "still_failing": still,
         "new_nodes": sorted(new_nodes - old_nodes),
         "vanished_nodes": sorted(old_nodes - new_nodes),
+        "identity_changes": changed,
     }
 
 
@@ -311,6 +321,8 @@ def diff_lines(d: dict[str, Any]) -> list[str]:
         lines.append(f"  NEW NODE {n}")
     for n in d["vanished_nodes"]:
         lines.append(f"  VANISHED NODE {n}")
+    for c in d.get("identity_changes", []):
+        lines.append(f"  CHANGED {c['node']} {c['attribute']}: {c['was']} -> {c['now']}")
     return lines
 
 

@@ -12,23 +12,12 @@ from collections import Counter, defaultdict
 from html import escape
 from typing import Any
 
+from conformance.config.fleet import IDENTITY_ATTRIBUTES, group_label, group_of
 from conformance.outputs import FAILING
 
 # Above this many nodes the report shows the fleet view and drops the node x check matrix and the
 # per-node verdict rows of accepted nodes (each node stays in the fleet view's node list).
 MATRIX_MAX_NODES = 300
-GROUP_LABELS = (
-    "pool",
-    "node-pool",
-    "nodepool",
-    "cloud.google.com/gke-nodepool",
-    "eks.amazonaws.com/nodegroup",
-    "karpenter.sh/nodepool",
-    "kubernetes.azure.com/agentpool",
-    "agentpool",
-    "node.kubernetes.io/instance-type",
-    "nvidia.com/gpu.product",
-)
 VERDICT_COLOURS = {"accepted": "#2e7d32", "rejected": "#c62828", "unreachable": "#ef6c00", "incomplete": "#9e9e9e"}
 VERDICTS = tuple(VERDICT_COLOURS)
 
@@ -36,22 +25,6 @@ VERDICTS = tuple(VERDICT_COLOURS)
 def e(value: Any) -> str:
     """Escaped for HTML text and (quoted) attribute values: every value in the report passes here."""
     return escape(str(value), quote=True)
-
-
-def group_label(nodes: list[dict[str, Any]], wanted: str | None) -> str | None:
-    """The label that groups the nodes: `wanted`, else the first known pool label on most nodes."""
-    if wanted:
-        return wanted
-    for key in GROUP_LABELS:
-        if sum(key in (n.get("labels") or {}) for n in nodes) * 2 > len(nodes):
-            return key
-    return None
-
-
-def group_of(node: dict[str, Any], label: str | None) -> str:
-    if label is None:
-        return f"profile {node.get('profile', '-')}"
-    return (node.get("labels") or {}).get(label) or "(no label)"
 
 
 def _counts_table(title: str, rows: dict[str, Counter[str]]) -> str:
@@ -83,9 +56,59 @@ def fleet_view(nodes: list[dict[str, Any]], results: list[dict[str, Any]], wante
         f"<p>Nodes grouped by {grouped}.</p>",
         _counts_table("group", by_group),
         _check_by_group(results, groups, sorted(by_group)),
+        drift_section(nodes, wanted_label),
         _node_list(nodes, results, groups),
     ]
     return "".join(parts)
+
+
+DRIFT_SHOWN = 20  # nodes named per attribute; the rest are counted
+
+
+def drift_section(nodes: list[dict[str, Any]], wanted_label: str | None = None, linked: bool = True) -> str:
+    """Per group, each identity attribute whose nodes do not all agree: its values with node counts, and the
+    nodes off the majority value (or every node, where there is no majority), linked to their rows."""
+    label = group_label(nodes, wanted_label)
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for n in nodes:
+        groups[group_of(n, label)].append(n)
+    blocks = []
+    for g in sorted(groups):
+        rows = []
+        for attr in IDENTITY_ATTRIBUTES:
+            counts: Counter[str] = Counter()
+            unknown = []
+            for n in groups[g]:
+                value = (n.get("identity") or {}).get(attr) if n.get("identity") is not None else None
+                if n.get("identity") is None:
+                    continue
+                if value is None:
+                    unknown.append(n["name"])
+                else:
+                    counts[str(value)] += 1
+            if len(counts) <= 1 and not unknown:
+                continue
+            top, top_count = counts.most_common(1)[0] if counts else ("", 0)
+            majority = top_count * 2 > sum(counts.values())
+            off = [n["name"] for n in groups[g] if n.get("identity") and n["identity"].get(attr) is not None
+                   and (not majority or str(n["identity"][attr]) != top)]  # fmt: skip
+            names = ", ".join(f"<a href='#gnc-node-{e(x)}'>{e(x)}</a>" if linked else e(x) for x in off[:DRIFT_SHOWN]) + (
+                f" and {len(off) - DRIFT_SHOWN} more" if len(off) > DRIFT_SHOWN else ""
+            )
+            values = ", ".join(f"{e(v)} ({c})" for v, c in counts.most_common(6)) + (
+                f"; unknown on {len(unknown)}" if unknown else ""
+            )
+            rows.append(f"<tr><td>{e(attr)}</td><td>{values}</td><td>{'' if majority else 'no majority: '}{names}</td></tr>")
+        if rows:
+            blocks.append(
+                f"<h4>{e(g)}</h4><table class='fleet'><tr><th>attribute</th><th>values (nodes)</th>"
+                f"<th>nodes off the majority</th></tr>{''.join(rows)}</table>"
+            )
+    if not any(n.get("identity") is not None for n in nodes):
+        return ""
+    if not blocks:
+        return "<h3>Fleet drift</h3><p>In every group, every node's identity record agrees with its peers'.</p>"
+    return "<h3>Fleet drift</h3><p>What nodes of one group do not share (FLEET-CONSISTENT judges it).</p>" + "".join(blocks)
 
 
 def _check_by_group(results: list[dict[str, Any]], groups: dict[str, str], names: list[str]) -> str:
@@ -130,7 +153,8 @@ def _node_list(nodes: list[dict[str, Any]], results: list[dict[str, Any]], group
         reason = ((n.get("collection") or {}).get("error") or "") if n["verdict"] in ("unreachable", "incomplete") else ""
         checks = ", ".join(failing.get(n["name"], []))
         rows.append(
-            f"<tr><td>{e(n['name'])}</td><td>{e(n['verdict'])}</td><td>{e(n.get('profile', '-'))}</td>"
+            f"<tr id='gnc-node-{e(n['name'])}'><td>{e(n['name'])}</td><td>{e(n['verdict'])}</td>"
+            f"<td>{e(n.get('profile', '-'))}</td>"
             f"<td>{e(groups[n['name']])}</td><td>{e(reason or checks)}</td></tr>"
         )
     return (

@@ -12,7 +12,7 @@ import pytest
 
 from conformance import __version__
 from conformance.checks import REGISTRY
-from conformance.outputs.fleet_view import MATRIX_MAX_NODES, VERDICT_COLOURS, e, fleet_view
+from conformance.outputs.fleet_view import MATRIX_MAX_NODES, VERDICT_COLOURS, drift_section, e, fleet_view
 from conformance.outputs.svg import heatmap, histogram
 
 SYMBOLS = {"passed": "✓", "failed": "✗", "error": "!", "skipped": "–", "waived": "w", None: ""}
@@ -350,7 +350,13 @@ def pytest_html_results_summary(prefix: list[str], summary: list[str], postfix: 
         wanted = session.config.getoption("conformance_group_by")
         sections = [fleet_view(summaries, run.results, wanted), verdict_table(run, summaries), waivers_and_diff(run)]
     else:
-        sections = [verdict_table(run, summaries), waivers_and_diff(run), matrix(run)]
+        wanted = session.config.getoption("conformance_group_by")
+        sections = [
+            verdict_table(run, summaries),
+            waivers_and_diff(run),
+            matrix(run),
+            drift_section(summaries, wanted, linked=False),
+        ]
     sections += [bandwidth_section(run), latency_section(run)]
     prefix.append(f"<div class='gnc'>{_STYLE}{''.join(sections)}</div>")
 

@@ -135,8 +135,13 @@ def result_id(r: dict[str, Any]) -> str:
     return f"{_safe(r['node'])}::{_safe(r['check'])}{sub}"
 
 
+FLEET_CHECK_ID = "FLEET-CONSISTENT"  # conformance.checks.fleet_drift
+
+
 def make_items(session: pytest.Session, doc: dict[str, Any], per: str = "auto") -> list[pytest.Item]:
-    """Replay items: one per result, or one per node (`per` node, or auto above RESULT_ROWS_MAX results)."""
+    """Replay items: one per result, or one per node (`per` node, or auto above RESULT_ROWS_MAX results). The
+    drift check's results are left out: the run judges them again over the nodes it replays (Run.judge_fleet)."""
+    doc = dict(doc, results=[r for r in doc["results"] if r["check"] != FLEET_CHECK_ID])
     if per == "node" or (per == "auto" and len(doc["results"]) > RESULT_ROWS_MAX):
         by_node: dict[str, list[dict[str, Any]]] = {n["name"]: [] for n in doc["nodes"]}
         for r in doc["results"]:

@@ -57,6 +57,7 @@ class FactStore:
         self.kubelet_endpoints: dict[str, KubeletEndpoint] = {}  # from discovery; other nodes are looked up
         self.xdist_worker = False  # a pytest-xdist worker: gathers only the nodes it runs
         self.remote_collection: dict[str, dict[str, Any]] = {}  # under xdist, the workers' collection summaries
+        self.remote_identity: dict[str, dict[str, Any]] = {}  # ... and their nodes' identity records
         self._facts: dict[str, NodeFacts] = {}  # gathered (or read from a snapshot), by node
         self._inflight: InFlight | None = None  # the nodes being gathered in the background
         self._lock = threading.Lock()

@@ -300,6 +300,7 @@ ALL_CHECKS = [
     "NODE-NVME-SCHEDULER",
     "KUBELET-ALLOWED-UNSAFE-SYSCTLS",
     "NODE-SYSTEM-CPUS-ISOLATED",
+    "FLEET-CONSISTENT",  # the nodes of one lab run form one group (profile default): each compared with the majority
 ]
 POD_CHECKS = [
     "POD-QOS-GUARANTEED",
@@ -364,6 +365,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         KUBELET_CPU_STATE="failed",
         NODE_NVME_SCHEDULER="skipped",
         NODE_SYSTEM_CPUS_ISOLATED="skipped",  # the none policy hands out no CPU exclusively
+        FLEET_CONSISTENT="failed",  # its kubelet configuration is not its peers'
     ),
     "bad-runtime": _row(
         "passed",
@@ -373,6 +375,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         SYSCTL_SOMAXCONN="failed",
         SYSCTL_PORT_RANGE="failed",
         NODE_SYSTEM_CPUS_ISOLATED="failed",  # IRQ 31 (kernel-managed) on cpu5, IRQ 32 on cpu6
+        FLEET_CONSISTENT="failed",  # its sysctls are not its peers'
     ),
     "bad-state": _row(
         "passed",
@@ -382,6 +385,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         RUNTIME_SYSTEMD_CGROUP="failed",
         KUBELET_CGROUP_DRIVER="failed",
         NODE_SYSTEM_CPUS_ISOLATED="failed",  # no CPUAffinity=, no system.slice cpuset: PID 1 runs on every CPU
+        FLEET_CONSISTENT="failed",  # CRI-O where its peers run containerd; another kubelet configuration
     ),
     "hostile": _row(
         "passed",
@@ -390,12 +394,14 @@ EXPECTED: dict[str, dict[str, str]] = {
         RUNTIME_SYSTEMD_CGROUP="failed",  # its config imports a file that does not exist: containerd refuses to start
         NODE_SYSTEM_CPUS_ISOLATED="failed",
         KUBELET_ALLOWED_UNSAFE_SYSCTLS="error",  # ip_local_reserved_ports is safe from 1.27: the release is unknown
+        FLEET_CONSISTENT="failed",  # another kubelet configuration
     ),
     "down": _row("error"),
     # the same files, merged as each release merges them (the release from the running binary's --version)
     "containerd2": _row("passed", NODE_NVME_SCHEDULER="skipped"),
     "containerd1": _row(
         "passed",
+        FLEET_CONSISTENT="failed",  # kubelet 1.26 and containerd 1.7 where its peers run 1.31 and 2.0
         NODE_NVME_SCHEDULER="skipped",
         RUNTIME_SYSTEMD_CGROUP="failed",
         KUBELET_ALLOWED_UNSAFE_SYSCTLS="failed",  # kubelet 1.26 rejects pods setting ip_local_reserved_ports
@@ -410,4 +416,10 @@ VERDICTS = {
     "down": "unreachable",
     "containerd2": "accepted",
     "containerd1": "rejected",
+}
+# A node judged alone (in-cluster, or the local transport inside it) has no peer for FLEET-CONSISTENT: it
+# passes, or is an error where its identity record lacks an attribute (hostile's kubelet never answers
+# --version); every other check is judged as in the SSH audit of the whole lab.
+EXPECTED_ALONE = {
+    name: {**row, "FLEET-CONSISTENT": "error" if name in ("hostile", "down") else "passed"} for name, row in EXPECTED.items()
 }

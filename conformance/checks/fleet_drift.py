@@ -1,0 +1,124 @@
+"""FLEET-CONSISTENT: a node that runs something else than its peers (another driver, kernel, kubelet or
+runtime configuration) is what no single-node check sees and what slows or hangs a multi-node job.
+
+Judged over the node records of a whole run (each node's identity record, conformance.facts.identity),
+the same way for a live run, a replay of snapshots, `report` and `merge`: within each group of nodes
+(conformance.config.fleet), an attribute's reference is the value a strict majority of the nodes with a
+known value have, or the profile's `fleet.pin`. A node whose value differs fails; a group without a
+majority (a rollout half done) is said, not failed; an attribute the node's record does not know is an
+error."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from conformance.checks import REGISTRY
+from conformance.config.check_contract import CheckSpec
+from conformance.config.fleet import group_label, group_of
+
+FLEET_CHECK = CheckSpec(
+    id="FLEET-CONSISTENT",
+    severity="medium",
+    title="The node runs what its peers in the pool run",
+    rationale=(
+        "A pool is only as fast as its slowest rank: one node with another driver, kernel, kubelet or runtime "
+        "configuration than its peers is the classic cause of collective hangs and slow ranks, and no check of "
+        "that node alone can see it. Each attribute of the node's identity record is compared with its pool's "
+        "majority (or the profile's pin)."
+    ),
+    remediation="Bring the node to its pool's value (the evidence names the attribute, the node's value and the "
+    "majority's), or pin the intended value in the profile (fleet.pin) during a rollout.",
+    source="the nodes' identity records (results.json nodes[].identity), grouped as the fleet view groups them",
+    family="fleet",
+)
+REGISTRY.setdefault(FLEET_CHECK.id, FLEET_CHECK)
+SHOWN = 60  # characters of a value shown in a message
+
+
+def _short(v: Any) -> str:
+    s = str(v)
+    return s if len(s) <= SHOWN else s[:SHOWN] + "..."
+
+
+def drift_results(
+    nodes: list[dict[str, Any]], setting: Callable[[str, str], Any], wanted_label: str | None = None
+) -> list[dict[str, Any]]:
+    """One FLEET-CONSISTENT result per node of `nodes` (node summaries as results.json holds them).
+    `setting(node, key)` reads the node's profile (fleet.severity, fleet.attributes, fleet.pin)."""
+    label = group_label(nodes, wanted_label)
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for n in nodes:
+        groups[group_of(n, label)].append(n)
+    where = f"{label} {{}}" if label else "{}"
+    out = []
+    for group, members in groups.items():
+        known: dict[str, Counter[str]] = defaultdict(Counter)
+        for n in members:
+            for attr, value in (n.get("identity") or {}).items():
+                if value is not None:
+                    known[attr][str(value)] += 1
+        for n in members:
+            out.append(_judge(n, known, where.format(group), len(members), setting))
+    return out
+
+
+def _judge(n: dict[str, Any], known: dict[str, Counter[str]], group: str, size: int, setting: Callable[[str, str], Any]) -> dict:
+    name = n["name"]
+    identity = n.get("identity")
+    errors = n.get("identity_errors") or {}
+    problems, unknown, notes, evidence = [], [], [], []
+    if identity is None:
+        why = (n.get("collection") or {}).get("error")
+        unknown.append(
+            f"no identity record: node {name} was not collected ({why})"
+            if why
+            else "no identity record (a document from a release before identity records)"
+        )
+    pins = setting(name, "fleet.pin") or {}
+    for attr in setting(name, "fleet.attributes") or []:
+        value = None if identity is None else identity.get(attr)
+        if identity is None:
+            break
+        counts = known.get(attr, Counter())
+        spread = ", ".join(f"{_short(v)} on {c}" for v, c in counts.most_common(5))
+        evidence.append(f"{attr}: {_short(value)} (in {group}: {spread or 'no known value'})")
+        if value is None:
+            unknown.append(f"{attr} is unknown ({errors.get(attr, 'not in the record')})")
+            continue
+        if attr in pins:
+            if str(value) != str(pins[attr]):
+                problems.append(f"{attr} {_short(value)}, while the profile pins {_short(pins[attr])}")
+            continue
+        total = sum(counts.values())
+        top, top_count = counts.most_common(1)[0] if counts else (None, 0)
+        if total < 2:
+            continue
+        if top_count * 2 <= total:
+            notes.append(f"no majority for {attr} in {group} ({spread})")
+        elif str(value) != top:
+            problems.append(f"{attr} {_short(value)}, while {top_count} of {total} nodes in {group} run {_short(top)}")
+    if problems:
+        outcome, message = "failed", "; ".join(problems)
+    elif unknown:
+        outcome, message = "error", "; ".join(unknown)
+    elif size < 2:
+        outcome, message = "passed", f"the only node in {group}: no peer to compare with"
+    else:
+        outcome, message = "passed", f"as its {size - 1} peer(s) in {group}" + (f"; {'; '.join(notes)}" if notes else "")
+    if problems and notes:
+        message += f"; {'; '.join(notes)}"
+    return {
+        "node": name,
+        "check": FLEET_CHECK.id,
+        "subject": {},
+        "severity": setting(name, "fleet.severity") or FLEET_CHECK.severity,
+        "outcome": outcome,
+        "message": message,
+        "evidence": evidence[:200],
+        "source": FLEET_CHECK.source,
+        "waiver": None,
+        "duration_s": 0.0,
+        "test": f"fleet::FLEET-CONSISTENT[{name}]",
+    }

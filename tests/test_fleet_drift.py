@@ -1,0 +1,232 @@
+"""FLEET-CONSISTENT and the identity record: nodes collected from the lab (the every-node lab's good node
+and its GPU node), copied into a pool where each copy differs from the others in one attribute at a time
+(kernel, a kubelet configuration value, the containerd configuration; the driver, in a pool of GPU
+nodes), judged as a live run over snapshots, as a
+replay of its results, and as a merge of per-node results; digests that formatting, comments and key order
+do not change; a 50/50 pool; a pinned value; unknown attributes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conformance.checks.fleet_drift import drift_results
+from conformance.facts.identity import digest
+from conformance.facts.kubelet import load_yaml_mapping
+from conformance.facts.runtime import load_toml
+from tests.lab.builder import DEBIAN
+from tests.lab.every_node import node_name
+
+BASE, GPU_BASE = "good", "gpu-good"
+# the lab's GPU nodes run no kubelet: their pool judges the attributes they have
+GPU_POOL_PROFILE = "extends: {}\nfleet:\n  attributes: [os, kernel, runtime, driver, gpu_count, gpu_products, mig, sysctls]\n"
+
+
+def conformance(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "conformance", *args], capture_output=True, text=True, timeout=900)
+
+
+def _record(doc: dict, kind: str, name: str) -> dict:
+    (rec,) = [r for r in doc["records"] if r["kind"] == kind and r["name"] == name]
+    return rec
+
+
+def kernel(doc: dict) -> None:
+    _record(doc, "C", "uname")["text"] = "6.8.0-45-generic"
+
+
+def driver(doc: dict) -> None:
+    probe = _record(doc, "C", "nvml-probe")
+    data = json.loads(probe["text"])
+    data["driver"] = "570.86.15"
+    probe["text"] = json.dumps(data)
+
+
+def kubelet_value(doc: dict) -> None:
+    rec = _record(doc, "F", "/etc/kubernetes/kubelet-config.yaml")
+    rec["text"] += "maxPods: 250\n"  # a value no check judges: only the drift check sees it
+
+
+def containerd_value(doc: dict) -> None:
+    rec = _record(doc, "F", "/etc/containerd/config.toml")
+    rec["text"] = "oom_score = -999\n" + rec["text"]
+
+
+def formatting_only(doc: dict) -> None:
+    """Key order, comments and blank lines: the same configuration, another file."""
+    rec = _record(doc, "F", "/etc/kubernetes/kubelet-config.yaml")
+    parsed = yaml.safe_load(rec["text"])
+    rec["text"] = "# reordered by hand\n" + yaml.safe_dump(dict(reversed(list(parsed.items()))), sort_keys=False)
+    toml = _record(doc, "F", "/etc/containerd/config.toml")
+    toml["text"] = "# a comment\n\n" + toml["text"].replace("\n", "\n\n")
+
+
+VARIANTS = {"kernel": kernel, "kubelet_config": kubelet_value, "runtime_config": containerd_value}
+
+
+def pool(base: dict, folder: Path, copies: int, variants: dict) -> list[str]:
+    folder.mkdir(parents=True)
+    names = []
+    for i in range(copies):
+        names.append(f"pool-{i}")
+        (folder / f"pool-{i}.json").write_text(json.dumps(dict(base, node=f"pool-{i}")))
+    for attr, change in variants.items():
+        doc = json.loads(json.dumps(base))
+        change(doc)
+        names.append(f"pool-{attr}")
+        (folder / f"pool-{attr}.json").write_text(json.dumps(dict(doc, node=f"pool-{attr}")))
+    return names
+
+
+def outcomes(doc: dict) -> dict[tuple[str, str], tuple[str, str]]:
+    return {(r["node"], r["check"]): (r["outcome"], r["message"]) for r in doc["results"]}
+
+
+@pytest.fixture(scope="module")
+def judged(every_node_collected, tmp_path_factory):
+    c = every_node_collected
+    base = c.snaps[node_name(BASE, DEBIAN)]
+    tmp = tmp_path_factory.mktemp("drift")
+    names = pool(base, tmp / "snap", 4, {**VARIANTS, "format": formatting_only})
+    live = conformance("run", "--snapshot", str(tmp / "snap"), "--profile", str(c.profile), "--output", str(tmp / "live"))
+    assert (tmp / "live" / "results.json").exists(), live.stderr
+    return tmp, names, c.profile, json.loads((tmp / "live" / "results.json").read_text())
+
+
+def test_each_differing_attribute_fails_that_node_and_nothing_else(judged):
+    _, names, _, doc = judged
+    got = outcomes(doc)
+    for n in ("pool-0", "pool-1", "pool-2", "pool-3", "pool-format"):
+        assert got[(n, "FLEET-CONSISTENT")][0] == "passed", got[(n, "FLEET-CONSISTENT")]
+    for attr in VARIANTS:
+        outcome, message = got[(f"pool-{attr}", "FLEET-CONSISTENT")]
+        assert outcome == "failed", message
+        assert [p.split(" ")[0] for p in message.split("; ")] == [attr], message
+        assert "while 7 of 8 nodes in profile" in message
+        # every other check judges the variant as it judges the base node
+        others = {k[1]: v[0] for k, v in got.items() if k[0] == f"pool-{attr}" and k[1] != "FLEET-CONSISTENT"}
+        assert others == {k[1]: v[0] for k, v in got.items() if k[0] == "pool-0" and k[1] != "FLEET-CONSISTENT"}, attr
+    assert set(names) == {n["name"] for n in doc["nodes"]}
+
+
+def test_a_gpu_node_with_another_driver_fails_in_its_pool(every_node_collected, tmp_path):
+    c = every_node_collected
+    pool(c.snaps[node_name(GPU_BASE, DEBIAN)], tmp_path / "snap", 3, {"driver": driver})
+    (tmp_path / "gpu-pool.yaml").write_text(GPU_POOL_PROFILE.format(c.profile))
+    conformance(
+        "run",
+        "--snapshot",
+        str(tmp_path / "snap"),
+        "--profile",
+        str(tmp_path / "gpu-pool.yaml"),
+        "--output",
+        str(tmp_path / "out"),
+    )
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    got = outcomes(doc)
+    outcome, message = got[("pool-driver", "FLEET-CONSISTENT")]
+    assert outcome == "failed" and message.startswith("driver 570.86.15, while 3 of 4 nodes in profile"), message
+    assert all(got[(f"pool-{i}", "FLEET-CONSISTENT")][0] == "passed" for i in range(3))
+    node = {n["name"]: n for n in doc["nodes"]}["pool-driver"]
+    assert node["identity"]["driver"] == "570.86.15" and node["identity"]["gpu_count"] >= 1
+
+
+def test_a_replay_and_a_merge_of_per_node_results_give_the_same_drift_verdicts(judged):
+    tmp, names, profile, live = judged
+    want = {k: v for k, v in outcomes(live).items() if k[1] == "FLEET-CONSISTENT"}
+    conformance("report", str(tmp / "live" / "results.json"), "--output", str(tmp / "replay"))
+    replay = json.loads((tmp / "replay" / "results.json").read_text())
+    assert {k: v for k, v in outcomes(replay).items() if k[1] == "FLEET-CONSISTENT"} == want
+    # in-cluster: each node judged alone (its own drift check sees no peer), then merged
+    per_node = tmp / "per-node"
+    for name in names:
+        one = tmp / "one" / name
+        one.mkdir(parents=True)
+        (one / f"{name}.json").write_text((tmp / "snap" / f"{name}.json").read_text())
+        conformance("run", "--snapshot", str(one), "--profile", str(profile), "--output", str(per_node / name))
+        alone = json.loads((per_node / name / "results.json").read_text())
+        assert outcomes(alone)[(name, "FLEET-CONSISTENT")][1].startswith("the only node in profile")
+    conformance("merge", str(per_node), "--output", str(tmp / "merged"))
+    merged = json.loads((tmp / "merged" / "results.json").read_text())
+    assert {k: v for k, v in outcomes(merged).items() if k[1] == "FLEET-CONSISTENT"} == want
+
+
+def test_a_half_rolled_out_pool_has_no_majority_and_fails_no_one(every_node_collected, tmp_path):
+    c = every_node_collected
+    base = c.snaps[node_name(BASE, DEBIAN)]
+    folder = tmp_path / "snap"
+    folder.mkdir()
+    for i in range(2):
+        (folder / f"old-{i}.json").write_text(json.dumps(dict(base, node=f"old-{i}")))
+        doc = json.loads(json.dumps(base))
+        kernel(doc)
+        (folder / f"new-{i}.json").write_text(json.dumps(dict(doc, node=f"new-{i}")))
+    conformance("run", "--snapshot", str(folder), "--profile", str(c.profile), "--output", str(tmp_path / "out"))
+    got = outcomes(json.loads((tmp_path / "out" / "results.json").read_text()))
+    for n in ("old-0", "old-1", "new-0", "new-1"):
+        outcome, message = got[(n, "FLEET-CONSISTENT")]
+        assert outcome == "passed" and "no majority for kernel" in message, message
+    # a pin decides instead of the majority
+    (tmp_path / "pinned.yaml").write_text(f"extends: {c.profile}\nfleet:\n  pin: {{kernel: 6.8.0-45-generic}}\n")
+    conformance("run", "--snapshot", str(folder), "--profile", str(tmp_path / "pinned.yaml"), "--output", str(tmp_path / "pin"))
+    got = outcomes(json.loads((tmp_path / "pin" / "results.json").read_text()))
+    assert got[("new-0", "FLEET-CONSISTENT")][0] == "passed"
+    outcome, message = got[("old-0", "FLEET-CONSISTENT")]
+    assert outcome == "failed" and "while the profile pins 6.8.0-45-generic" in message
+
+
+def test_digests_ignore_formatting_comments_and_key_order():
+    a = load_yaml_mapping("kind: KubeletConfiguration\ncpuManagerPolicy: static\nmaxPods: 110\n", "a", "m")
+    b = load_yaml_mapping(
+        "# a comment\nmaxPods: 110\n\ncpuManagerPolicy: static   # pinned\nkind: KubeletConfiguration\n", "b", "m"
+    )
+    assert digest(a) == digest(b) != digest({**a, "maxPods": 111})
+    t1 = load_toml('version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n  a = 1\n  b = "x"\n', "t1")
+    t2 = load_toml('# c\nversion = 2\n\n[plugins."io.containerd.grpc.v1.cri"]\nb = "x"  # same\na = 1\n', "t2")
+    assert digest(t1) == digest(t2)
+
+
+def _node(name: str, **identity) -> dict:
+    base = {"os": "Ubuntu 22.04.4 LTS", "kernel": "5.15.0-105-generic", "driver": "550.127.05"}
+    return {"name": name, "profile": "default", "labels": {"pool": "gpu-a"}, "identity": {**base, **identity}}
+
+
+def test_the_judge_on_node_records():
+    def setting(node: str, key: str):
+        return {"fleet.attributes": ["os", "kernel", "driver"], "fleet.pin": {}, "fleet.severity": "high"}[key]
+
+    nodes = [_node(f"n{i}") for i in range(97)] + [_node("odd", driver="550.90.07"), _node("blind", driver=None), _node("n98")]
+    nodes[-2]["identity_errors"] = {"driver": "node n99: GPU facts unavailable: NVML probe: exited 1"}
+    rows = {r["node"]: r for r in drift_results(nodes, setting)}
+    assert rows["odd"]["outcome"] == "failed"
+    assert rows["odd"]["message"] == "driver 550.90.07, while 98 of 99 nodes in pool gpu-a run 550.127.05"
+    assert rows["odd"]["severity"] == "high"
+    assert (
+        rows["blind"]["outcome"] == "error" and "driver is unknown (node n99: GPU facts unavailable" in rows["blind"]["message"]
+    )
+    assert rows["n0"]["outcome"] == "passed"
+    alone = drift_results([_node("solo")], setting)[0]
+    assert alone["outcome"] == "passed" and alone["message"] == "the only node in pool gpu-a: no peer to compare with"
+    missing = drift_results([{"name": "old", "profile": "default", "labels": {}}], setting)[0]
+    assert missing["outcome"] == "error" and "no identity record" in missing["message"]
+
+
+def test_the_report_shows_the_drift_and_diff_shows_identity_changes(judged):
+    tmp, _, _, doc = judged
+    html = (tmp / "live" / "report.html").read_text()
+    assert "Fleet drift" in html and "nodes off the majority" in html
+    row = html[html.index("<td>kernel</td>") :][:600]
+    assert "6.8.0-45-generic (1)" in row and "pool-kernel" in row and "pool-0" not in row
+    before = json.loads(json.dumps(doc))
+    after = json.loads(json.dumps(doc))
+    node = next(n for n in after["nodes"] if n["name"] == "pool-0")
+    node["identity"]["driver"] = "570.86.15"
+    (tmp / "before.json").write_text(json.dumps(before))
+    (tmp / "after.json").write_text(json.dumps(after))
+    p = conformance("diff", str(tmp / "before.json"), str(tmp / "after.json"))
+    assert f"CHANGED pool-0 driver: {before['nodes'][0]['identity']['driver']} -> 570.86.15" in p.stdout, p.stdout
