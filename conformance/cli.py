@@ -225,6 +225,34 @@ def build_parser() -> argparse.ArgumentParser:
     mer.add_argument("--expect", action="append", default=[], metavar="NODES", help="node names, comma lists or @FILE")
     _add_rerender_args(mer)
 
+    gat = sub.add_parser(
+        "gate",
+        formatter_class=_Formatter,
+        help="turn a results document's verdicts into node labels, annotations and taints (dry run unless --apply)",
+        description="Accepted nodes get the label gpu-conformance.io/accepted=<profile> and lose the startup taint; "
+        "rejected, unreachable and incomplete nodes keep or get it. Every node gets the annotation "
+        "gpu-conformance.io/verdict. Nothing else on a node is touched. Without --apply the patches are printed "
+        "and nothing is written. Needs 'get' and 'patch' on nodes: the ClusterRole in deploy/gate-rbac.yaml.",
+        epilog=textwrap.dedent("""\
+            examples:
+              conformance gate reports/today/results.json                  # print the patches, write nothing
+              conformance gate reports/today/results.json --apply --context prod
+              conformance gate merged/results.json --in-cluster --apply --taint example.com/unverified
+            exit code 1 when a node was refused (stale or mismatched results, no permission)"""),
+    )
+    gat.add_argument("results", metavar="RESULTS_JSON")
+    gat.add_argument("--apply", action="store_true", help="write the patches (default: print them and write nothing)")
+    gat.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: $KUBECONFIG, ~/.kube/config)")
+    gat.add_argument("--context", metavar="NAME", help="kubeconfig context")
+    gat.add_argument("--in-cluster", action="store_true", help="use the pod's ServiceAccount")
+    gat.add_argument("--inventory", metavar="FILE", help="take the API access from this inventory's kubernetes: section")
+    gat.add_argument(
+        "--taint", default=None, metavar="KEY", help="the startup taint's key (default gpu-conformance.io/unverified)"
+    )
+    gat.add_argument("--taint-effect", default="NoSchedule", choices=("NoSchedule", "NoExecute"),
+                     help="NoExecute also evicts running pods: only where that is wanted")  # fmt: skip
+    gat.add_argument("--max-age", type=float, default=24.0, metavar="HOURS", help="refuse results older than this (24)")
+
     chk = sub.add_parser(
         "checks",
         formatter_class=_Formatter,
@@ -248,6 +276,35 @@ def cmd_diff(args: argparse.Namespace) -> int:
     d = diff(load_results(args.before), load_results(args.after))
     print(json.dumps(d, indent=2) if args.json else "\n".join(diff_lines(d)))
     return EXIT_REJECTED if d["new_failures"] or d["vanished_nodes"] else EXIT_OK
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    from conformance.cluster.api import api_client
+    from conformance.cluster.gate import TAINT, GateSettings, gate
+    from conformance.config.kubernetes import KubeSpec
+
+    doc = load_results(args.results)
+    if args.inventory:
+        from conformance.config.inventory import load_inventory
+
+        spec = load_inventory(args.inventory).kubernetes
+        if spec is None:
+            raise UsageError(f"{args.inventory}: no kubernetes: section to reach the API with")
+    else:
+        spec = KubeSpec(kubeconfig=args.kubeconfig, context=args.context, in_cluster=args.in_cluster)
+    settings = GateSettings(taint=args.taint or TAINT, effect=args.taint_effect, max_age_s=args.max_age * 3600)
+    plans = gate(api_client(spec), doc, settings, args.apply)
+    for plan in plans:
+        head = f"{plan.node:<24} {plan.verdict:<11}"
+        if plan.refused:
+            print(f"{head} refused: {plan.refused}")
+        elif plan.patch is None:
+            print(f"{head} unchanged ({plan.note})")
+        else:
+            print(f"{head} {'patched:' if plan.applied else 'would run:'} {plan.kubectl()}")
+    if not args.apply:
+        print("dry run: nothing written (--apply writes these patches)")
+    return EXIT_REJECTED if any(p.refused for p in plans) else EXIT_OK
 
 
 def cmd_waivers(args: argparse.Namespace) -> int:
@@ -618,6 +675,7 @@ def _main(argv: list[str] | None) -> int:
             "waivers": cmd_waivers,
             "manifests": cmd_manifests,
             "merge": cmd_merge,
+            "gate": cmd_gate,
         }
         return commands[args.command](args)
     except UsageError as e:

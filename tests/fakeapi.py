@@ -248,6 +248,8 @@ class FakeApiServer:
         self.on_delete: Callable[[dict], None] | None = None
         # (namespace, pod, port, path) -> (HTTP status, body) through the pod proxy, or None: nothing listens
         self.proxy_handler: Callable[[str, str, int, str], tuple[int, bytes] | None] | None = None
+        # node -> how many times another writer changes the node between the gate's read and its patch
+        self.concurrent_writes: dict[str, int] = {}
         self.lock = threading.Lock()
 
     def add_pod(self, obj: dict) -> None:
@@ -260,7 +262,7 @@ class FakeApiServer:
 
     # -- wire ----------------------------------------------------------------------------------
     def handler(self) -> type[BaseHTTPRequestHandler]:
-        return quiet_handler(self.serve, ("GET", "POST", "DELETE"))
+        return quiet_handler(self.serve, ("GET", "POST", "DELETE", "PATCH"))
 
     def _send(self, h: BaseHTTPRequestHandler, code: int, body: Any, kind: str = "application/json") -> None:
         reply(h, code, body if isinstance(body, bytes) else json.dumps(body).encode(), kind)
@@ -302,6 +304,9 @@ class FakeApiServer:
             return
         if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 7 and parts[4] == "pods" and parts[6] == "exec":
             self._exec(h, who, parts[3], parts[5], query)
+            return
+        if parts[:3] == ["api", "v1", "nodes"] and len(parts) == 4 and method == "PATCH":
+            self._patch_node(h, who, parts[3], body)
             return
         if parts[:2] != ["api", "v1"] or len(parts) < 3 or parts[2] != "nodes" or method != "GET":
             self._status(h, 404, "NotFound", "the server could not find the requested resource")
@@ -345,6 +350,45 @@ class FakeApiServer:
             self._send(h, 200, {"kubeletconfig": conf})
             return
         self._status(h, 404, "NotFound", "the server could not find the requested resource")
+
+    def _patch_node(self, h: BaseHTTPRequestHandler, who: Subject, name: str, body: bytes) -> None:
+        """PATCH a Node with a JSON merge patch (RFC 7386), as the API server does: `patch` on nodes, 404 for
+        no such node, 409 Conflict when the patch names a resourceVersion that is no longer current, and a
+        new resourceVersion after each change. The other patch types the real server takes (JSON patch,
+        strategic merge, apply) are answered 415 here: a stated limit of this fake."""
+        if not self.rbac.allowed(who, "patch", "nodes", None):
+            message = f'nodes "{name}" is forbidden: User "{who.user}" cannot patch resource "nodes" in API group ""'
+            self._status(h, 403, "Forbidden", message + " at the cluster scope", {"name": name, "kind": "nodes"})
+            return
+        kind = h.headers.get("Content-Type", "").split(";")[0].strip()
+        if kind != "application/merge-patch+json":
+            self._status(h, 415, "UnsupportedMediaType", f"the fake API server takes merge patches only, not {kind!r}")
+            return
+        with self.lock:
+            node = self.nodes.get(name)
+            if node is None:
+                self._status(h, 404, "NotFound", f'nodes "{name}" not found', {"name": name, "kind": "nodes"})
+                return
+            if self.concurrent_writes.get(name):
+                self.concurrent_writes[name] -= 1  # another writer got there first
+                node["metadata"]["labels"][f"other.example/write-{self.concurrent_writes[name]}"] = "x"
+                node["metadata"]["resourceVersion"] = str(int(node["metadata"]["resourceVersion"]) + 1)
+            try:
+                patch = json.loads(body)
+            except ValueError as e:
+                self._status(h, 400, "BadRequest", f"error decoding patch: {e}")
+                return
+            wanted = (patch.get("metadata") or {}).get("resourceVersion")
+            if wanted is not None and wanted != node["metadata"]["resourceVersion"]:
+                self._status(
+                    h, 409, "Conflict", f'Operation cannot be fulfilled on nodes "{name}": the object has been modified; '
+                    "please apply your changes to the latest version and try again", {"name": name, "kind": "nodes"},
+                )  # fmt: skip
+                return
+            merged = _merge_patch(node, patch)
+            merged["metadata"]["resourceVersion"] = str(int(node["metadata"]["resourceVersion"]) + 1)
+            self.nodes[name] = merged
+        self._send(h, 200, merged)
 
     def _access_review(self, h: BaseHTTPRequestHandler, who: Subject, body: bytes) -> None:
         """SelfSubjectAccessReview: any authenticated user may ask (system:basic-user); the answer is the
@@ -554,6 +598,19 @@ class FakeApiServer:
 
 
 WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+def _merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: a mapping merges key by key, null removes a key, anything else (lists too) replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = _merge_patch(out.get(k), v)
+    return out
 
 
 def _frame(payload: bytes, opcode: int = 2) -> bytes:

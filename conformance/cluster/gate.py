@@ -1,0 +1,173 @@
+"""The gate: a results document's verdicts turned into node state the scheduler honours. Opt-in, and the
+suite's only write to nodes (the audit itself only reads).
+
+Nodes join with a startup taint (the pattern of Karpenter's startupTaints and Cluster API); an accepted
+node gets the label `gpu-conformance.io/accepted=<profile>` and loses that taint; a rejected, unreachable
+or incomplete node keeps or gets it and loses the label. Either way the annotation
+`gpu-conformance.io/verdict` records the run (time, profile, verdict, failing checks, digest of the results
+document). Nothing else on the node is touched: other taints, labels and annotations stay as they are.
+
+Each change is a JSON merge patch (RFC 7386, `kubectl patch node NAME --type merge -p ...`) carrying the
+node's resourceVersion, so a node changed in between makes the API server answer 409 Conflict: the gate
+reads the node again and recomputes, a few times. A dry run (the default) prints the patches and writes
+nothing; a patch that changes nothing is not sent, so a second apply is a no-op.
+
+It refuses, per node and with the reason: a results document older than the allowed age, and a node whose
+label `gpu-conformance.io/profile` names another profile than the one it was judged by."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from conformance.cluster.api_errors import explain
+from conformance.errors import UsageError
+
+LABEL = "gpu-conformance.io/accepted"
+PROFILE_LABEL = "gpu-conformance.io/profile"  # set by the operator: the profile a node must be judged by
+ANNOTATION = "gpu-conformance.io/verdict"
+TAINT = "gpu-conformance.io/unverified"
+EFFECTS = ("NoSchedule", "NoExecute")
+ROLE = "gpu-node-conformance-gate (deploy/gate-rbac.yaml)"
+RETRIES = 5
+TIMEOUT_S = 15.0
+
+
+@dataclass
+class GateSettings:
+    taint: str = TAINT
+    effect: str = "NoSchedule"  # NoExecute also evicts running pods: only if configured
+    max_age_s: float = 24 * 3600.0
+    now: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+
+@dataclass
+class NodePlan:
+    node: str
+    verdict: str
+    patch: dict[str, Any] | None  # None: nothing to change (or refused)
+    refused: str | None = None
+    applied: bool = False
+    note: str = ""
+
+    def kubectl(self) -> str:
+        body = json.dumps(self.patch, separators=(",", ":"), sort_keys=True)
+        return f"kubectl patch node {self.node} --type merge -p '{body}'"
+
+
+def results_digest(doc: dict[str, Any]) -> str:
+    text = json.dumps(doc.get("results", []), sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _started(doc: dict[str, Any]) -> datetime:
+    try:
+        when = datetime.fromisoformat(str(doc.get("started_at")))
+    except ValueError:
+        raise UsageError(f"the results document has no readable started_at ({doc.get('started_at')!r})") from None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def plan_node(node: dict[str, Any], summary: dict[str, Any], doc: dict[str, Any], s: GateSettings) -> NodePlan:
+    """The merge patch that brings `node` (the API's Node object) to what `summary` (the node's entry in the
+    results document) says, touching only what the gate owns."""
+    name = node["metadata"]["name"]
+    verdict = summary["verdict"]
+    age = (s.now - _started(doc)).total_seconds()
+    if age > s.max_age_s:
+        return NodePlan(
+            name, verdict, None, f"the results are {age / 3600:.1f} h old, more than the allowed {s.max_age_s / 3600:g} h"
+        )
+    labels = node["metadata"].get("labels") or {}
+    wanted_profile = labels.get(PROFILE_LABEL)
+    if wanted_profile is not None and wanted_profile != summary.get("profile"):
+        return NodePlan(
+            name,
+            verdict,
+            None,
+            f"the node's {PROFILE_LABEL} label says {wanted_profile}; it was judged by {summary.get('profile')}",
+        )
+    accepted = verdict == "accepted"
+    record = {
+        "verdict": verdict,
+        "profile": summary.get("profile"),
+        "run_started_at": doc.get("started_at"),
+        "results": results_digest(doc),
+        "failing": summary.get("blocking", []),
+    }
+    metadata: dict[str, Any] = {}
+    annotations = node["metadata"].get("annotations") or {}
+    text = json.dumps(record, sort_keys=True, separators=(",", ":"))
+    if annotations.get(ANNOTATION) != text:
+        metadata["annotations"] = {ANNOTATION: text}
+    if accepted and labels.get(LABEL) != summary.get("profile"):
+        metadata["labels"] = {LABEL: summary.get("profile")}
+    elif not accepted and LABEL in labels:
+        metadata["labels"] = {LABEL: None}  # merge patch: null removes the key
+    patch: dict[str, Any] = {}
+    taints = list((node.get("spec") or {}).get("taints") or [])
+    ours = [
+        {"key": t.get("key"), "value": t.get("value") or "", "effect": t.get("effect")} for t in taints if t.get("key") == s.taint
+    ]
+    others = [t for t in taints if t.get("key") != s.taint]
+    want = [] if accepted else [{"key": s.taint, "value": verdict, "effect": s.effect}]
+    if ours != want:  # a merge patch replaces the whole list: the others go back as they were
+        patch["spec"] = {"taints": others + want}
+    if metadata:
+        patch["metadata"] = metadata
+    if not patch:
+        return NodePlan(name, verdict, None, note="already as the results say")
+    patch.setdefault("metadata", {})["resourceVersion"] = node["metadata"].get("resourceVersion")
+    return NodePlan(name, verdict, patch)
+
+
+def gate(api: Any, doc: dict[str, Any], settings: GateSettings, apply: bool) -> list[NodePlan]:
+    """Plan (and with `apply`, make) each node's patch; a 409 Conflict re-reads the node and plans again."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    if settings.effect not in EFFECTS:
+        raise UsageError(f"taint effect {settings.effect!r}: must be one of {', '.join(EFFECTS)}")
+    core = client.CoreV1Api(api)
+    plans = []
+    for summary in doc.get("nodes", []):
+        name = summary["name"]
+        plan: NodePlan | None = None
+        for attempt in range(RETRIES):
+            try:
+                node = api.sanitize_for_serialization(core.read_node(name, _request_timeout=TIMEOUT_S))
+            except ApiException as e:
+                plan = NodePlan(name, summary["verdict"], None, _refusal(e, "get", name))
+                break
+            plan = plan_node(node, summary, doc, settings)
+            if not apply or plan.patch is None:
+                break
+            try:
+                core.patch_node(name, plan.patch, _content_type="application/merge-patch+json", _request_timeout=TIMEOUT_S)
+                plan.applied = True
+                break
+            except ApiException as e:
+                if e.status == 409 and attempt + 1 < RETRIES:
+                    time.sleep(0.2 * (attempt + 1))
+                    continue
+                plan.refused = _refusal(e, "patch", name)
+                break
+        assert plan is not None
+        plans.append(plan)
+    return plans
+
+
+def _refusal(e: Exception, verb: str, name: str) -> str:
+    status = getattr(e, "status", None)
+    if status == 403:
+        return (
+            f"the Kubernetes API refused '{verb} nodes' for node {name} (403 Forbidden): bind the ClusterRole {ROLE} "
+            "to this identity; the audit's own role (deploy/rbac.yaml) is read-only on purpose"
+        )
+    if status == 409:
+        return f"node {name} kept changing while the gate patched it (409 Conflict {RETRIES} times): run the gate again"
+    return explain(e, verb, "nodes", name)

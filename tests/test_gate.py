@@ -1,0 +1,147 @@
+"""The gate against the wire-level fake API server, with RBAC evaluated from deploy/rbac.yaml and
+deploy/gate-rbac.yaml: a dry run writes nothing; --apply writes exactly the patches the dry run showed;
+taints, labels and annotations the gate does not own survive; a second apply changes nothing; a 409
+Conflict is retried; stale or mismatched results are refused; without `patch nodes` the error names the
+role to bind."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conformance.cluster.api import api_client
+from conformance.cluster.gate import ANNOTATION, LABEL, PROFILE_LABEL, TAINT, GateSettings, gate
+from conformance.config.kubernetes import KubeSpec
+from tests.fakeapi import FakeApiServer, Subject, kubeconfig, node_object, serve
+from tests.kube_fixtures import RBAC
+
+GATE_RBAC = list(yaml.safe_load_all((Path(__file__).resolve().parent.parent / "deploy" / "gate-rbac.yaml").read_text()))
+GATE_SA = "system:serviceaccount:gpu-node-conformance:gpu-node-conformance-gate"
+BINDING = {  # bound as deploy/gate-rbac.yaml's comment says
+    "apiVersion": "rbac.authorization.k8s.io/v1",
+    "kind": "ClusterRoleBinding",
+    "metadata": {"name": "gpu-node-conformance-gate"},
+    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gpu-node-conformance-gate"},
+    "subjects": [{"kind": "ServiceAccount", "name": "gpu-node-conformance-gate", "namespace": "gpu-node-conformance"}],
+}
+FOREIGN_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+
+
+def results(started: datetime | None = None) -> dict:
+    when = (started or datetime.now(UTC)).isoformat(timespec="seconds")
+    return {
+        "schema_version": 1,
+        "tool": {"name": "gpu-node-conformance", "version": "t"},
+        "started_at": when,
+        "nodes": [
+            {"name": "gpu-ok", "verdict": "accepted", "profile": "default", "blocking": []},
+            {"name": "gpu-bad", "verdict": "rejected", "profile": "default", "blocking": ["KUBELET-CPU-POLICY"]},
+            {"name": "gpu-down", "verdict": "unreachable", "profile": "default", "blocking": []},
+        ],
+        "results": [{"node": "gpu-bad", "check": "KUBELET-CPU-POLICY", "outcome": "failed"}],
+    }
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    api = FakeApiServer([*RBAC, *GATE_RBAC, BINDING], {"gate-token": Subject(GATE_SA), "audit-token": Subject(
+        "system:serviceaccount:gpu-node-conformance:gpu-node-conformance")})  # fmt: skip
+    for name in ("gpu-ok", "gpu-bad", "gpu-down"):
+        node = node_object(name, gpus=8, labels={"team": "ml"})
+        node["metadata"]["annotations"] = {"example.com/owner": "ml-platform"}
+        node["spec"]["taints"] = [FOREIGN_TAINT, {"key": TAINT, "value": "joining", "effect": "NoSchedule"}]
+        api.add_node(node)
+    api.nodes["gpu-bad"]["metadata"]["labels"][LABEL] = "default"  # accepted by an earlier run
+    with serve(api) as url:
+
+        def client(token: str = "gate-token"):
+            path = tmp_path / f"kubeconfig-{token}"
+            path.write_text(kubeconfig(url, token))
+            return api_client(KubeSpec(kubeconfig=str(path))), path
+
+        yield api, client
+
+
+def test_a_dry_run_writes_nothing_and_apply_writes_exactly_what_it_showed(cluster):
+    api, client = cluster
+    before = copy.deepcopy(api.nodes)
+    doc = results()
+    shown = gate(client()[0], doc, GateSettings(), apply=False)
+    assert api.nodes == before
+    assert not [r for r in api.requests if r[1] == "PATCH"]
+    applied = gate(client()[0], doc, GateSettings(), apply=True)
+    assert [p.patch for p in applied] == [p.patch for p in shown]
+    ok, bad, down = (api.nodes[n] for n in ("gpu-ok", "gpu-bad", "gpu-down"))
+    # accepted: the label, the annotation, and the startup taint gone; the foreign taint and labels stay
+    assert ok["metadata"]["labels"][LABEL] == "default" and ok["metadata"]["labels"]["team"] == "ml"
+    assert ok["spec"]["taints"] == [FOREIGN_TAINT]
+    assert json.loads(ok["metadata"]["annotations"][ANNOTATION])["verdict"] == "accepted"
+    assert ok["metadata"]["annotations"]["example.com/owner"] == "ml-platform"
+    # rejected: tainted with its verdict, the earlier acceptance label removed, the failing checks named
+    assert LABEL not in bad["metadata"]["labels"]
+    assert bad["spec"]["taints"] == [FOREIGN_TAINT, {"key": TAINT, "value": "rejected", "effect": "NoSchedule"}]
+    assert json.loads(bad["metadata"]["annotations"][ANNOTATION])["failing"] == ["KUBELET-CPU-POLICY"]
+    assert down["spec"]["taints"][-1] == {"key": TAINT, "value": "unreachable", "effect": "NoSchedule"}
+    # a second apply changes nothing: no patch is sent
+    patches = len([r for r in api.requests if r[1] == "PATCH"])
+    again = gate(client()[0], doc, GateSettings(), apply=True)
+    assert [p.patch for p in again] == [None, None, None]
+    assert len([r for r in api.requests if r[1] == "PATCH"]) == patches
+
+
+def test_a_conflicting_write_is_read_again_and_retried(cluster):
+    api, client = cluster
+    api.concurrent_writes["gpu-ok"] = 2  # another writer changes the node twice between read and patch
+    (plan, *_) = gate(client()[0], results(), GateSettings(), apply=True)
+    assert plan.applied and plan.refused is None
+    labels = api.nodes["gpu-ok"]["metadata"]["labels"]
+    assert labels[LABEL] == "default" and "other.example/write-0" in labels and "other.example/write-1" in labels
+    api.concurrent_writes["gpu-bad"] = 10
+    plans = gate(client()[0], results(), GateSettings(), apply=True)
+    assert "409 Conflict 5 times" in (plans[1].refused or "")
+
+
+def test_stale_or_mismatched_results_are_refused(cluster):
+    api, client = cluster
+    before = copy.deepcopy(api.nodes)
+    stale = gate(client()[0], results(datetime.now(UTC) - timedelta(hours=30)), GateSettings(), apply=True)
+    assert all(p.refused and "30.0 h old, more than the allowed 24 h" in p.refused for p in stale)
+    api.nodes["gpu-ok"]["metadata"]["labels"][PROFILE_LABEL] = "h100-h200-inference"
+    (plan, *_) = gate(client()[0], results(), GateSettings(), apply=True)
+    assert plan.refused == f"the node's {PROFILE_LABEL} label says h100-h200-inference; it was judged by default"
+    assert api.nodes["gpu-ok"]["spec"]["taints"] == before["gpu-ok"]["spec"]["taints"]
+
+
+def test_without_patch_nodes_the_error_names_the_role_to_bind(cluster):
+    api, client = cluster
+    plans = gate(client("audit-token")[0], results(), GateSettings(), apply=True)
+    assert all("bind the ClusterRole gpu-node-conformance-gate (deploy/gate-rbac.yaml)" in (p.refused or "") for p in plans)
+    assert not any(LABEL in n["metadata"]["labels"] for n in (api.nodes["gpu-ok"],))
+
+
+def test_the_command_prints_kubectl_patches_and_exits_by_outcome(cluster, tmp_path):
+    api, client = cluster
+    _, path = client()
+    (tmp_path / "results.json").write_text(json.dumps(results()))
+    args = [sys.executable, "-m", "conformance", "gate", str(tmp_path / "results.json"), "--kubeconfig", str(path)]
+    dry = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert dry.returncode == 0, dry.stderr
+    assert "kubectl patch node gpu-ok --type merge -p '" in dry.stdout and "dry run: nothing written" in dry.stdout
+    assert not [r for r in api.requests if r[1] == "PATCH"]
+    applied = subprocess.run([*args, "--apply"], capture_output=True, text=True, timeout=300)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert api.nodes["gpu-ok"]["metadata"]["labels"][LABEL] == "default"
+    later = results()
+    later["nodes"][0] = dict(later["nodes"][0], verdict="rejected", blocking=["GPU-COUNT"])  # a change to make
+    (tmp_path / "later.json").write_text(json.dumps(later))
+    audit_only = [sys.executable, "-m", "conformance", "gate", str(tmp_path / "later.json"), "--apply", "--kubeconfig",
+                  str(client("audit-token")[1])]  # fmt: skip
+    refused = subprocess.run(audit_only, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 1 and "gpu-node-conformance-gate" in refused.stdout + refused.stderr
