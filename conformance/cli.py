@@ -120,6 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
         "about 10 s per GPU; busy or MIG GPUs are skipped)",
     )
     run.add_argument(
+        "--gate",
+        choices=("dry-run", "apply"),
+        default=None,
+        help="after the run, gate the nodes by their verdicts through the inventory's kubernetes: access (as "
+        "'conformance gate' does): print the patches (dry-run) or write them (apply)",
+    )
+    run.add_argument(
         "--acceptance-pod",
         action="store_true",
         help="node acceptance: create a short-lived Guaranteed GPU pod on each node (Kubernetes API), run the pod "
@@ -485,6 +492,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         pargs.append("--acceptance-pod")
     pargs += args.pytest_args
     rc = _finish(int(pytest.main(pargs)), out, args.pushgateway, args.verbose)
+    if args.gate and rc in (EXIT_OK, EXIT_REJECTED) and (out / "results.json").is_file():
+        if not args.inventory:
+            raise UsageError("--gate needs an inventory with a kubernetes: section (the API the gate patches nodes through)")
+        gate_args = argparse.Namespace(
+            results=str(out / "results.json"), apply=args.gate == "apply", inventory=args.inventory, kubeconfig=None,
+            context=None, in_cluster=False, taint=None, taint_effect="NoSchedule", max_age=24.0,
+        )  # fmt: skip
+        print()
+        gated = cmd_gate(gate_args)
+        rc = max(rc, gated)
     if args.print_results and (out / "results.json").is_file():
         from conformance.cluster.manifests import RESULTS_BEGIN, RESULTS_END
 

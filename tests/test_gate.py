@@ -145,3 +145,22 @@ def test_the_command_prints_kubectl_patches_and_exits_by_outcome(cluster, tmp_pa
                   str(client("audit-token")[1])]  # fmt: skip
     refused = subprocess.run(audit_only, capture_output=True, text=True, timeout=300)
     assert refused.returncode == 1 and "gpu-node-conformance-gate" in refused.stdout + refused.stderr
+
+
+def test_run_gate_applies_the_runs_own_verdicts(cluster, tmp_path):
+    from tests.test_cli_local import sample_host_root
+
+    api, client = cluster
+    _, path = client()
+    root = sample_host_root(tmp_path / "root")
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(
+        f"kubernetes: {{kubeconfig: {path}, discover: false, configz: off}}\n"
+        f"nodes:\n  - name: gpu-ok\n    transport: local\n    host_root: {root}\n"
+    )
+    p = subprocess.run([sys.executable, "-m", "conformance", "run", "--inventory", str(inv), "--output", str(tmp_path / "out"),
+                        "--gate", "apply"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert p.returncode == 1, p.stdout + p.stderr  # the sample node is rejected
+    assert "gpu-ok" in p.stdout and "patched: kubectl patch node gpu-ok" in p.stdout, p.stdout
+    node = api.nodes["gpu-ok"]
+    assert node["spec"]["taints"] == [FOREIGN_TAINT, {"key": TAINT, "value": "rejected", "effect": "NoSchedule"}]
