@@ -24,7 +24,10 @@ from tests.lab.every_node import node_name
 
 BASE, GPU_BASE = "good", "gpu-good"
 # the lab's GPU nodes run no kubelet: their pool judges the attributes they have
-GPU_POOL_PROFILE = "extends: {}\nfleet:\n  attributes: [os, kernel, runtime, driver, gpu_count, gpu_products, mig, sysctls]\n"
+GPU_POOL_PROFILE = (
+    "extends: {}\nfleet:\n  attributes: [os, kernel, runtime, driver, cuda_driver, gpu_count, gpu_products, gpu_vbios,"
+    " gpu_inforom, mig, sysctls]\n"
+)
 
 
 def conformance(*args: str) -> subprocess.CompletedProcess:
@@ -134,6 +137,9 @@ def test_a_gpu_node_with_another_driver_fails_in_its_pool(every_node_collected, 
     assert all(got[(f"pool-{i}", "FLEET-CONSISTENT")][0] == "passed" for i in range(3))
     node = {n["name"]: n for n in doc["nodes"]}["pool-driver"]
     assert node["identity"]["driver"] == "570.86.15" and node["identity"]["gpu_count"] >= 1
+    # what the driver stand-in answers as driver 550 does: nvmlSystemGetCudaDriverVersion 12040, the versions
+    assert node["identity"]["cuda_driver"] == "12.4"
+    assert (node["identity"]["gpu_vbios"], node["identity"]["gpu_inforom"]) == ("96.00.99.00.01", "G520.0200.00.05")
 
 
 def test_a_replay_and_a_merge_of_per_node_results_give_the_same_drift_verdicts(judged):

@@ -65,6 +65,8 @@ class Gpu:
     affinity_cpus: frozenset[int] | None = None  # NVML (node scope) or topo -m
     affinity_nodes: frozenset[int] | None = None
     errors: dict[str, str] = field(default_factory=dict)
+    vbios: str | None = None
+    inforom: str | None = None  # the InfoROM image version
     pci: PciFunction | None = None
     health: GpuHealth = field(default_factory=GpuHealth)
 
@@ -80,6 +82,7 @@ class GpuFacts:
     pci_functions: list[str] = field(default_factory=list)  # NVIDIA display-class functions in sysfs
     driver: str | None = None
     missing_functions: list[str] = field(default_factory=list)
+    cuda_driver: str | None = None  # the CUDA version the driver supports, e.g. "12.4"
     notes: list[str] = field(default_factory=list)
     nvswitches: list[str] = field(default_factory=list)  # NVIDIA bridge-class PCI functions (NVSwitch)
     daemons: dict[str, list[int]] = field(default_factory=dict)  # nv-fabricmanager, nvidia-persistenced: pids
@@ -127,6 +130,8 @@ def parse_nvml_probe(text: str) -> GpuFacts:
                 affinity_nodes=_set(g.get("mem_affinity")),
                 errors=errors,
                 health=health_from_nvml(g, errors),
+                vbios=g.get("vbios") if isinstance(g.get("vbios"), str) else None,
+                inforom=g.get("inforom") if isinstance(g.get("inforom"), str) else None,
             )
         )
     return GpuFacts(
@@ -134,6 +139,7 @@ def parse_nvml_probe(text: str) -> GpuFacts:
         source="NVML",
         driver=doc.get("driver") if isinstance(doc.get("driver"), str) else None,
         missing_functions=[str(f) for f in doc.get("missing_functions") or []],
+        cuda_driver=doc.get("cuda_driver") if isinstance(doc.get("cuda_driver"), str) else None,
     )
 
 
@@ -192,9 +198,16 @@ def parse_smi_xml(text: str) -> GpuFacts:
                 processes=procs,
                 errors=errors,
                 health=health_from_smi(g),
+                vbios=(g.findtext("vbios_version") or "").strip() or None,
+                inforom=(g.findtext("inforom_version/img_version") or "").strip() or None,
             )
         )
-    return GpuFacts(gpus=gpus, source="nvidia-smi", driver=(root.findtext("driver_version") or "").strip() or None)
+    return GpuFacts(
+        gpus=gpus,
+        source="nvidia-smi",
+        driver=(root.findtext("driver_version") or "").strip() or None,
+        cuda_driver=(root.findtext("cuda_version") or "").strip() or None,
+    )
 
 
 def parse_topo_matrix(text: str) -> dict[int, tuple[frozenset[int] | None, int | None]]:

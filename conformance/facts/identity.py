@@ -79,9 +79,28 @@ def identity(facts: Any) -> tuple[dict[str, Any], dict[str, str]]:
             return "no GPU"  # sysfs lists no NVIDIA display-class function: a value, not an unknown
         return read(gpus)
 
+    def per_gpu(key: str) -> Any:
+        def read(g: Any) -> str:
+            values = set()
+            for x in g.gpus:
+                value = getattr(x, key)
+                if value is None:
+                    why = x.errors.get(key, "not in the GPU facts")
+                    if why in ("not supported on this GPU", "function not in this driver's NVML"):
+                        value = f"n/a ({why})"  # the same answer on every peer with this GPU and driver
+                    else:
+                        raise ConformanceError(f"GPU {x.index} {key}: {why}")
+                values.add(value)
+            return ", ".join(sorted(values))
+
+        return gpu(read)
+
     take("driver", lambda: gpu(lambda g: g.driver))
+    take("cuda_driver", lambda: gpu(lambda g: g.cuda_driver))
     take("gpu_count", lambda: len(facts.gpus.gpus))
     take("gpu_products", lambda: gpu(lambda g: ", ".join(sorted({x.name or "?" for x in g.gpus}))))
+    take("gpu_vbios", lambda: per_gpu("vbios"))
+    take("gpu_inforom", lambda: per_gpu("inforom"))
     take("mig", lambda: gpu(lambda g: ", ".join(sorted({"on" if x.mig else "off" if x.mig is False else "?" for x in g.gpus}))))
     take("kubelet_config", lambda: digest(facts.kubelet_config.values))
     take("runtime_config", runtime_config)

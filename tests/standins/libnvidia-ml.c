@@ -88,6 +88,16 @@ static int copy_str(const char *s, char *out, unsigned len) {
 }
 int nvmlDeviceGetUUID(nvmlDevice_t h, char *out, unsigned len) { DEVICE(h, out); INJECT("nvmlDeviceGetUUID"); return copy_str(g->uuid, out, len); }
 int nvmlDeviceGetName(nvmlDevice_t h, char *out, unsigned len) { DEVICE(h, out); return copy_str(g->name, out, len); }
+/* the versions an H100 SXM with driver 550 reports (nvidia-smi -q: VBIOS Version, Inforom Image Version) */
+int nvmlDeviceGetVbiosVersion(nvmlDevice_t h, char *out, unsigned len) { DEVICE(h, out); (void)g; return copy_str("96.00.99.00.01", out, len); }
+int nvmlDeviceGetInforomImageVersion(nvmlDevice_t h, char *out, unsigned len) { DEVICE(h, out); (void)g; return copy_str("G520.0200.00.05", out, len); }
+int nvmlSystemGetCudaDriverVersion(int *out) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!out) return NVML_ERROR_INVALID_ARGUMENT;
+    *out = 12040; /* CUDA 12.4, what driver 550 reports */
+    return NVML_SUCCESS;
+}
+int nvmlSystemGetCudaDriverVersion_v2(int *out) { return nvmlSystemGetCudaDriverVersion(out); }
 int nvmlDeviceGetMinorNumber(nvmlDevice_t h, unsigned *out) { DEVICE(h, out); *out = g->minor; return NVML_SUCCESS; }
 int nvmlDeviceGetPciInfo_v3(nvmlDevice_t h, nvmlPciInfo_t *out) {
     DEVICE(h, out);

@@ -74,6 +74,8 @@ def gpu(index, missing):
     read("pcie_gpu_max_gen", lambda: pynvml.nvmlDeviceGetGpuMaxPcieLinkGeneration(h))
     read("pcie_replay", lambda: pynvml.nvmlDeviceGetPcieReplayCounter(h))
     read("mig", lambda: pynvml.nvmlDeviceGetMigMode(h))
+    read("vbios", lambda: pynvml.nvmlDeviceGetVbiosVersion(h), text)
+    read("inforom", lambda: pynvml.nvmlDeviceGetInforomImageVersion(h), text)
     read("cpu_affinity", lambda: pynvml.nvmlDeviceGetCpuAffinityWithinScope(h, CPU_WORDS, 0), bits)
     read("mem_affinity", lambda: pynvml.nvmlDeviceGetMemoryAffinity(h, NODE_WORDS, 0), bits)
     read(
@@ -204,6 +206,12 @@ def main():
         except pynvml.NVMLError as e:
             doc["driver"] = None
             doc["driver_error"] = text(e)
+        try:
+            v = pynvml.nvmlSystemGetCudaDriverVersion()  # e.g. 12040: CUDA 12.4 (major * 1000 + minor * 10)
+            doc["cuda_driver"] = "%d.%d" % (v // 1000, (v % 1000) // 10)
+        except pynvml.NVMLError as e:
+            doc["cuda_driver"] = None
+            doc["cuda_driver_error"] = text(e)
         doc["gpus"] = [gpu(i, missing) for i in range(pynvml.nvmlDeviceGetCount())]
     except pynvml.NVMLError as e:
         doc["nvml"] = "NVML failed while listing GPUs: %s" % text(e)
