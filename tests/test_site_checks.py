@@ -350,6 +350,13 @@ UNIT_LAYOUTS = {
 }
 
 
+def real_systemctl() -> str:
+    systemctl = shutil.which("systemctl")
+    require_or_skip(None if systemctl else "systemctl is not installed (the Debian package systemd)")
+    assert systemctl is not None
+    return systemctl
+
+
 @pytest.mark.parametrize("layout", sorted(UNIT_LAYOUTS))
 def test_masks_read_as_the_real_systemctl_reads_them(layout, tmp_path):
     from conformance.checks.site_judges import unit_masked
@@ -357,9 +364,7 @@ def test_masks_read_as_the_real_systemctl_reads_them(layout, tmp_path):
     from conformance.config.inventory import NodeSpec
     from conformance.config.site_rules import UNIT_PATH
 
-    systemctl = shutil.which("systemctl")
-    require_or_skip(None if systemctl else "systemctl is not installed (the Debian package systemd)")
-    assert systemctl is not None
+    systemctl = real_systemctl()
     root = tmp_path / "root"
     for path, text in UNIT_LAYOUTS[layout].items():
         f = root / path.lstrip("/")
@@ -399,9 +404,7 @@ def test_enabled_reads_as_the_real_systemctl_reads_it(layout, tmp_path):
     from conformance.config.inventory import NodeSpec
     from conformance.config.site_rules import SiteRule, needs_section
 
-    systemctl = shutil.which("systemctl")
-    require_or_skip(None if systemctl else "systemctl is not installed (the Debian package systemd)")
-    assert systemctl is not None
+    systemctl = real_systemctl()
     root = tmp_path / "root"
     unit = root / "usr/lib/systemd/system/u.service"
     unit.parent.mkdir(parents=True)
