@@ -140,7 +140,7 @@ def gate(api: Any, doc: dict[str, Any], settings: GateSettings, apply: bool) -> 
         for attempt in range(RETRIES):
             try:
                 node = api.sanitize_for_serialization(core.read_node(name, _request_timeout=TIMEOUT_S))
-            except ApiException as e:
+            except Exception as e:  # an API answer, or no answer (connection refused, timeout): named per node
                 plan = NodePlan(name, summary["verdict"], None, _refusal(e, "get", name))
                 break
             plan = plan_node(node, summary, doc, settings)
@@ -154,6 +154,9 @@ def gate(api: Any, doc: dict[str, Any], settings: GateSettings, apply: bool) -> 
                 if e.status == 409 and attempt + 1 < RETRIES:
                     time.sleep(0.2 * (attempt + 1))
                     continue
+                plan.refused = _refusal(e, "patch", name)
+                break
+            except Exception as e:  # no answer: the patch may or may not have landed; the next run sees which
                 plan.refused = _refusal(e, "patch", name)
                 break
         assert plan is not None
