@@ -25,6 +25,10 @@ from conformance.outputs import diff, diff_lines, load_results, push_to_gateway
 
 EXIT_OK, EXIT_REJECTED, EXIT_INTERRUPTED, EXIT_USAGE = 0, 1, 2, 4
 GROUP_BY_HELP = "node label that groups nodes in the report's fleet view (default: a node-pool label)"
+SELECT_HELP = (
+    "judge only these checks: globs over check ids and family names, e.g. 'KUBELET-CPU-*', gpu_health, "
+    "FLEET-CONSISTENT (repeat; `conformance checks` lists ids and families)"
+)
 
 
 def suites_dir() -> Path:
@@ -112,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--baseline", metavar="RESULTS_JSON", help="a previous results.json to compare with")
     run.add_argument("--pushgateway", metavar="URL", help="also push the Prometheus metrics to this Pushgateway")
     run.add_argument("--group-by", metavar="LABEL", help=GROUP_BY_HELP)
+    run.add_argument("--select", action="append", default=[], metavar="PATTERN", help=SELECT_HELP)
     run.add_argument("--snapshot", metavar="DIR", help="evaluate snapshots saved by 'conformance collect' (offline)")
     run.add_argument(
         "--measure",
@@ -423,6 +428,7 @@ def _add_rerender_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baseline", metavar="RESULTS_JSON", help="a previous results.json to compare with")
     p.add_argument("--pushgateway", metavar="URL", help="also push the Prometheus metrics to this Pushgateway")
     p.add_argument("--group-by", metavar="LABEL", help=GROUP_BY_HELP)
+    p.add_argument("--select", action="append", default=[], metavar="PATTERN", help=SELECT_HELP)
     p.add_argument(
         "--items",
         choices=("auto", "result", "node"),
@@ -484,6 +490,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from conformance.config.site_rules import python_dirs
 
     load_site_checks(args.checks)  # a malformed site check is a usage error before pytest starts
+    if args.select:
+        from conformance.checks import unmatched
+
+        load_registry()
+        if bad := unmatched(args.select):
+            raise UsageError(f"--select {', '.join(bad)}: matches no check id or family (see `conformance checks`)")
+        pargs += [f"--select={s}" for s in args.select]
     pargs += [f"--checks={c}" for c in args.checks]
     pargs += python_dirs(args.checks)
     if args.measure:
@@ -597,6 +610,7 @@ def _render(args: argparse.Namespace) -> int:
         pargs.append(f"--baseline={args.baseline}")
     if args.group_by:
         pargs.append(f"--group-by={args.group_by}")
+    pargs += [f"--select={s}" for s in args.select]
     return _finish(int(pytest.main(pargs)), out, args.pushgateway, args.verbose)
 
 

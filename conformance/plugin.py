@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 
 from conformance import fixtures
-from conformance.checks import Evidence, spec_of
+from conformance.checks import Evidence, selects, spec_of
 from conformance.cluster.pods import ContainerRef
 from conformance.config.check_contract import SEVERITIES, CheckSpec
 from conformance.config.site_rules import SiteRule
 from conformance.errors import ConformanceError, UsageError
 from conformance.outputs import FAILING, diff, junit_chunks, load_results, prometheus_text
-from conformance.outputs.replay import NodeReplayItem, ReplayItem, make_items, node_summary_message
+from conformance.outputs.replay import FLEET_CHECK_ID, NodeReplayItem, ReplayItem, make_items, node_summary_message
 from conformance.session import RUN_KEY, Run
 
 MESSAGE_LIMIT = 2000
@@ -92,6 +92,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="append",
         metavar="RESULTS_JSON",
         help="render reports from results.json files instead of running checks (repeat to merge runs)",
+    )
+    g.addoption(
+        "--select",
+        dest="conformance_select",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="judge only these checks: globs over check ids and family names (KUBELET-CPU-*, gpu_health, "
+        "FLEET-CONSISTENT); repeat. Works alike in a live run and in report/merge, unlike -k",
     )
     g.addoption(
         "--group-by",
@@ -207,6 +216,14 @@ def _spec(item: Any) -> CheckSpec | None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # the declarative site-rule test without any rule to run (pytest's empty parameter set) is dropped
     items[:] = [i for i in items if _spec(i) is not None or "site_rule" not in getattr(i, "fixturenames", ())]
+    patterns = config.getoption("conformance_select")
+    if patterns:  # --select: the checks not named are deselected, as -k deselects (a replay filters its document)
+        spec_ids = [(_spec(i), i) for i in items]
+        dropped = [i for s, i in spec_ids if s is not None and not selects(patterns, s.id)]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            keep = set(map(id, dropped))
+            items[:] = [i for i in items if id(i) not in keep]
     if _xdist_worker(config) or _xdist_controller(config):
         for item in items:
             node = getattr(item, "callspec", None) and item.callspec.params.get("node")
@@ -244,7 +261,11 @@ def pytest_collection(session: pytest.Session) -> bool | None:
     run: Run | None = session.config.stash.get(RUN_KEY, None)
     if run is None or run.ledger.replay is None:
         return None
-    session.items = make_items(session, run.ledger.replay, session.config.getoption("conformance_replay_items"))
+    patterns = session.config.getoption("conformance_select")
+    doc = run.ledger.replay
+    if patterns:
+        doc = dict(doc, results=[r for r in doc["results"] if selects(patterns, r["check"])])
+    session.items = make_items(session, doc, session.config.getoption("conformance_replay_items"))
     session.testscollected = len(session.items)
     session.config.hook.pytest_collection_modifyitems(session=session, config=session.config, items=session.items)
     session.config.hook.pytest_collection_finish(session=session)
@@ -455,7 +476,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     opt = session.config.getoption
     # the drift check judges the whole run's node records, after every other check; a run narrowed with
     # -k or -m judges only what it selected, and an interrupted run has no whole to judge
-    if not (opt("keyword") or opt("markexpr") or run.ledger.interrupted):
+    if not (opt("keyword") or opt("markexpr") or run.ledger.interrupted) and selects(opt("conformance_select"), FLEET_CHECK_ID):
         run.judge_fleet(opt("conformance_group_by"))
     if opt("conformance_baseline"):
         run.ledger.diff = diff(load_results(opt("conformance_baseline")), run.to_json())

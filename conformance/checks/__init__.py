@@ -6,6 +6,7 @@ def test_cpu_manager_policy(kubelet_config, profile, evidence): ...
 
 from __future__ import annotations
 
+import fnmatch
 import importlib
 import sys
 from collections.abc import Callable
@@ -66,6 +67,20 @@ def check(id: str, severity: str, *, title: str, rationale: str, remediation: st
         return fn
 
     return deco
+
+
+def selects(patterns: list[str], check_id: str) -> bool:
+    """Whether `--select` patterns (globs over check ids and family names) take a check; none: every check."""
+    if not patterns:
+        return True
+    spec = REGISTRY.get(check_id)
+    family = spec.family if spec is not None else ""
+    return any(fnmatch.fnmatchcase(check_id, p) or fnmatch.fnmatchcase(family, p) for p in patterns)
+
+
+def unmatched(patterns: list[str]) -> list[str]:
+    """The patterns that select no known check (a typo would silently select nothing)."""
+    return [p for p in patterns if not any(selects([p], cid) for cid in REGISTRY)]
 
 
 def spec_of(obj: Any) -> CheckSpec | None:
