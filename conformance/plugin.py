@@ -15,10 +15,11 @@ from conformance import fixtures
 from conformance.checks import Evidence, selects, spec_of
 from conformance.cluster.pods import ContainerRef
 from conformance.config.check_contract import SEVERITIES, CheckSpec
+from conformance.config.fleet import FLEET_CHECK_ID
 from conformance.config.site_rules import SiteRule
 from conformance.errors import ConformanceError, UsageError
 from conformance.outputs import FAILING, diff, junit_chunks, load_results, prometheus_text
-from conformance.outputs.replay import FLEET_CHECK_ID, NodeReplayItem, ReplayItem, make_items, node_summary_message
+from conformance.outputs.replay import NodeReplayItem, ReplayItem, make_items, node_summary_message
 from conformance.session import RUN_KEY, Run
 
 MESSAGE_LIMIT = 2000

@@ -10,16 +10,16 @@ error."""
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 from conformance.checks import REGISTRY
 from conformance.config.check_contract import CheckSpec
-from conformance.config.fleet import group_label, group_of
+from conformance.config.fleet import FLEET_CHECK_ID, Pool, pools
 
 FLEET_CHECK = CheckSpec(
-    id="FLEET-CONSISTENT",
+    id=FLEET_CHECK_ID,
     severity="medium",
     title="The node runs what its peers in the pool run",
     rationale=(
@@ -47,25 +47,13 @@ def drift_results(
 ) -> list[dict[str, Any]]:
     """One FLEET-CONSISTENT result per node of `nodes` (node summaries as results.json holds them).
     `setting(node, key)` reads the node's profile (fleet.severity, fleet.attributes, fleet.pin)."""
-    label = group_label(nodes, wanted_label)
-    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for n in nodes:
-        groups[group_of(n, label)].append(n)
+    label, groups = pools(nodes, wanted_label)
     where = f"{label} {{}}" if label else "{}"
-    out = []
-    for group, members in groups.items():
-        known: dict[str, Counter[str]] = defaultdict(Counter)
-        for n in members:
-            for attr, value in (n.get("identity") or {}).items():
-                if value is not None:
-                    known[attr][str(value)] += 1
-        for n in members:
-            out.append(_judge(n, known, where.format(group), len(members), setting))
-    return out
+    return [_judge(n, pool, where.format(pool.name), setting) for pool in groups.values() for n in pool.members]
 
 
-def _judge(n: dict[str, Any], known: dict[str, Counter[str]], group: str, size: int, setting: Callable[[str, str], Any]) -> dict:
-    name = n["name"]
+def _judge(n: dict[str, Any], pool: Pool, group: str, setting: Callable[[str, str], Any]) -> dict:
+    name, size = n["name"], len(pool.members)
     identity = n.get("identity")
     errors = n.get("identity_errors") or {}
     problems, unknown, notes, evidence = [], [], [], []
@@ -81,8 +69,7 @@ def _judge(n: dict[str, Any], known: dict[str, Counter[str]], group: str, size: 
         value = None if identity is None else identity.get(attr)
         if identity is None:
             break
-        counts = known.get(attr, Counter())
-        spread = ", ".join(f"{_short(v)} on {c}" for v, c in counts.most_common(5))
+        spread = ", ".join(f"{_short(v)} on {c}" for v, c in pool.values.get(attr, Counter()).most_common(5))
         evidence.append(f"{attr}: {_short(value)} (in {group}: {spread or 'no known value'})")
         if value is None:
             unknown.append(f"{attr} is unknown ({errors.get(attr, 'not in the record')})")
@@ -91,11 +78,10 @@ def _judge(n: dict[str, Any], known: dict[str, Counter[str]], group: str, size: 
             if str(value) != str(pins[attr]):
                 problems.append(f"{attr} {_short(value)}, while the profile pins {_short(pins[attr])}")
             continue
-        total = sum(counts.values())
-        top, top_count = counts.most_common(1)[0] if counts else (None, 0)
+        top, top_count, total = pool.majority(attr)
         if total < 2:
             continue
-        if top_count * 2 <= total:
+        if top is None:
             notes.append(f"no majority for {attr} in {group} ({spread})")
         elif str(value) != top:
             problems.append(f"{attr} {_short(value)}, while {top_count} of {total} nodes in {group} run {_short(top)}")
@@ -120,5 +106,5 @@ def _judge(n: dict[str, Any], known: dict[str, Counter[str]], group: str, size: 
         "source": FLEET_CHECK.source,
         "waiver": None,
         "duration_s": 0.0,
-        "test": f"fleet::FLEET-CONSISTENT[{name}]",
+        "test": f"fleet::{FLEET_CHECK_ID}[{name}]",
     }

@@ -12,7 +12,7 @@ from collections import Counter, defaultdict
 from html import escape
 from typing import Any
 
-from conformance.config.fleet import IDENTITY_ATTRIBUTES, group_label, group_of
+from conformance.config.fleet import IDENTITY_ATTRIBUTES, group_label, group_of, pools
 from conformance.outputs import FAILING
 
 # Above this many nodes the report shows the fleet view and drops the node x check matrix and the
@@ -68,44 +68,30 @@ DRIFT_SHOWN = 20  # nodes named per attribute; the rest are counted
 def drift_section(nodes: list[dict[str, Any]], wanted_label: str | None = None, linked: bool = True) -> str:
     """Per group, each identity attribute whose nodes do not all agree: its values with node counts, and the
     nodes off the majority value (or every node, where there is no majority), linked to their rows."""
-    label = group_label(nodes, wanted_label)
-    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for n in nodes:
-        groups[group_of(n, label)].append(n)
+    if not any(n.get("identity") is not None for n in nodes):
+        return ""
+    _, groups = pools(nodes, wanted_label)
     blocks = []
-    for g in sorted(groups):
+    for g, pool in sorted(groups.items()):
         rows = []
+        recorded = [n for n in pool.members if n.get("identity") is not None]
         for attr in IDENTITY_ATTRIBUTES:
-            counts: Counter[str] = Counter()
-            unknown = []
-            for n in groups[g]:
-                value = (n.get("identity") or {}).get(attr) if n.get("identity") is not None else None
-                if n.get("identity") is None:
-                    continue
-                if value is None:
-                    unknown.append(n["name"])
-                else:
-                    counts[str(value)] += 1
+            counts = pool.values.get(attr, Counter())
+            unknown = sum(1 for n in recorded if n["identity"].get(attr) is None)
             if len(counts) <= 1 and not unknown:
                 continue
-            top, top_count = counts.most_common(1)[0] if counts else ("", 0)
-            majority = top_count * 2 > sum(counts.values())
-            off = [n["name"] for n in groups[g] if n.get("identity") and n["identity"].get(attr) is not None
-                   and (not majority or str(n["identity"][attr]) != top)]  # fmt: skip
-            names = ", ".join(f"<a href='#gnc-node-{e(x)}'>{e(x)}</a>" if linked else e(x) for x in off[:DRIFT_SHOWN]) + (
-                f" and {len(off) - DRIFT_SHOWN} more" if len(off) > DRIFT_SHOWN else ""
-            )
-            values = ", ".join(f"{e(v)} ({c})" for v, c in counts.most_common(6)) + (
-                f"; unknown on {len(unknown)}" if unknown else ""
-            )
-            rows.append(f"<tr><td>{e(attr)}</td><td>{values}</td><td>{'' if majority else 'no majority: '}{names}</td></tr>")
+            top, _, _ = pool.majority(attr)
+            off = [n["name"] for n in recorded if n["identity"].get(attr) is not None and str(n["identity"][attr]) != top]
+            names = ", ".join(f"<a href='#gnc-node-{e(x)}'>{e(x)}</a>" if linked else e(x) for x in off[:DRIFT_SHOWN])
+            names += f" and {len(off) - DRIFT_SHOWN} more" if len(off) > DRIFT_SHOWN else ""
+            values = ", ".join(f"{e(v)} ({c})" for v, c in counts.most_common(6))
+            values += f"; unknown on {unknown}" if unknown else ""
+            rows.append(f"<tr><td>{e(attr)}</td><td>{values}</td><td>{'' if top else 'no majority: '}{names}</td></tr>")
         if rows:
             blocks.append(
                 f"<h4>{e(g)}</h4><table class='fleet'><tr><th>attribute</th><th>values (nodes)</th>"
                 f"<th>nodes off the majority</th></tr>{''.join(rows)}</table>"
             )
-    if not any(n.get("identity") is not None for n in nodes):
-        return ""
     if not blocks:
         return "<h3>Fleet drift</h3><p>In every group, every node's identity record agrees with its peers'.</p>"
     return "<h3>Fleet drift</h3><p>What nodes of one group do not share (FLEET-CONSISTENT judges it).</p>" + "".join(blocks)

@@ -13,6 +13,7 @@ import pytest
 
 from conformance.checks import REGISTRY
 from conformance.config.check_contract import CheckSpec
+from conformance.config.fleet import FLEET_CHECK_ID
 from conformance.config.inventory import Inventory, NodeSpec
 from conformance.errors import FactUnavailable
 from conformance.outputs import load_results
@@ -133,9 +134,6 @@ def result_id(r: dict[str, Any]) -> str:
     """The test id a replayed result gets when its document has none (a live run records its own)."""
     sub = "".join(f"[{_safe(k)}={_safe(v)}]" for k, v in sorted((r.get("subject") or {}).items()))
     return f"{_safe(r['node'])}::{_safe(r['check'])}{sub}"
-
-
-FLEET_CHECK_ID = "FLEET-CONSISTENT"  # conformance.checks.fleet_drift
 
 
 def make_items(session: pytest.Session, doc: dict[str, Any], per: str = "auto") -> list[pytest.Item]:
