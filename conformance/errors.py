@@ -27,3 +27,9 @@ class TransportError(ConformanceError):
         self.kind = kind
         self.executed = executed  # False: the remote program never started (no session was opened)
         self.partial = b""  # what the remote program had printed before the failure (a timeout, a cut)
+
+
+def clipped(value: object, limit: int = 160) -> str:
+    """A value as a message shows it: its first `limit` characters, and "..." where it was longer."""
+    text = str(value)
+    return text if len(text) <= limit else text[:limit] + "..."

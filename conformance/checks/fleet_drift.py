@@ -10,6 +10,7 @@ error."""
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from conformance.checks import REGISTRY
 from conformance.config.check_contract import CheckSpec
 from conformance.config.fleet import FLEET_CHECK_ID, Pool, pools
+from conformance.errors import clipped
 
 FLEET_CHECK = CheckSpec(
     id=FLEET_CHECK_ID,
@@ -37,9 +39,7 @@ REGISTRY.setdefault(FLEET_CHECK.id, FLEET_CHECK)
 SHOWN = 60  # characters of a value shown in a message
 
 
-def _short(v: Any) -> str:
-    s = str(v)
-    return s if len(s) <= SHOWN else s[:SHOWN] + "..."
+_short = functools.partial(clipped, limit=SHOWN)
 
 
 def drift_results(

@@ -12,6 +12,7 @@ reads dpkg's status file and rpm's database.
 
 from __future__ import annotations
 
+import functools
 import json
 import posixpath
 import re
@@ -34,7 +35,7 @@ from conformance.config.site_rules import (
     sysctl_path,
     unit_cgroup,
 )
-from conformance.errors import FactUnavailable, ParseError
+from conformance.errors import FactUnavailable, ParseError, clipped
 from conformance.facts.kubelet import load_yaml_mapping
 from conformance.facts.packages import Package, dpkg_lookup, dpkg_packages, rpm_lookup, rpm_packages
 from conformance.facts.runtime import load_toml
@@ -42,9 +43,7 @@ from conformance.facts.runtime import load_toml
 SHOWN = 160  # characters of a value shown in evidence
 
 
-def _short(v: Any) -> str:
-    s = str(v)
-    return s if len(s) <= SHOWN else s[:SHOWN] + "..."
+_short = functools.partial(clipped, limit=SHOWN)
 
 
 def _number(v: Any, what: str) -> float:

@@ -9,15 +9,9 @@ import functools
 import re
 from dataclasses import dataclass
 
-from conformance.errors import ParseError
+from conformance.errors import ParseError, clipped
 from conformance.facts.debversion import satisfies as deb_satisfies
 from conformance.facts.rpmversion import satisfies as rpm_satisfies
-
-SHOWN = 160  # characters of a line shown in a parse error
-
-
-def _short(v: str) -> str:
-    return v if len(v) <= SHOWN else v[:SHOWN] + "..."
 
 
 @dataclass(frozen=True)
@@ -71,7 +65,7 @@ def rpm_packages(text: str) -> tuple[Package, ...]:
     for line in text.splitlines():
         parts = line.split(" ")
         if len(parts) != 5:
-            raise ParseError(f"rpm -qa: unexpected line {_short(line)!r} (expected NAME ARCH EPOCH VERSION RELEASE)")
+            raise ParseError(f"rpm -qa: unexpected line {clipped(line)!r} (expected NAME ARCH EPOCH VERSION RELEASE)")
         name, arch, epoch, version, release = parts
         evr = (f"{epoch}:" if epoch != "-" else "") + f"{version}-{release}"
         out.append(Package("rpm", name, "" if arch == "(none)" else arch, "installed", evr))
