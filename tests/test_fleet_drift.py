@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from conformance.checks.fleet_drift import drift_results
-from conformance.facts.identity import digest
+from conformance.facts.canonical import digest
 from conformance.facts.kubelet import load_yaml_mapping
 from conformance.facts.runtime import load_toml
 from tests.lab.builder import DEBIAN

@@ -8,28 +8,11 @@ reason in `errors`: unknown is never a value that matches or differs."""
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
 import re
 from typing import Any
 
 from conformance.errors import ConformanceError
-from conformance.facts.runtime import load_toml
-
-
-def digest(value: Any) -> str:
-    """sha256: of the canonical JSON of a parsed value (the first 16 hex digits: enough to tell apart)."""
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=_plain)
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-
-def _plain(v: Any) -> Any:
-    if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        return dataclasses.asdict(v)
-    if isinstance(v, set | frozenset):
-        return sorted(v)
-    return str(v)
+from conformance.facts.canonical import digest
 
 
 def os_name(text: str) -> str | None:
@@ -65,8 +48,9 @@ def identity(facts: Any) -> tuple[dict[str, Any], dict[str, str]]:
 
     def runtime_config() -> str:
         cfg = facts.runtime_config
-        docs = [(p, load_toml(b.text(p), p)) for p in cfg.files]
-        return digest({"runtime": cfg.runtime, "files": docs})
+        if cfg.effective is None:
+            raise ConformanceError(f"the runtime refuses its configuration: {cfg.refused}")
+        return cfg.effective
 
     take("os", os_release)
     take("kernel", lambda: b.command("uname").data.decode("utf-8", "replace").strip() or None)

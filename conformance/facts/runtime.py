@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conformance.errors import ParseError
+from conformance.facts.canonical import digest
 
 RUNC_TYPE = "io.containerd.runc.v2"
 RUNC_V1_TYPE = "io.containerd.runc.v1"
@@ -127,6 +128,7 @@ class RuntimeConfig:
     # why that release would not start); the check judges them all and passes only if all pass
     alternatives: dict[str, RuntimeConfig | ParseError] = field(default_factory=dict)
     refused: str | None = None  # why the runtime refuses these files (then there are no handlers)
+    effective: str | None = None  # digest of the effective configuration: containerd's merged document, CRI-O's files
 
 
 @dataclass
@@ -423,7 +425,9 @@ def containerd_runtime(merge: ContainerdMerge) -> RuntimeConfig:
     handlers = {
         name: _handler(name, rt, f"{where}.containerd.runtimes.{name}", rules, cri_systemd) for name, rt in runtimes.items()
     }
-    return RuntimeConfig("containerd", default, handlers, files, rules=f"{rules.family} merge rules ({rules.label})")
+    return RuntimeConfig(
+        "containerd", default, handlers, files, rules=f"{rules.family} merge rules ({rules.label})", effective=digest(doc)
+    )
 
 
 def _handler(name: str, rt: dict[str, Any], where: str, rules: MergeRules, cri_systemd: Any) -> RuntimeHandler:
@@ -556,9 +560,11 @@ def crio_runtime(docs: list[tuple[str, str]]) -> RuntimeConfig:
     default_runtime = "crun"
     names: set[str] = set()
     files: list[str] = []
+    parsed: list[tuple[str, dict[str, Any]]] = []
     for path, text in docs:
         doc = load_toml(text, path)
         files.append(path)
+        parsed.append((path, doc))
         runtime = doc.get("crio", {}).get("runtime", {}) if isinstance(doc.get("crio"), dict) else {}
         if not isinstance(runtime, dict):
             raise ParseError(f"{path}: crio.runtime is not a table")
@@ -572,4 +578,4 @@ def crio_runtime(docs: list[tuple[str, str]]) -> RuntimeConfig:
             names.update(rts)
     names.add(default_runtime)
     handlers = {n: RuntimeHandler(n, "oci", manager == "systemd", source) for n in sorted(names)}
-    return RuntimeConfig("cri-o", default_runtime, handlers, files, cgroup_manager=manager)
+    return RuntimeConfig("cri-o", default_runtime, handlers, files, cgroup_manager=manager, effective=digest(parsed))
