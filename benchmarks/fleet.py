@@ -8,7 +8,8 @@ reused, one command per fact, nodes one after another).
 For each size, --repeat rounds, each timing back to back (in alternating order, so that drift in this
 shared machine's speed falls on both): the floor of any SSH-based audit here, plain OpenSSH sending the
 very same collector bytes to the same nodes --parallel at a time; `conformance run`; and `conformance
-collect` (the same collection without pytest). Prints per size the medians and range of: wall time,
+collect` (the same collection without pytest); and the run with one pytest item per check
+(`--items=check`; `conformance run` uses one item per node at these sizes). Prints per size the medians and range of: wall time,
 nodes per second, remote executions per node, peak memory, the run's CPU per node (user + system of
 its process, paramiko's threads included), the ratio run / floor (of each round's pair), and what the
 run's CPU is made of: the collection (`conformance collect`), and pytest's own floor, that is pytest
@@ -24,6 +25,7 @@ import argparse
 import json
 import os
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -126,10 +128,10 @@ def timed(argv: list[str], cwd: Path | None = None) -> tuple[float, int, float]:
     return time.monotonic() - t, usage.ru_maxrss, usage.ru_utime + usage.ru_stime
 
 
-def timed_run(inv: Path, out: Path, parallel: int, command: str = "run") -> tuple[float, int, dict, float]:
+def timed_run(inv: Path, out: Path, parallel: int, command: str = "run", *extra: str) -> tuple[float, int, dict, float]:
     """(wall s, peak RSS KB, results (run only), CPU s of the command's process: paramiko's threads included)."""
     argv = [sys.executable, "-m", "conformance", command, "--inventory", str(inv), "--output", str(out), f"--parallel={parallel}"]
-    wall, rss, cpu = timed(argv)
+    wall, rss, cpu = timed([*argv, *extra])
     doc = json.loads((out / "results.json").read_text()) if command == "run" else {}
     return wall, rss, doc, cpu
 
@@ -226,6 +228,8 @@ def main() -> int:
     ap.add_argument("--naive-nodes", type=int, default=10, help="nodes for the naive baseline (0: none)")
     ap.add_argument("--repeat", type=int, default=3, help="rounds per size (medians are printed)")
     args = ap.parse_args()
+    # a SIGTERM (a cancelled job) unwinds like Ctrl-C, so that the lab's namespaces and processes go
+    signal.signal(signal.SIGTERM, lambda signum, frame: (_ for _ in ()).throw(KeyboardInterrupt()))
     sizes = [int(s) for s in args.sizes.split(",")]
     reason = lab_available()
     if reason:
@@ -250,13 +254,15 @@ def main() -> int:
                 rounds = []
                 for r in range(args.repeat):
                     got: dict[str, Any] = {}
-                    steps = ["floor", "run", "collect"] if r % 2 == 0 else ["collect", "run", "floor"]
-                    for step in steps:
+                    steps = ["floor", "run", "per check", "collect"]
+                    for step in steps if r % 2 == 0 else reversed(steps):
                         ticks = cpu_ticks()
                         if step == "floor":
                             got["floor"], got["floor cpu"] = openssh_floor(
                                 lab, lines, n, args.parallel, tmp / "known_hosts_relay"
                             )
+                        elif step == "per check":  # the same run with one pytest item per check
+                            got[step] = timed_run(inv, tmp / f"out-{n}-check-{r}", args.parallel, "run", "--items=check")
                         else:
                             got[step] = timed_run(inv, tmp / f"out-{n}-{step}-{r}", args.parallel, step)
                         got[f"busy {step}"] = busy_since(ticks)
@@ -264,7 +270,9 @@ def main() -> int:
                     wall, _, doc, cpu = got["run"]
                     print(f"  {n} nodes, round {r + 1}: run {wall:.1f} s, floor {got['floor']:.1f} s, collect "
                           f"{got['collect'][0]:.1f} s, ratio "
-                          f"{wall / got['floor']:.2f}, run CPU {cpu / n * 1000:.0f} ms/node, collect CPU "
+                          f"{wall / got['floor']:.2f}, run CPU {cpu / n * 1000:.0f} ms/node; per check: "
+                          f"{got['per check'][0]:.1f} s, ratio {got['per check'][0] / got['floor']:.2f}, "
+                          f"CPU {got['per check'][3] / n * 1000:.0f} ms/node; collect CPU "
                           f"{got['collect'][3] / n * 1000:.0f} ms/node, the floor's ssh clients' CPU "
                           f"{got['floor cpu'] / n * 1000:.0f} ms/node; machine busy {got['busy floor']:.0%} during "
                           f"the floor, {got['busy run']:.0%} during the run", flush=True)  # fmt: skip
@@ -274,7 +282,8 @@ def main() -> int:
                 rows.append((n, rounds, doc, floor_cpu))
             print(f"{'nodes':>6} {'wall s':>8} {'nodes/s':>8} {'exec/node':>10} {'peak MB':>8} {'floor s':>8} {'collect s':>9} "
                   f"{'ratio':>14} "
-                  f"{'CPU ms/node':>14} {'collect':>8} {'pytest':>7} {'rest':>6}  verdicts")  # fmt: skip
+                  f"{'CPU ms/node':>14} {'collect':>8} {'pytest':>7} {'rest':>6} {'per check: ratio':>18} {'CPU':>5}  "
+                  f"verdicts")  # fmt: skip
             for n, rounds, doc, floor_cpu in rows:
                 med = statistics.median
                 walls = [g["run"][0] for g in rounds]
@@ -286,14 +295,25 @@ def main() -> int:
                 spread = f"{med(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
                 cpu = f"{med(cpus):.0f} ({min(cpus):.0f}-{max(cpus):.0f})"
                 pytest_ms = floor_cpu / n * 1000
+                check_ratio = med(g["per check"][0] / g["floor"] for g in rounds)
+                check_cpu = med(g["per check"][3] / n * 1000 for g in rounds)
                 print(f"{n:>6} {med(walls):>8.1f} {n / med(walls):>8.1f} {execs:>10.1f} "
                       f"{max(g['run'][1] for g in rounds) / 1024:>8.0f} {med(g['floor'] for g in rounds):>8.1f} "
                       f"{med(g['collect'][0] for g in rounds):>9.1f} {spread:>14} "
-                      f"{cpu:>14} {collect_cpu:>8.0f} {pytest_ms:>7.0f} {med(cpus) - collect_cpu - pytest_ms:>6.0f}  "
-                      f"{verdicts}")  # fmt: skip
+                      f"{cpu:>14} {collect_cpu:>8.0f} {pytest_ms:>7.0f} {med(cpus) - collect_cpu - pytest_ms:>6.0f} "
+                      f"{check_ratio:>18.2f} {check_cpu:>5.0f}  {verdicts}")  # fmt: skip
             print("(medians of the rounds, range in brackets; collect s: `conformance collect` of the same nodes, the")
             print(" collection without pytest; CPU per node: collect = that collection's,")
-            print(" pytest = pytest's own floor for as many empty tests, rest = the checks, fixtures and outputs)")
+            print(" pytest = pytest's own floor for as many empty tests (one item each), rest = what is left of the run's")
+            print(" CPU (negative: the run's one item per node costs less than pytest's per-check floor); per check:")
+            print(" the same run with --items=check, one pytest item per check)")
+            for n, rounds, _, _ in rows:
+                cpus = sorted(g["run"][3] / n * 1000 for g in rounds)
+                walls = sorted(g["run"][0] / g["floor"] for g in rounds)
+                collect_ms = statistics.median(g["collect"][3] / n * 1000 for g in rounds)
+                print(f"goals at {n} nodes: ratio <= 1.10 in every round: {'met' if walls[-1] <= 1.10 else 'missed'} "
+                      f"(worst {walls[-1]:.2f}); CPU <= 40 ms/node: {'met' if cpus[len(cpus) // 2] <= 40 else 'missed'} "
+                      f"(median {cpus[len(cpus) // 2]:.0f}, the collection's {collect_ms:.0f})")  # fmt: skip
             k = args.naive_nodes
             if not k:
                 return 0

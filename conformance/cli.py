@@ -119,6 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--select", action="append", default=[], metavar="PATTERN", help=SELECT_HELP)
     run.add_argument("--snapshot", metavar="DIR", help="evaluate snapshots saved by 'conformance collect' (offline)")
     run.add_argument(
+        "--items",
+        choices=("auto", "check", "node"),
+        default="auto",
+        help="pytest items: one per check, one per node judging all its checks (the same results and reports, "
+        "less of pytest's cost per check), or auto (per node from 10 nodes on)",
+    )
+    run.add_argument(
         "--measure",
         action="store_true",
         help="measure pinned H2D bandwidth per GPU and NUMA node (opens a CUDA context on each idle GPU, "
@@ -475,6 +482,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"--parallel={args.parallel}",
         f"--collect-timeout={args.timeout}",
         f"--retries={args.retries}",
+        f"--check-items={args.items}",
     ]
     for flag, value in (
         ("inventory", args.inventory),

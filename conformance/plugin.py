@@ -20,6 +20,7 @@ from conformance.config.site_rules import SiteRule
 from conformance.errors import ConformanceError, UsageError
 from conformance.outputs import FAILING, diff, junit_chunks, load_results, prometheus_text
 from conformance.outputs.replay import NodeReplayItem, ReplayItem, make_items, node_summary_message
+from conformance.run.check_items import MODES, NodeChecksItem, checks_of, group_by_node, node_of, run_node_checks, use_node_items
 from conformance.session import RUN_KEY, Run
 
 MESSAGE_LIMIT = 2000
@@ -117,6 +118,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="auto",
         help="a replay's pytest items: one per result, one per node, or auto (per node above 20,000 results); "
         "the outputs are the same",
+    )
+    g.addoption(
+        "--check-items",
+        dest="conformance_check_items",
+        choices=MODES,
+        default="check",
+        help="a live run's pytest items: one per check (default), one per node judging all of the node's checks "
+        "(the same results and reports at a fraction of pytest's cost per check), or auto (per node from "
+        "10 nodes on; what 'conformance run' uses). -k, -m and --select select checks in both",
     )
     g.addoption(
         "--html-passed",
@@ -254,7 +264,25 @@ def pytest_collection_modifyitems_by_node(config: pytest.Config, items: list[pyt
     if run is None or run.ledger.replay is not None:
         return
     order = {name: i for i, name in enumerate(run.node_names)}
-    items.sort(key=lambda item: order.get(getattr(item, "callspec", None) and item.callspec.params.get("node"), -1))
+    items.sort(key=lambda item: order.get(node_of(item), -1))
+    # fleet scale: one item per node judging the node's checks (conformance.run.check_items), after -k, -m
+    # and --select chose the checks; not for a listing (--collect-only) nor under pytest-xdist
+    nodes = len({node_of(i) for i in items} - {None})
+    if (
+        items
+        and use_node_items(config.getoption("conformance_check_items"), nodes)
+        and not config.option.collectonly
+        and not (_xdist_worker(config) or _xdist_controller(config))
+    ):
+        items[:] = group_by_node(items[0].session, items)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+    if not isinstance(item, NodeChecksItem):
+        return None
+    run_node_checks(item, nextitem)
+    return True
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -291,7 +319,9 @@ def pytest_runtestloop(session: pytest.Session) -> None:
         return
     if session.testsfailed and not config.option.continue_on_collection_errors:
         return  # pytest stops here: collection errors
-    run.store.start(item.callspec.params["node"] for item in session.items if "facts" in getattr(item, "fixturenames", ()))
+    checks = list(checks_of(session.items))
+    session.testscollected = len(checks)  # the tests are the checks, also where a node's are one item
+    run.store.start(item.callspec.params["node"] for item in checks if "facts" in getattr(item, "fixturenames", ()))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

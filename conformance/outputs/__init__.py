@@ -49,34 +49,18 @@ def junit_xml(doc: dict[str, Any]) -> bytes:
 
 
 def junit_chunks(doc: dict[str, Any]) -> Iterator[bytes]:
-    """junit.xml in pieces, one testsuite at a time, so that 10,000 nodes' JUnit is never one tree in
-    memory. The bytes are those ElementTree writes for the whole tree indented with ET.indent (two
-    spaces per level), which is what this wrote before it was streamed."""
+    """junit.xml in pieces, one testsuite at a time (conformance.outputs.streaming.JunitSuites). The bytes are
+    those ElementTree writes for the whole tree indented with ET.indent (two spaces per level), which is
+    what this wrote before it was streamed."""
+    from conformance.outputs.streaming import JunitSuites
+
     by_node: dict[str, list[dict[str, Any]]] = {n["name"]: [] for n in doc["nodes"]}
     for r in doc["results"]:
         by_node.setdefault(r["node"], []).append(r)
-    suites = []
-    totals = {"tests": 0, "failures": 0, "errors": 0}
+    suites = JunitSuites()
     for node in doc["nodes"]:
-        rows = by_node.get(node["name"], [])
-        counts = {
-            "tests": len(rows),
-            "failures": sum(r["outcome"] == "failed" for r in rows),
-            "errors": sum(r["outcome"] == "error" for r in rows),
-            "skipped": sum(r["outcome"] in ("skipped", "waived") for r in rows),
-        }
-        for k in totals:
-            totals[k] += counts[k]
-        suites.append((node, rows, counts))
-    attrs = [("name", "gpu-node-conformance"), *((k, str(v)) for k, v in totals.items())]
-    yield b'<?xml version="1.0" encoding="utf-8"?>\n'
-    if not suites:
-        yield _tag("testsuites", attrs).encode("utf-8")
-        return
-    yield _open("testsuites", attrs).encode("utf-8", "xmlcharrefreplace")
-    for node, rows, counts in suites:
-        yield ("\n  " + _suite(doc, node, rows, counts)).encode("utf-8", "xmlcharrefreplace")
-    yield b"\n</testsuites>"
+        suites.add(node, by_node.get(node["name"], []), doc.get("started_at") or "")
+    return suites.chunks()
 
 
 def _attr(text: str) -> str:
@@ -98,11 +82,11 @@ def _tag(name: str, attrs: list[tuple[str, str]], text: str | None = None) -> st
     return f"{_open(name, attrs)}{_cdata(text)}</{name}>" if text else _open(name, attrs)[:-1] + " />"
 
 
-def _suite(doc: dict[str, Any], node: dict[str, Any], rows: list[dict[str, Any]], counts: dict[str, int]) -> str:
+def _suite(started_at: str, node: dict[str, Any], rows: list[dict[str, Any]], counts: dict[str, int]) -> str:
     """One <testsuite>, as ElementTree writes it indented at level 1 (written directly: building and
     serialising an element tree cost a quarter of a 10,000-node merge)."""
     i2, i3 = "\n    ", "\n      "
-    attrs = [("name", node["name"]), ("timestamp", doc.get("started_at") or ""), *((k, str(v)) for k, v in counts.items())]
+    attrs = [("name", node["name"]), ("timestamp", started_at), *((k, str(v)) for k, v in counts.items())]
     out = [_open("testsuite", attrs), i2, "<properties>"]
     for k in ("verdict", "profile"):
         out += [i3, _tag("property", [("name", k), ("value", str(node.get(k, "")))])]
@@ -126,29 +110,30 @@ def _suite(doc: dict[str, Any], node: dict[str, Any], rows: list[dict[str, Any]]
     return "".join(out)
 
 
-def write_json_document(path: str | Path, doc: dict[str, Any]) -> None:
+def write_json_document(path: str | Path, doc: dict[str, Any], lists: dict[str, list[Any]] | None = None) -> None:
     """results.json, written as a stream and then renamed into place: the run's metadata indented, and
     each node and each result on a line of its own (compact JSON, the C encoder), so that 500,000
-    results are neither one string in memory nor minutes of indenting."""
+    results are neither one string in memory nor minutes of indenting. `lists`: the nodes and results
+    as spools of items (conformance.outputs.streaming.JsonItems), for a document streamed node by node."""
+    from conformance.outputs.streaming import JsonItems, write_document
+
+    if lists is None:
+        lists = {}
+        for key in ("nodes", "results"):
+            if isinstance(doc.get(key), list):
+                items = JsonItems()
+                for value in doc[key]:
+                    items.add_item(value)
+                lists[key] = [items]
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_suffix(p.suffix + ".tmp")
-    compact = json.JSONEncoder(separators=(",", ":")).encode
-    keys = list(doc)
-    with tmp.open("w", encoding="utf-8") as f:
-        f.write("{\n")
-        for i, key in enumerate(keys):
-            value, comma = doc[key], "," if i < len(keys) - 1 else ""
-            if key in ("nodes", "results") and isinstance(value, list) and value:
-                f.write(f"  {json.dumps(key)}: [\n")
-                last = len(value) - 1
-                for j, item in enumerate(value):
-                    f.write(f"    {compact(item)}{',' if j < last else ''}\n")
-                f.write(f"  ]{comma}\n")
-            else:
-                f.write(f"  {json.dumps(key)}: {json.dumps(value, indent=2).replace(chr(10), chr(10) + '  ')}{comma}\n")
-        f.write("}\n")
-    tmp.replace(p)
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            write_document(f, doc, lists)
+        tmp.replace(p)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def junit_case_details(case: ET.Element) -> dict[str, str]:
@@ -183,57 +168,14 @@ PROM_RESULT_SERIES_MAX = 10_000
 
 def prometheus_text(doc: dict[str, Any]) -> str:
     """Text exposition format: one series per (node, check, subject) (bounded, above), per-check outcome
-    counts, per-node verdicts, run times."""
-    p = "gpu_node_conformance"
-    results = doc["results"]
-    bounded = len(results) > PROM_RESULT_SERIES_MAX
-    out = [
-        f"# HELP {p}_check_result 1 for the outcome of a check on a node and subject (labels say which)"
-        + (f"; this run had {len(results)} results, above {PROM_RESULT_SERIES_MAX}: only failed, error and waived ones."
-           if bounded else "."),
-        f"# TYPE {p}_check_result gauge",
-    ]  # fmt: skip
-    outcomes: dict[tuple[str, str, str], int] = {}
-    for r in results:
-        key = (r["check"], r["severity"], r["outcome"])
-        outcomes[key] = outcomes.get(key, 0) + 1
-    for r in results:
-        if bounded and r["outcome"] in ("passed", "skipped"):
-            continue
-        labels = _labels(
-            node=r["node"],
-            check=r["check"],
-            subject=subject_text(r.get("subject") or {}),
-            severity=r["severity"],
-            outcome=r["outcome"],
-        )
-        out.append(f"{p}_check_result{labels} 1")
-    out += [
-        f"# HELP {p}_check_outcomes How many results of a check had each outcome in this run.",
-        f"# TYPE {p}_check_outcomes gauge",
-    ]
-    for (check, severity, outcome), n in sorted(outcomes.items()):
-        out.append(f"{p}_check_outcomes{_labels(check=check, severity=severity, outcome=outcome)} {n}")
-    out += [
-        f"# HELP {p}_node_accepted 1 when the node is accepted, else 0; verdict and profile as labels.",
-        f"# TYPE {p}_node_accepted gauge",
-    ]
+    counts, per-node verdicts, run times (conformance.outputs.streaming.PromSeries)."""
+    from conformance.outputs.streaming import PromSeries
+
+    series = PromSeries()
+    series.add_results(doc["results"])
     for n in doc["nodes"]:
-        labels = _labels(node=n["name"], verdict=n["verdict"], profile=n["profile"])
-        out.append(f"{p}_node_accepted{labels} {1 if n['verdict'] == 'accepted' else 0}")
-    started, finished = _epoch(doc.get("started_at")), _epoch(doc.get("finished_at"))
-    out += [
-        f"# HELP {p}_run_timestamp_seconds When the run started (Unix time).",
-        f"# TYPE {p}_run_timestamp_seconds gauge",
-        f"{p}_run_timestamp_seconds {started:.0f}",
-        f"# HELP {p}_run_duration_seconds How long the run took.",
-        f"# TYPE {p}_run_duration_seconds gauge",
-        f"{p}_run_duration_seconds {max(0.0, finished - started):.0f}",
-        f"# HELP {p}_run_complete 1 when the run was not interrupted.",
-        f"# TYPE {p}_run_complete gauge",
-        f"{p}_run_complete {1 if doc.get('complete', True) else 0}",
-    ]
-    return "\n".join(out) + "\n"
+        series.add_node(n)
+    return "".join(series.chunks(doc.get("started_at"), doc.get("finished_at"), doc.get("complete", True)))
 
 
 def push_to_gateway(url: str, text: str, job: str = "gpu_node_conformance", timeout: float = 10.0) -> None:

@@ -92,7 +92,7 @@ def pytest_configure(config: pytest.Config) -> None:
     _CONFIG[:] = [config]
 
 
-def _passed_rows(report: pytest.TestReport) -> bool:
+def _passed_rows() -> bool:
     if not _CONFIG:
         return True
     mode = _CONFIG[0].getoption("conformance_html_passed")
@@ -103,7 +103,8 @@ def _passed_rows(report: pytest.TestReport) -> bool:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    session.config._gnc_items = len(session.items)  # type: ignore[attr-defined]
+    # results, not items: a live run's node item holds a node's checks (conformance.run.check_items)
+    session.config._gnc_items = sum(getattr(i, "result_count", 1) for i in session.items)  # type: ignore[attr-defined]
 
 
 def pytest_html_report_title(report: Any) -> None:
@@ -370,10 +371,15 @@ def pytest_html_results_table_header(cells: list[str]) -> None:
 PASSED_ROWS_LIMIT = 2000
 
 
+def shows_row(result: dict[str, Any]) -> bool:
+    """Whether a check's result gets a row in pytest-html's table (else the matrix alone shows it)."""
+    return result.get("outcome") not in ("passed", "skipped") or _passed_rows()
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_html_results_table_row(report: pytest.TestReport, cells: list[str]) -> None:
     r = getattr(report, "conformance_result", None) or {}
-    if r.get("outcome") in ("passed", "skipped") and not _passed_rows(report):
+    if not shows_row(r):
         cells.clear()  # pytest-html drops a row without cells; the matrix still shows the result
         return
     cells.insert(1, f"<td>{e(r.get('node', ''))}</td>")
