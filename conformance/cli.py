@@ -14,6 +14,7 @@ import json
 import signal
 import sys
 import textwrap
+from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -441,7 +442,7 @@ def _add_rerender_args(p: argparse.ArgumentParser) -> None:
         choices=("auto", "result", "node"),
         default="auto",
         help="pytest items of the re-render: one per result, one per node (faster at fleet scale; the same outputs), "
-        "or auto (per node above 20,000 results)",
+        "or auto (per node above 20,000 results or 300 nodes: streamed, in memory that does not grow with the fleet)",
     )
     p.add_argument("-v", "--verbose", action="count", default=0)
 
@@ -562,23 +563,19 @@ def cmd_manifests(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    import tempfile
+    from conformance.outputs.merge import expected_from
 
-    from conformance.outputs.merge import expected_from, gather, merged_document, missing_nodes
-
-    found = gather(args.sources)
-    marker = missing_nodes(found, expected_from(args.expect))
-    docs = ([marker] if marker else []) + [doc for _, doc in found]
-    note = "; some expected nodes sent nothing (marked incomplete)" if marker else ""
-    print(f"merging {len(found)} results document(s){note}")
-    # one merged document for the report session: the sources are read and parsed once, here. It lives in
-    # a folder removed when the merge ends, however it ends (an error, Ctrl-C, SIGTERM from a scheduler).
-    with tempfile.TemporaryDirectory(prefix="gnc-merge-") as work, _terminate_as_interrupt():
-        merged = Path(work) / "merged-results.json"
-        merged.write_text(json.dumps(merged_document(docs, args.sources), separators=(",", ":")), encoding="utf-8")
-        del found, docs  # the report session reads the merged document: at fleet scale this halves the peak memory
-        args.results = [str(merged)]
-        return _render(args)
+    expected = expected_from(args.expect)
+    for src in args.sources:
+        if not Path(src).exists():
+            raise UsageError(f"{src}: no such file or folder")
+    expecting = f", expecting {len(expected)} nodes" if expected else ""
+    print(f"merging the results documents in {', '.join(args.sources)}{expecting}", flush=True)
+    # the report session reads the sources itself, node by node (conformance.run.node_spool): what it keeps of
+    # them lies in unlinked temporary files, gone with the process however it ends (an error, Ctrl-C, SIGTERM)
+    with _terminate_as_interrupt():
+        args.results = list(args.sources)
+        return _render(args, expected)
 
 
 @contextlib.contextmanager
@@ -600,12 +597,16 @@ def _terminate_as_interrupt() -> Iterator[None]:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from conformance.outputs.documents import parts_of_file
+
     for f in args.results:
-        load_results(f)  # a clear usage error before pytest starts
+        if Path(f).is_dir():
+            raise UsageError(f"{f}: a folder; name the results.json in it, or merge the folder with 'conformance merge'")
+        next(parts_of_file(Path(f)))  # a clear usage error before pytest starts (its head only: it may hold 50,000 nodes)
     return _render(args)
 
 
-def _render(args: argparse.Namespace) -> int:
+def _render(args: argparse.Namespace, expected: list[str] | None = None) -> int:
     """The report session over checked results documents (`args.results`)."""
     import pytest
 
@@ -613,6 +614,7 @@ def _render(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     pargs = ["--rootdir", str(out), "-c", "/dev/null", *_pytest_args(out, args.verbose)]
     pargs += [f"--replay={f}" for f in args.results]
+    pargs += [f"--replay-expect={n}" for n in expected or []]
     pargs.append(f"--replay-items={args.items}")
     if args.baseline:
         pargs.append(f"--baseline={args.baseline}")
@@ -640,17 +642,20 @@ def _finish(rc: int, out: Path, pushgateway: str | None, verbose: int = 0) -> in
         return EXIT_INTERRUPTED if rc == pytest.ExitCode.INTERRUPTED else EXIT_USAGE
     from conformance.plugin import written_summary
 
-    doc = written_summary(results) or json.loads(results.read_text(encoding="utf-8"))
+    doc = written_summary(results) or _read_summary(results)
     print()
     listed = doc["nodes"]
-    if len(listed) > SUMMARY_NODES and not verbose:
-        counts: dict[str, int] = {}
-        for n in listed:
-            counts[n["verdict"]] = counts.get(n["verdict"], 0) + 1
-        print(f"{len(listed)} nodes: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+    counts: dict[str, int] = doc.get("verdicts") or dict(Counter(n["verdict"] for n in listed))
+    total = doc.get("node_count", len(listed))
+    if verbose and len(listed) < total:  # a streamed merge keeps only its first nodes; -v lists every node
+        listed = list(_nodes_of(results))
+    if total > SUMMARY_NODES and not verbose:
+        print(f"{total} nodes: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+        not_accepted = sum(v for k, v in counts.items() if k != "accepted")
         listed = [n for n in listed if n["verdict"] != "accepted"]
-        if len(listed) > LISTED_MAX:
-            print(f"the first {LISTED_MAX} of {len(listed)} nodes not accepted (all are in report.html; -v lists every node):")
+        if not_accepted > LISTED_MAX:
+            print(f"the first {LISTED_MAX} of {not_accepted} nodes not accepted (report.html counts all, results.json lists "
+                  "all; -v lists every node):")  # fmt: skip
             listed = listed[:LISTED_MAX]
     for n in listed:
         c = n["counts"]
@@ -682,9 +687,28 @@ def _finish(rc: int, out: Path, pushgateway: str | None, verbose: int = 0) -> in
             print(f"error: {e}", file=sys.stderr)
     if rc == pytest.ExitCode.INTERRUPTED or not doc.get("complete", True):
         return EXIT_INTERRUPTED
-    if not doc["nodes"] or any(n["verdict"] != "accepted" for n in doc["nodes"]):
+    if not total or any(v for k, v in counts.items() if k != "accepted"):
         return EXIT_REJECTED
     return EXIT_OK
+
+
+def _read_summary(results: Path) -> dict[str, Any]:
+    """The summary keys of a results.json written by another process, read part by part."""
+    from conformance.outputs.documents import parts_of_file
+
+    doc: dict[str, Any] = {"nodes": []}
+    for kind, value in parts_of_file(results):
+        if kind == "meta":
+            doc.update(value)
+        elif kind == "node":
+            doc["nodes"].append(value)
+    return doc
+
+
+def _nodes_of(results: Path) -> Iterator[dict[str, Any]]:
+    from conformance.outputs.documents import parts_of_file
+
+    return (value for kind, value in parts_of_file(results) if kind == "node")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,8 +18,9 @@ from conformance.config.check_contract import SEVERITIES, CheckSpec
 from conformance.config.fleet import FLEET_CHECK_ID
 from conformance.config.site_rules import SiteRule
 from conformance.errors import ConformanceError, UsageError
-from conformance.outputs import FAILING, diff, junit_chunks, load_results, prometheus_text
-from conformance.outputs.replay import NodeReplayItem, ReplayItem, make_items, node_summary_message
+from conformance.outputs import FAILING, diff, junit_chunks, load_results, prometheus_text, write_atomically
+from conformance.outputs.replay import NodeReplayItem, ReplayItem, make_items, node_summary_message, result_id
+from conformance.run import streamed
 from conformance.run.check_items import MODES, NodeChecksItem, checks_of, group_by_node, node_of, run_node_checks, use_node_items
 from conformance.session import RUN_KEY, Run
 
@@ -93,7 +94,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="conformance_replay",
         action="append",
         metavar="RESULTS_JSON",
-        help="render reports from results.json files instead of running checks (repeat to merge runs)",
+        help="render reports from results documents instead of running checks: results.json files, folders of "
+        "them, pod logs with framed results (repeat to merge runs)",
+    )
+    g.addoption(
+        "--replay-expect",
+        dest="conformance_replay_expect",
+        action="append",
+        default=[],
+        metavar="NODE",
+        help="with --replay: a node that should be there; one no document reports is marked incomplete",
     )
     g.addoption(
         "--select",
@@ -116,8 +126,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="conformance_replay_items",
         choices=("auto", "result", "node"),
         default="auto",
-        help="a replay's pytest items: one per result, one per node, or auto (per node above 20,000 results); "
-        "the outputs are the same",
+        help="a replay's pytest items: one per result, or per node with failing results (the nodes streamed "
+        "through the outputs one at a time, in memory that does not grow with the fleet), or auto (per node "
+        "above 20,000 results or 300 nodes); the files written are the same",
     )
     g.addoption(
         "--check-items",
@@ -203,8 +214,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
         config.pluginmanager.register(html_report, "conformance-html")
         run = config.stash[RUN_KEY]
-        config.stash[html_report.VIEW_KEY] = lambda: html_report.ReportView(
-            run.to_json(), run.snapshot_dir, bool(run.pods.acceptance)
+        config.stash[html_report.VIEW_KEY] = lambda: (
+            html_report.ReportView(run.to_json(), run.snapshot_dir, bool(run.pods.acceptance))
+            if run.shown is None
+            else html_report.ReportView(run.shown.doc, fleet=run.shown.fleet, left_out=run.shown.left_out)
         )
 
 
@@ -278,6 +291,26 @@ def pytest_collection_modifyitems_by_node(config: pytest.Config, items: list[pyt
 
 
 @pytest.hookimpl(tryfirst=True)
+def _stream(config: pytest.Config, run: Run) -> streamed.Shown:
+    """A streamed replay's one pass over its nodes, which writes its files (results.json, JUnit, Prometheus)."""
+    opt = config.getoption
+    baseline = load_results(opt("conformance_baseline")) if opt("conformance_baseline") else None
+    out = streamed.Outputs(
+        results=opt("conformance_results"), junit=opt("conformance_junit"), prometheus=opt("conformance_prometheus"),
+        select=opt("conformance_select"), group_by=opt("conformance_group_by"), baseline=baseline,
+        judge_fleet=selects(opt("conformance_select"), FLEET_CHECK_ID),
+    )  # fmt: skip
+    try:
+        shown = streamed.stream(run, run.streamed, out)
+    finally:
+        run.streamed.close()
+    run.shown = shown
+    if out.results:
+        WRITTEN[str(Path(out.results).resolve())] = streamed.summary_for_cli(shown, out.results)
+    return shown
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
     if not isinstance(item, NodeChecksItem):
         return None
@@ -292,9 +325,12 @@ def pytest_collection(session: pytest.Session) -> bool | None:
         return None
     patterns = session.config.getoption("conformance_select")
     doc = run.ledger.replay
-    if patterns:
-        doc = dict(doc, results=[r for r in doc["results"] if selects(patterns, r["check"])])
-    session.items = make_items(session, doc, session.config.getoption("conformance_replay_items"))
+    if run.streamed is not None:
+        session.items = streamed.items(session, _stream(session.config, run))
+    else:
+        if patterns:
+            doc = dict(doc, results=[r for r in doc["results"] if selects(patterns, r["check"])])
+        session.items = make_items(session, doc)
     session.testscollected = len(session.items)
     session.config.hook.pytest_collection_modifyitems(session=session, config=session.config, items=session.items)
     session.config.hook.pytest_collection_finish(session=session)
@@ -459,7 +495,7 @@ def _replayed_report(item: ReplayItem, report: pytest.TestReport) -> pytest.Test
     decided = (report.when == "setup" and r["outcome"] == "error") or (report.when == "call" and r["outcome"] != "error")
     if not decided:
         return report
-    r.setdefault("test", item.nodeid)  # the live run's test id stays: a replay renders the same result
+    r.setdefault("test", result_id(r))  # the live run's test id stays; else the one either item mode gives
     if not report.passed:
         report.longrepr = f"{r['outcome'].upper()} [{r['check']}] {r['node']}: {r['message']}"
     props = [("check", r["check"]), ("node", r["node"]), ("severity", r["severity"]), ("outcome", r["outcome"])]
@@ -474,19 +510,21 @@ def _replayed_node_report(item: NodeReplayItem, report: pytest.TestReport) -> py
     if report.when != "call":
         return report
     rows = item.results
+    run: Run = item.config.stash[RUN_KEY]
     failing = [r for r in rows if r["outcome"] in FAILING]
     worst = "error" if any(r["outcome"] == "error" for r in failing) else "failed" if failing else "passed"
     rank = {sev: i for i, sev in enumerate(SEVERITIES)}
     severity = min((r["severity"] for r in failing), key=lambda sev: rank.get(sev, len(rank)), default="")
     # one row in the HTML table for the node; its failing results in the row's extras (html_report)
     report.conformance_result = {  # type: ignore[attr-defined]
-        "node": rows[0]["node"], "check": f"{len(failing)} of {len(rows)} results", "severity": severity, "outcome": worst,
+        "node": rows[0]["node"], "check": f"{len(failing)} of {item.total} results", "severity": severity, "outcome": worst,
         "message": node_summary_message(failing) if failing else "every result passed, skipped or was waived",
         "source": "replayed results", "evidence": [f"{r['outcome'].upper()} [{r['check']}] {r['message']}" for r in failing],
     }  # fmt: skip
     if failing:
         report.longrepr = f"{worst.upper()} {rows[0]['node']}: {report.conformance_result['message']}"  # type: ignore[attr-defined]
-    item.config.stash[RUN_KEY].results.extend(rows)
+    if getattr(run, "shown", None) is None:  # a streamed replay wrote its files already
+        run.results.extend(rows)
     return report
 
 
@@ -505,6 +543,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.config.workeroutput["gnc_identity"] = json.dumps(identities)  # type: ignore[attr-defined]
         return
     opt = session.config.getoption
+    if run.shown is not None:
+        return  # a streamed replay wrote its files as it read its nodes (conformance.run.streamed)
     # the drift check judges the whole run's node records, after every other check; a run narrowed with
     # -k or -m judges only what it selected, and an interrupted run has no whole to judge
     if not (opt("keyword") or opt("markexpr") or run.ledger.interrupted) and selects(opt("conformance_select"), FLEET_CHECK_ID):
@@ -532,8 +572,4 @@ def written_summary(path: Path) -> dict[str, Any] | None:
 
 
 def _write(path: str, chunks: Iterable[bytes]) -> None:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    with p.open("wb") as f:
-        for chunk in chunks:
-            f.write(chunk)
+    write_atomically(path, chunks)

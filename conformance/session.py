@@ -59,12 +59,16 @@ class Run:
         self.ledger = Ledger()
         self.api_access: list[str] = []  # the API grants the run relies on, as the API server answered
         self._identities: dict[str, dict[str, Any]] = {}  # node -> its identity record, once read
+        self.streamed: Any = None  # a replay's NodeSpool, where it is streamed (conformance.run.streamed)
+        self.shown: Any = None  # what that streamed pass left for the report and the command line
 
     @classmethod
     def from_options(cls, config: pytest.Config) -> Run:
         opt = config.option
         if getattr(opt, "conformance_replay", None):
-            return cls.from_results(opt.conformance_replay)
+            replay = cls.from_results(opt.conformance_replay, opt.conformance_replay_items, opt.conformance_replay_expect)
+            replay.pytest_config = config
+            return replay
         snapshot = getattr(opt, "conformance_snapshot", None)
         kube_api, endpoints = None, {}
         if snapshot and not getattr(opt, "conformance_inventory", None):
@@ -98,19 +102,38 @@ class Run:
         return run
 
     @classmethod
-    def from_results(cls, paths: list[str]) -> Run:
-        from conformance.outputs.replay import inventory_of, merge_documents, register_checks
+    def from_results(cls, paths: list[str], per: str = "auto", expect: list[str] | None = None) -> Run:
+        """A replay of results documents (files, folders of them, pod logs): merged by node in a spool, then
+        held in memory as one document (one pytest item per result) up to RESULT_ROWS_MAX results and
+        MATRIX_MAX_NODES nodes, else (or where items per node are asked for) streamed node by node
+        (conformance.run.streamed)."""
+        from conformance.outputs.fleet_view import MATRIX_MAX_NODES
+        from conformance.outputs.replay import RESULT_ROWS_MAX, inventory_of, register_checks
+        from conformance.run.merging import spool_sources
 
-        doc = merge_documents(paths)
-        register_checks(doc["checks"])
-        run = cls(inventory_of(doc))
-        run.ledger.replay = doc
-        run.ledger.started_at = doc["started_at"]
-        run.ledger.replayed_nodes = {n["name"]: n for n in doc["nodes"]}
-        run.api_access = list(doc.get("api_access") or [])
-        for n in doc["nodes"]:
+        spool = spool_sources(paths, expect or [])
+        names = spool.names()
+        meta = spool.meta
+        register_checks(meta.checks_json())
+        lights = [spool.entries[n].light for n in names]
+        run = cls(inventory_of({"sources": paths, "nodes": lights}))
+        run.ledger.started_at = meta.started_at or ""
+        run.api_access = meta.api_access_json()
+        for n in lights:
             run.fleet.profile_names[n["name"]] = n.get("profile", "default")
             run.fleet.profile_reasons[n["name"]] = n.get("profile_reason", "")
+        head = {"sources": list(paths), "started_at": run.ledger.started_at, "complete": meta.complete}
+        head["waivers"] = meta.waivers[1] if meta.waivers is not None else None
+        large = spool.count_results() > RESULT_ROWS_MAX or len(names) > MATRIX_MAX_NODES  # the fleet view's size
+        if per == "node" or (per == "auto" and large):
+            run.streamed = spool
+            run.ledger.replay = dict(head, nodes=[], results=[])
+            return run
+        records = [spool.record(n) for n in names]
+        results = [r for n in names for r in spool.results_of(n)]
+        spool.close()
+        run.ledger.replay = dict(head, nodes=records, results=results, checks=meta.checks_json())
+        run.ledger.replayed_nodes = {n["name"]: n for n in records}
         return run
 
     # -- shortcuts for what most callers ask; everything else is asked of the part that knows --------
@@ -212,8 +235,12 @@ class Run:
                 r["outcome"], r["waiver"], r["message"] = self.apply_waivers(r["node"], r["check"], r["message"])
         self.results.extend(rows)
 
-    def to_json(self) -> dict[str, Any]:
-        used = sorted({r["check"] for r in self.results})
+    def forget(self, node: str) -> None:
+        """Drop what was kept of a node once its summary is written (a streamed replay)."""
+        self._identities.pop(node, None)
+
+    def document_head(self) -> dict[str, Any]:
+        """results.json's keys before its nodes."""
         return {
             "schema_version": SCHEMA_VERSION,
             "tool": {"name": "gpu-node-conformance", "version": __version__},
@@ -221,11 +248,23 @@ class Run:
             "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "complete": not self.ledger.interrupted,
             "inventory": self.inventory.path,
+        }
+
+    def document_tail(self, diff: dict[str, Any] | None) -> dict[str, Any]:
+        """results.json's keys between its checks and its results."""
+        return {
+            "waivers": self.ledger.waivers_json() if self.ledger.replay is None else self.ledger.replay.get("waivers"),
+            "diff": diff,
+            **({"api_access": self.api_access} if self.api_access else {}),
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        used = sorted({r["check"] for r in self.results})
+        return {
+            **self.document_head(),
             "nodes": self.node_summaries(),
             "checks": {cid: REGISTRY[cid].to_json() for cid in used if cid in REGISTRY},
-            "waivers": self.ledger.waivers_json() if self.ledger.replay is None else self.ledger.replay.get("waivers"),
-            "diff": self.ledger.diff,
-            **({"api_access": self.api_access} if self.api_access else {}),
+            **self.document_tail(self.ledger.diff),
             "results": self.results,
         }
 

@@ -47,9 +47,26 @@ def drift_results(
 ) -> list[dict[str, Any]]:
     """One FLEET-CONSISTENT result per node of `nodes` (node summaries as results.json holds them).
     `setting(node, key)` reads the node's profile (fleet.severity, fleet.attributes, fleet.pin)."""
-    label, groups = pools(nodes, wanted_label)
-    where = f"{label} {{}}" if label else "{}"
-    return [_judge(n, pool, where.format(pool.name), setting) for pool in groups.values() for n in pool.members]
+    judge = DriftJudge(nodes, setting, wanted_label)
+    return [judge.result(name) for name in judge.order()]
+
+
+class DriftJudge:
+    """The pools of a whole fleet, made once; then any node's FLEET-CONSISTENT result, in any order (a merge
+    streams its nodes), and the order drift_results gives them in (pool by pool)."""
+
+    def __init__(self, nodes: list[dict[str, Any]], setting: Callable[[str, str], Any], wanted_label: str | None) -> None:
+        label, self.groups = pools(nodes, wanted_label)
+        where = f"{label} {{}}" if label else "{}"
+        self.setting = setting
+        self._of = {n["name"]: (n, pool, where.format(pool.name)) for pool in self.groups.values() for n in pool.members}
+
+    def order(self) -> list[str]:
+        return [n["name"] for pool in self.groups.values() for n in pool.members]
+
+    def result(self, name: str) -> dict[str, Any]:
+        n, pool, group = self._of[name]
+        return _judge(n, pool, group, self.setting)
 
 
 def _judge(n: dict[str, Any], pool: Pool, group: str, setting: Callable[[str, str], Any]) -> dict:

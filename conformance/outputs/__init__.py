@@ -6,41 +6,19 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
-from datetime import datetime
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+from conformance.outputs.streaming import PROM_RESULT_SERIES_MAX, subject_text
+
+__all__ = ["PROM_RESULT_SERIES_MAX", "subject_text"]
 
 FAILING = ("failed", "error")
 
 
-def subject_text(subject: dict[str, Any]) -> str:
-    if "endpoint" in subject:
-        return f"endpoint={subject['endpoint']}"
-    if "pod" in subject:
-        return f"{subject.get('namespace', '')}/{subject['pod']}/{subject.get('container', '')}"
-    if "gpu" in subject:
-        return f"gpu={subject['gpu']}"
-    return ""
-
-
 def result_key(r: dict[str, Any]) -> tuple[str, str, str]:
     return r["node"], r["check"], json.dumps(r.get("subject") or {}, sort_keys=True)
-
-
-# -- JUnit -------------------------------------------------------------------------------------
-# The layout strict CI consumers validate against: the Jenkins xUnit plugin's junit-10.xsd (the family
-# pytest's xunit2 follows). There a <testcase> holds only skipped/error/failure/system-out/system-err
-# (no <properties>), and <testsuites> has no `skipped` attribute; per-result details therefore travel in
-# the testcase's <system-out>, as `key: value` lines, and the node's verdict and profile as testsuite
-# properties.
-def _case_details(r: dict[str, Any]) -> str:
-    lines = [f"{k}: {r[k]}" for k in ("node", "check", "severity", "outcome")]
-    sub = subject_text(r.get("subject") or {})
-    if sub:
-        lines.append(f"subject: {sub}")
-    lines += [f"source: {r['source']}", f"message: {r['message']}", *(f"evidence: {e}" for e in r.get("evidence", []))]
-    return "\n".join(lines)
 
 
 def junit_xml(doc: dict[str, Any]) -> bytes:
@@ -61,53 +39,6 @@ def junit_chunks(doc: dict[str, Any]) -> Iterator[bytes]:
     for node in doc["nodes"]:
         suites.add(node, by_node.get(node["name"], []), doc.get("started_at") or "")
     return suites.chunks()
-
-
-def _attr(text: str) -> str:
-    """An attribute value escaped as ElementTree escapes it (quotes and line breaks as references)."""
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
-    return text.replace("\r", "&#13;").replace("\n", "&#10;").replace("\t", "&#09;")
-
-
-def _cdata(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def _open(name: str, attrs: list[tuple[str, str]]) -> str:
-    return "<" + name + "".join(f' {k}="{_attr(v)}"' for k, v in attrs) + ">"
-
-
-def _tag(name: str, attrs: list[tuple[str, str]], text: str | None = None) -> str:
-    """A leaf element: with its text, or empty in ElementTree's short form."""
-    return f"{_open(name, attrs)}{_cdata(text)}</{name}>" if text else _open(name, attrs)[:-1] + " />"
-
-
-def _suite(started_at: str, node: dict[str, Any], rows: list[dict[str, Any]], counts: dict[str, int]) -> str:
-    """One <testsuite>, as ElementTree writes it indented at level 1 (written directly: building and
-    serialising an element tree cost a quarter of a 10,000-node merge)."""
-    i2, i3 = "\n    ", "\n      "
-    attrs = [("name", node["name"]), ("timestamp", started_at), *((k, str(v)) for k, v in counts.items())]
-    out = [_open("testsuite", attrs), i2, "<properties>"]
-    for k in ("verdict", "profile"):
-        out += [i3, _tag("property", [("name", k), ("value", str(node.get(k, "")))])]
-    out += [i2, "</properties>"]
-    for r in rows:
-        sub = subject_text(r.get("subject") or {})
-        name = r["check"] + (f" [{sub}]" if sub else "")
-        out += [i2, _open("testcase", [("classname", node["name"]), ("name", name), ("time", f"{r.get('duration_s', 0):.3f}")])]
-        text = "\n".join([r["message"], f"source: {r['source']}", *r.get("evidence", [])])
-        if r["outcome"] == "failed":
-            out += [i3, _tag("failure", [("message", r["message"][:500]), ("type", r["severity"])], text)]
-        elif r["outcome"] == "error":
-            out += [i3, _tag("error", [("message", r["message"][:500]), ("type", "error")], text)]
-        elif r["outcome"] == "skipped":
-            out += [i3, _tag("skipped", [("message", r["message"][:500])])]
-        elif r["outcome"] == "waived":
-            w = r.get("waiver") or {}
-            out += [i3, _tag("skipped", [("message", f"waived until {w.get('expires')}: {w.get('justification')}")])]
-        out += [i3, _tag("system-out", [], _case_details(r)), i2, "</testcase>"]
-    out.append("\n  </testsuite>")
-    return "".join(out)
 
 
 def write_json_document(path: str | Path, doc: dict[str, Any], lists: dict[str, list[Any]] | None = None) -> None:
@@ -147,25 +78,6 @@ def junit_case_details(case: ET.Element) -> dict[str, str]:
 
 
 # -- Prometheus --------------------------------------------------------------------------------
-def _label(value: Any) -> str:
-    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _labels(**kv: Any) -> str:
-    return "{" + ",".join(f'{k}="{_label(v)}"' for k, v in kv.items()) + "}"
-
-
-def _epoch(iso: str | None) -> float:
-    return datetime.fromisoformat(iso).timestamp() if iso else 0.0
-
-
-# The series of one run stay bounded at fleet scale: per-result series for at most this many results;
-# above it only the results that need attention (failed, error, waived) get one, and the per-check
-# outcome counts carry the rest. Worst case: PROM_RESULT_SERIES_MAX (or the failing results) + checks x 5
-# outcome counts + one verdict series per node + 3 run series.
-PROM_RESULT_SERIES_MAX = 10_000
-
-
 def prometheus_text(doc: dict[str, Any]) -> str:
     """Text exposition format: one series per (node, check, subject) (bounded, above), per-check outcome
     counts, per-node verdicts, run times (conformance.outputs.streaming.PromSeries)."""
@@ -201,52 +113,82 @@ def push_to_gateway(url: str, text: str, job: str = "gpu_node_conformance", time
 # -- diff --------------------------------------------------------------------------------------
 def diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     """What changed between two runs: failures new, fixed or still there; nodes new or vanished."""
-    old = {result_key(r): r for r in before["results"]}
-    new = {result_key(r): r for r in after["results"]}
-    old_nodes = {n["name"] for n in before["nodes"]}
-    new_nodes = {n["name"] for n in after["nodes"]}
-
-    def item(r: dict[str, Any], was: str | None = None) -> dict[str, Any]:
-        out = {
-            "node": r["node"],
-            "check": r["check"],
-            "subject": r.get("subject") or {},
-            "outcome": r["outcome"],
-            "severity": r["severity"],
-            "message": r["message"],
-        }
-        if was is not None:
-            out["was"] = was
-        return out
-
-    new_failures, fixed, still = [], [], []
-    for k, r in new.items():
-        prev = old.get(k)
-        if r["outcome"] in FAILING:
-            if prev is not None and prev["outcome"] in FAILING:
-                still.append(item(r, prev["outcome"]))
-            elif r["node"] in old_nodes:
-                new_failures.append(item(r, prev["outcome"] if prev else "absent"))
-        elif prev is not None and prev["outcome"] in FAILING and r["outcome"] in ("passed", "waived"):
-            fixed.append(item(r, prev["outcome"]))
-    was_identity = {n["name"]: n.get("identity") for n in before["nodes"]}
-    changed = []
+    d = Diff(before)
+    d.add_results(after["results"])
     for n in after["nodes"]:
-        old_id, new_id = was_identity.get(n["name"]), n.get("identity")
+        d.add_node(n)
+    return d.result()
+
+
+class Diff:
+    """The diff against a baseline, with the new run's results and nodes given as they come (a merge streams
+    them); the baseline is held whole."""
+
+    def __init__(self, before: dict[str, Any]) -> None:
+        self.old = {result_key(r): r for r in before["results"]}
+        self.old_nodes = {n["name"] for n in before["nodes"]}
+        self.was_identity = {n["name"]: n.get("identity") for n in before["nodes"]}
+        self.baseline_started_at = before.get("started_at")
+        self.lists: dict[str, list[dict[str, Any]]] = {"new_failures": [], "fixed": [], "still_failing": []}
+        self.new_nodes: set[str] = set()
+        self.changed: list[dict[str, Any]] = []
+
+    def add_results(self, rows: list[dict[str, Any]]) -> None:
+        for r in rows:
+            prev = self.old.get(result_key(r))
+            if r["outcome"] in FAILING:
+                if prev is not None and prev["outcome"] in FAILING:
+                    self.lists["still_failing"].append(_diff_item(r, prev["outcome"]))
+                elif r["node"] in self.old_nodes:
+                    self.lists["new_failures"].append(_diff_item(r, prev["outcome"] if prev else "absent"))
+            elif prev is not None and prev["outcome"] in FAILING and r["outcome"] in ("passed", "waived"):
+                self.lists["fixed"].append(_diff_item(r, prev["outcome"]))
+
+    def add_node(self, n: dict[str, Any]) -> None:
+        self.new_nodes.add(n["name"])
+        old_id, new_id = self.was_identity.get(n["name"]), n.get("identity")
         if old_id is None or new_id is None:
-            continue  # a new node, or a record without identities: nothing to compare
+            return  # a new node, or a record without identities: nothing to compare
         for attr in sorted(set(old_id) | set(new_id)):
             if old_id.get(attr) != new_id.get(attr):
-                changed.append({"node": n["name"], "attribute": attr, "was": old_id.get(attr), "now": new_id.get(attr)})
-    return {
-        "baseline_started_at": before.get("started_at"),
-        "new_failures": new_failures,
-        "fixed": fixed,
-        "still_failing": still,
-        "new_nodes": sorted(new_nodes - old_nodes),
-        "vanished_nodes": sorted(old_nodes - new_nodes),
-        "identity_changes": changed,
+                self.changed.append({"node": n["name"], "attribute": attr, "was": old_id.get(attr), "now": new_id.get(attr)})
+
+    def result(self) -> dict[str, Any]:
+        return {
+            "baseline_started_at": self.baseline_started_at,
+            **self.lists,
+            "new_nodes": sorted(self.new_nodes - self.old_nodes),
+            "vanished_nodes": sorted(self.old_nodes - self.new_nodes),
+            "identity_changes": self.changed,
+        }
+
+
+def _diff_item(r: dict[str, Any], was: str | None = None) -> dict[str, Any]:
+    out = {
+        "node": r["node"],
+        "check": r["check"],
+        "subject": r.get("subject") or {},
+        "outcome": r["outcome"],
+        "severity": r["severity"],
+        "message": r["message"],
     }
+    if was is not None:
+        out["was"] = was
+    return out
+
+
+def write_atomically(path: str | Path, chunks: Iterable[bytes]) -> None:
+    """A file written beside its place and renamed into it: an interrupted write leaves no half file."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(p.suffix + ".tmp")
+    try:
+        with tmp.open("wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+        tmp.replace(p)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def diff_lines(d: dict[str, Any]) -> list[str]:

@@ -1,7 +1,8 @@
 """The report's fleet view, for runs too large for a node x check matrix: verdict counts per profile
 and per node group, a check x group table of failure counts that expands to the failing nodes, and a
-searchable list of every node. Nothing is dropped: every node and every failed or errored result is
-in the page, behind a <details> where it would otherwise drown the overview.
+searchable list of the nodes. Up to NODE_LIST_MAX nodes and FAILING_SHOWN failing results per check,
+nothing is dropped (behind a <details> where it would otherwise drown the overview); above, the page
+says how many it leaves out, and results.json and junit.xml have every one.
 
 The group is a node label: the one named with `--group-by`, else the first of GROUP_LABELS that most
 nodes carry (node pools of the common installers and clouds), else the profile."""
@@ -36,28 +37,113 @@ def _counts_table(title: str, rows: dict[str, Counter[str]]) -> str:
     return f"<table class='fleet'><tr><th>{e(title)}</th><th>nodes</th>{head}</tr>{body}</table>"
 
 
-def fleet_view(nodes: list[dict[str, Any]], results: list[dict[str, Any]], wanted_label: str | None = None) -> str:
-    label = group_label(nodes, wanted_label)
-    groups = {n["name"]: group_of(n, label) for n in nodes}
-    by_profile: dict[str, Counter[str]] = defaultdict(Counter)
-    by_group: dict[str, Counter[str]] = defaultdict(Counter)
-    for n in nodes:
-        by_profile[n.get("profile", "-")][n["verdict"]] += 1
-        by_group[groups[n["name"]]][n["verdict"]] += 1
-    total = Counter(n["verdict"] for n in nodes)
+# Bounded lists, so that the page of 50,000 nodes stays light: the nodes listed, and per failing check the
+# failing results named; the page says how many it leaves out and that results.json and junit.xml have all.
+NODE_LIST_MAX = 2000
+FAILING_SHOWN = 200
+
+
+class FleetSummary:
+    """What the fleet view shows, gathered node by node (a merge streams 50,000 nodes through it): verdict
+    counts per profile and group, per failing check the nodes per group and the first FAILING_SHOWN failing
+    results by node name, and the first NODE_LIST_MAX nodes of the node list (non-accepted first)."""
+
+    def __init__(self, label: str | None, drift: str = "") -> None:
+        self.label = label
+        self.drift = drift  # the drift section, made from every node's identity record (drift_section)
+        self.total: Counter[str] = Counter()
+        self.by_profile: dict[str, Counter[str]] = defaultdict(Counter)
+        self.by_group: dict[str, Counter[str]] = defaultdict(Counter)
+        self.failing: dict[str, _Failing] = {}
+        self.listed = _Smallest(NODE_LIST_MAX)
+
+    @classmethod
+    def of(cls, nodes: list[dict[str, Any]], results: list[dict[str, Any]], wanted_label: str | None = None) -> FleetSummary:
+        """The summary of a whole document's nodes and results."""
+        rows: dict[str, list[dict[str, Any]]] = {n["name"]: [] for n in nodes}
+        for r in results:
+            rows.setdefault(r["node"], []).append(r)
+        summary = cls(group_label(nodes, wanted_label), drift_section(nodes, wanted_label))
+        for n in nodes:
+            summary.add(n, rows[n["name"]])
+        return summary
+
+    def add(self, n: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+        group = group_of(n, self.label)
+        self.total[n["verdict"]] += 1
+        self.by_profile[n.get("profile", "-")][n["verdict"]] += 1
+        self.by_group[group][n["verdict"]] += 1
+        checks: list[str] = []
+        for r in rows:
+            if r["outcome"] in FAILING:
+                failing = self.failing.setdefault(r["check"], _Failing(r["severity"]))
+                failing.add(n["name"], group, r)
+                if r["check"] not in checks:
+                    checks.append(r["check"])
+        reason = ((n.get("collection") or {}).get("error") or "") if n["verdict"] in ("unreachable", "incomplete") else ""
+        self.listed.add(
+            (n["verdict"] == "accepted", n["name"]),
+            f"<tr id='gnc-node-{e(n['name'])}'><td>{e(n['name'])}</td><td>{e(n['verdict'])}</td>"
+            f"<td>{e(n.get('profile', '-'))}</td><td>{e(group)}</td><td>{e(reason or ', '.join(checks))}</td></tr>",
+        )
+
+    @property
+    def nodes(self) -> int:
+        return sum(self.total.values())
+
+
+class _Smallest:
+    """The `limit` entries with the smallest keys (ties: the first added), of any number added."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.entries: list[tuple[Any, int, str]] = []
+        self.seen = 0
+
+    def add(self, key: Any, text: str) -> None:
+        self.entries.append((key, self.seen, text))
+        self.seen += 1
+        if len(self.entries) > 2 * self.limit:
+            self.entries = sorted(self.entries)[: self.limit]
+
+    def texts(self) -> list[str]:
+        return [text for _, _, text in sorted(self.entries)[: self.limit]]
+
+
+class _Failing:
+    """One check's failing results across the fleet."""
+
+    def __init__(self, severity: str) -> None:
+        self.severity = severity
+        self.per_group: Counter[str] = Counter()
+        self.nodes = 0
+        self.results = _Smallest(FAILING_SHOWN)
+        self._last = ""
+
+    def add(self, node: str, group: str, r: dict[str, Any]) -> None:
+        if node != self._last:  # the results of one node come together
+            self._last = node
+            self.per_group[group] += 1
+            self.nodes += 1
+        self.results.add(node, f"<li><b>{e(node)}</b> {e(r['outcome'])}: {e(r['message'][:300])}</li>")
+
+
+def fleet_view(summary: FleetSummary) -> str:
+    total = summary.total
     badges = " ".join(
         f"<span class='verdict v-{v}'>{total.get(v, 0)} {v}</span>" for v in VERDICTS if total.get(v, 0) or v == "accepted"
     )
+    label = summary.label
     grouped = f"label <code>{e(label)}</code>" if label else "profile (no pool label on most nodes; name one with --group-by)"
     parts = [
         # elementtiming: the browser records when this text is painted (benchmarks/merge_scale.py reads it)
-        f"<h2>Fleet overview</h2><p class='fleet-total' elementtiming='gnc-fleet-total'>{len(nodes)} nodes: {badges}</p>",
-        _counts_table("profile", by_profile),
+        f"<h2>Fleet overview</h2><p class='fleet-total' elementtiming='gnc-fleet-total'>{summary.nodes} nodes: {badges}</p>",
+        _counts_table("profile", summary.by_profile),
         f"<p>Nodes grouped by {grouped}.</p>",
-        _counts_table("group", by_group),
-        _check_by_group(results, groups, sorted(by_group)),
-        drift_section(nodes, wanted_label),
-        _node_list(nodes, results, groups),
+        _counts_table("group", summary.by_group),
+        _check_by_group(summary),
+        summary.drift,
+        _node_list(summary),
     ]
     return "".join(parts)
 
@@ -97,29 +183,21 @@ def drift_section(nodes: list[dict[str, Any]], wanted_label: str | None = None, 
     return "<h3>Fleet drift</h3><p>What nodes of one group do not share (FLEET-CONSISTENT judges it).</p>" + "".join(blocks)
 
 
-def _check_by_group(results: list[dict[str, Any]], groups: dict[str, str], names: list[str]) -> str:
+def _check_by_group(summary: FleetSummary) -> str:
     """Rows: checks with failed or errored results; cells: how many nodes of each group; the row
-    expands to every failing (node, subject) with its message."""
-    failing: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for r in results:
-        if r["outcome"] in FAILING:
-            failing[r["check"]].append(r)
-    if not failing:
+    expands to the failing (node, subject) results with their messages, the first FAILING_SHOWN by node."""
+    if not summary.failing:
         return "<p>No check failed or errored on any node.</p>"
+    names = sorted(summary.by_group)
     head = "".join(f"<th>{e(g)}</th>" for g in names)
     rows = []
-    for check in sorted(failing, key=lambda c: (-len({r["node"] for r in failing[c]}), c)):
-        rs = failing[check]
-        per_group = Counter(groups.get(g, "(no label)") for g in {r["node"] for r in rs})
-        cells = "".join(f"<td class='n{' hot' if per_group.get(g) else ''}'>{per_group.get(g, '')}</td>" for g in names)
-        items = "".join(
-            f"<li><b>{e(r['node'])}</b> {e(r['outcome'])}: {e(r['message'][:300])}</li>"
-            for r in sorted(rs, key=lambda r: r["node"])
-        )
-        nodes = len({r["node"] for r in rs})
+    for check, f in sorted(summary.failing.items(), key=lambda kv: (-kv[1].nodes, kv[0])):
+        cells = "".join(f"<td class='n{' hot' if f.per_group.get(g) else ''}'>{f.per_group.get(g, '')}</td>" for g in names)
+        more = f.results.seen - f.results.limit
+        tail = f"<li>and {more} more failing result(s): results.json and junit.xml have every one</li>" if more > 0 else ""
         rows.append(
-            f"<tr><td>{e(check)}</td><td>{e(rs[0]['severity'])}</td>{cells}"
-            f"<td><details><summary>{nodes} node(s)</summary><ul>{items}</ul></details></td></tr>"
+            f"<tr><td>{e(check)}</td><td>{e(f.severity)}</td>{cells}"
+            f"<td><details><summary>{f.nodes} node(s)</summary><ul>{''.join(f.results.texts())}{tail}</ul></details></td></tr>"
         )
     return (
         "<h3>Failed or errored checks by group</h3><p>Nodes with a failed or errored result, per group; "
@@ -128,26 +206,18 @@ def _check_by_group(results: list[dict[str, Any]], groups: dict[str, str], names
     )
 
 
-def _node_list(nodes: list[dict[str, Any]], results: list[dict[str, Any]], groups: dict[str, str]) -> str:
-    """Every node, one row each, with its failing checks; a search box filters the rows."""
-    failing: dict[str, list[str]] = defaultdict(list)
-    for r in results:
-        if r["outcome"] in FAILING and r["check"] not in failing[r["node"]]:
-            failing[r["node"]].append(r["check"])
-    rows = []
-    for n in sorted(nodes, key=lambda n: (n["verdict"] == "accepted", n["name"])):
-        reason = ((n.get("collection") or {}).get("error") or "") if n["verdict"] in ("unreachable", "incomplete") else ""
-        checks = ", ".join(failing.get(n["name"], []))
-        rows.append(
-            f"<tr id='gnc-node-{e(n['name'])}'><td>{e(n['name'])}</td><td>{e(n['verdict'])}</td>"
-            f"<td>{e(n.get('profile', '-'))}</td>"
-            f"<td>{e(groups[n['name']])}</td><td>{e(reason or checks)}</td></tr>"
-        )
+def _node_list(summary: FleetSummary) -> str:
+    """The nodes, one row each (non-accepted first, then by name; the first NODE_LIST_MAX), with their failing
+    checks; a search box filters the rows."""
+    listed = summary.listed
+    shown = f"{summary.nodes} nodes (non-accepted first)"
+    if listed.seen > listed.limit:
+        shown += f"; the first {listed.limit} listed here, results.json lists all {listed.seen}"
     return (
-        f"<h3>Every node</h3><details><summary>{len(nodes)} nodes (non-accepted first); search: name, verdict, group "
+        f"<h3>Every node</h3><details><summary>{shown}; search: name, verdict, group "
         "or check</summary><input id='gnc-find' placeholder='filter nodes' size='40'>"
         "<table class='fleet' id='gnc-nodes'><tr><th>node</th><th>verdict</th><th>profile</th><th>group</th>"
-        f"<th>failed or errored checks / reason</th></tr>{''.join(rows)}</table></details>"
+        f"<th>failed or errored checks / reason</th></tr>{''.join(listed.texts())}</table></details>"
         "<script>document.getElementById('gnc-find').addEventListener('input',function(ev){"
         "var q=ev.target.value.toLowerCase();var rows=document.querySelectorAll('#gnc-nodes tr');"
         "for(var i=1;i<rows.length;i++){rows[i].style.display=rows[i].textContent.toLowerCase().indexOf(q)<0?'none':'';}});"

@@ -12,7 +12,7 @@ import pytest
 
 from conformance import __version__
 from conformance.checks import REGISTRY
-from conformance.outputs.fleet_view import MATRIX_MAX_NODES, VERDICT_COLOURS, drift_section, e, fleet_view
+from conformance.outputs.fleet_view import MATRIX_MAX_NODES, VERDICT_COLOURS, FleetSummary, drift_section, e, fleet_view
 from conformance.outputs.svg import heatmap, histogram
 
 SYMBOLS = {"passed": "✓", "failed": "✗", "error": "!", "skipped": "–", "waived": "w", None: ""}
@@ -119,6 +119,10 @@ class ReportView:
     doc: dict[str, Any]
     snapshot_dir: str | None = None  # a replay of this snapshot folder
     wrote: bool = False  # the run created acceptance pods
+    # a merge streamed node by node (conformance.run.streamed): `doc` holds its first non-accepted nodes and
+    # the results with figures only; these say what the page leaves to results.json and junit.xml
+    fleet: FleetSummary | None = None
+    left_out: dict[str, int] | None = None
 
     @property
     def results(self) -> list[dict[str, Any]]:
@@ -144,7 +148,7 @@ WROTE = "; <b>this run created acceptance pods (the only write the suite makes t
 
 def verdict_table(run: ReportView, summaries: list[dict[str, Any]]) -> str:
     rows = []
-    fleet = len(summaries) > MATRIX_MAX_NODES
+    fleet = run.fleet is not None or len(summaries) > MATRIX_MAX_NODES
     for n in summaries:
         if fleet and n["verdict"] == "accepted":
             continue  # at fleet scale the fleet view lists every node; here only those that need attention
@@ -172,7 +176,10 @@ def verdict_table(run: ReportView, summaries: list[dict[str, Any]]) -> str:
             f"<td>{c['passed']}</td><td>{c['failed']}</td><td>{c['error']}</td><td>{c['skipped']}</td>"
             f"<td>{c['waived']}</td><td>{e(why)}</td></tr>"
         )
-    scope = f" Showing the {len(rows)} nodes that were not accepted; the fleet overview lists all." if fleet else ""
+    scope = f" Showing the {len(rows)} nodes that were not accepted; the fleet overview counts all." if fleet else ""
+    more = (run.left_out or {}).get("verdict_rows", 0)
+    if more:
+        scope = f" Showing the first {len(rows)} of {len(rows) + more} nodes that were not accepted; results.json lists all."
     return (
         "<h2>Node verdicts</h2><p>A node is <b>accepted</b> when no critical or high check failed or errored."
         f"{scope}"
@@ -343,13 +350,14 @@ def bandwidth_section(run: ReportView) -> str:
 
 def pytest_html_results_summary(prefix: list[str], summary: list[str], postfix: list[str], session: pytest.Session) -> None:
     run = _view(session)
-    if run is None or not run.results:
+    if run is None or (not run.results and run.fleet is None):
         return
     summaries = run.doc["nodes"]
-    if len(summaries) > MATRIX_MAX_NODES:
+    if run.fleet is not None or len(summaries) > MATRIX_MAX_NODES:
         # the fleet first, where the page opens; the matrix would be unreadable at this size
         wanted = session.config.getoption("conformance_group_by")
-        sections = [fleet_view(summaries, run.results, wanted), verdict_table(run, summaries), waivers_and_diff(run)]
+        fleet = run.fleet or FleetSummary.of(summaries, run.results, wanted)
+        sections = [fleet_view(fleet), verdict_table(run, summaries), waivers_and_diff(run), _left_out(run)]
     else:
         wanted = session.config.getoption("conformance_group_by")
         sections = [
@@ -360,6 +368,24 @@ def pytest_html_results_summary(prefix: list[str], summary: list[str], postfix: 
         ]
     sections += [bandwidth_section(run), latency_section(run)]
     prefix.append(f"<div class='gnc'>{_STYLE}{''.join(sections)}</div>")
+
+
+def _left_out(run: ReportView) -> str:
+    """What a streamed merge's page does not list, and where it is."""
+    left = run.left_out or {}
+    notes = []
+    if left.get("table_rows"):
+        notes.append(
+            f"The results table below lists the first {left['table_shown']} nodes with a failed or errored result; "
+            f"{left['table_rows']} more nodes and their {left['table_results']} failed or errored results are left out here."
+        )
+    for kind in ("bandwidth", "latency"):
+        if left.get(kind):
+            notes.append(f"{left[kind]} more {kind} figures are left out here.")
+    if not notes:
+        return ""
+    where = "results.json and junit.xml, beside this report, have every result."
+    return f"<p><b>Left out of this page:</b> {' '.join(notes)} {where}</p>"
 
 
 def pytest_html_results_table_header(cells: list[str]) -> None:

@@ -1,8 +1,8 @@
 """Replay: results.json files become a pytest session again, so re-rendered and merged reports come
 from the same report code as live runs (HTML, JUnit, Prometheus, results.json).
 
-Several files merge by node: for a node present in more than one, the run that finished last wins
-(a rerun replaces an earlier attempt)."""
+Several files merge by node (conformance.run.node_spool): for a node present in more than one, the run
+that finished last wins (a rerun replaces an earlier attempt)."""
 
 from __future__ import annotations
 
@@ -16,38 +16,6 @@ from conformance.config.check_contract import CheckSpec
 from conformance.config.fleet import FLEET_CHECK_ID
 from conformance.config.inventory import Inventory, NodeSpec
 from conformance.errors import FactUnavailable
-from conformance.outputs import load_results
-
-
-def merge_documents(paths: list[str]) -> dict[str, Any]:
-    return merge_parsed([load_results(p) for p in paths], list(paths))
-
-
-def merge_parsed(documents: list[dict[str, Any]], paths: list[str]) -> dict[str, Any]:
-    """One document from several (their `sources`: `paths`); a node's latest run wins."""
-    docs = sorted(documents, key=lambda d: d.get("finished_at") or "")
-    nodes: dict[str, dict[str, Any]] = {}
-    results: dict[str, list[dict[str, Any]]] = {}
-    checks: dict[str, Any] = {}
-    for d in docs:  # later runs replace earlier ones, node by node
-        checks.update(d.get("checks") or {})
-        mine: dict[str, list[dict[str, Any]]] = {n["name"]: [] for n in d["nodes"]}
-        for r in d["results"]:  # one pass: a merged document may hold 10,000 nodes' results
-            mine.setdefault(r["node"], []).append(r)
-        for n in d["nodes"]:
-            nodes[n["name"]] = n
-            results[n["name"]] = mine[n["name"]]
-    return {
-        "sources": list(paths),
-        "started_at": min((d.get("started_at") or "" for d in docs), default=""),
-        "complete": all(d.get("complete", True) for d in docs),
-        "inventory": ", ".join(d.get("inventory", "") for d in docs),
-        "nodes": list(nodes.values()),
-        "checks": checks,
-        "results": [r for name in nodes for r in results[name]],
-        "waivers": docs[-1].get("waivers") if docs else None,
-        "api_access": list(dict.fromkeys(x for d in docs for x in d.get("api_access") or [])),
-    }
 
 
 def register_checks(checks: dict[str, Any]) -> None:
@@ -102,9 +70,10 @@ class NodeReplayItem(pytest.Item):
     fleet pay pytest's per-item cost per node, not per result. The results recorded, and so results.json,
     JUnit and Prometheus, are the same as with one item per result (the per-result test ids are kept)."""
 
-    def __init__(self, *, results: list[dict[str, Any]], **kw: Any) -> None:
+    def __init__(self, *, results: list[dict[str, Any]], total: int | None = None, **kw: Any) -> None:
         super().__init__(**kw)
         self.results = results  # the replayed document's own dicts: no copy of 500,000 results
+        self.total = len(results) if total is None else total  # a streamed replay gives the failing ones only
         for r in self.results:
             if "test" not in r:  # a live run's results carry their own test id
                 r["test"] = result_id(r)
@@ -126,7 +95,8 @@ def node_summary_message(failing: list[dict[str, Any]]) -> str:
     return f"{len(failing)} failed or errored result(s): {checks}"
 
 
-# Above this many results a replay uses one item per node (RESULT_ROWS_MAX x ~1.5 ms of pytest per item).
+# Above this many results a replay is streamed node by node, with an item per node of the report's table
+# (conformance.run.streamed): RESULT_ROWS_MAX x ~1.5 ms of pytest per item, and the results held in memory.
 RESULT_ROWS_MAX = 20_000
 
 
@@ -136,16 +106,7 @@ def result_id(r: dict[str, Any]) -> str:
     return f"{_safe(r['node'])}::{_safe(r['check'])}{sub}"
 
 
-def make_items(session: pytest.Session, doc: dict[str, Any], per: str = "auto") -> list[pytest.Item]:
-    """Replay items: one per result, or one per node (`per` node, or auto above RESULT_ROWS_MAX results). The
-    drift check's results are left out: the run judges them again over the nodes it replays (Run.judge_fleet)."""
-    doc = dict(doc, results=[r for r in doc["results"] if r["check"] != FLEET_CHECK_ID])
-    if per == "node" or (per == "auto" and len(doc["results"]) > RESULT_ROWS_MAX):
-        by_node: dict[str, list[dict[str, Any]]] = {n["name"]: [] for n in doc["nodes"]}
-        for r in doc["results"]:
-            by_node.setdefault(r["node"], []).append(r)
-        return [NodeReplayItem.from_parent(session, name=_safe(node), results=rows) for node, rows in by_node.items() if rows]
-    items: list[pytest.Item] = []
-    for r in doc["results"]:
-        items.append(ReplayItem.from_parent(session, name=result_id(r), result=r))
-    return items
+def make_items(session: pytest.Session, doc: dict[str, Any]) -> list[pytest.Item]:
+    """Replay items, one per result of a document held in memory. The drift check's results are left out: the
+    run judges them again over the nodes it replays (Run.judge_fleet)."""
+    return [ReplayItem.from_parent(session, name=result_id(r), result=r) for r in doc["results"] if r["check"] != FLEET_CHECK_ID]

@@ -1,0 +1,174 @@
+"""Many results documents merged by node without holding them: each node's record and results go to an
+unlinked temporary file as they are read (gone with the process, however it ends), and memory keeps, per
+node, where its latest run lies and the little that grouping and the drift check need of it.
+
+A node present in several documents takes the run that finished last (a rerun replaces an earlier
+attempt; of two that finished together, the later source), and keeps the place it first had among the
+documents ordered by finish time: what conformance.outputs.replay.merge_parsed did in memory."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from conformance.outputs.documents import Part
+
+Span = tuple[int, int]  # offset and length in the spool file
+
+
+@dataclass
+class Entry:
+    """Where one node's run lies in the spool, and the keys that order and pick among its runs."""
+
+    first: tuple[str, int, int]  # (finished_at, document, position) of its first appearance
+    won: tuple[str, int]  # (finished_at, document) of the run kept
+    record: Span
+    results: list[Span] = field(default_factory=list)
+    count: int = 0  # results
+    light: dict[str, Any] = field(default_factory=dict)  # what pools and FLEET-CONSISTENT read of the record
+
+
+LIGHT_KEYS = ("name", "profile", "profile_reason", "transport", "labels", "identity", "identity_errors")
+
+
+class NodeSpool:
+    def __init__(self) -> None:
+        self._file: IO[bytes] = tempfile.TemporaryFile("w+b")  # noqa: SIM115 - unlinked already: gone with the process
+        self._end = 0
+        self.entries: dict[str, Entry] = {}
+        self.documents = 0
+        self.meta = _Meta()
+        self._strings: dict[Any, Any] = {}  # one copy of each repeated label and identity value
+
+    def add(self, parts: Iterable[Part]) -> None:
+        """One document's parts (conformance.outputs.documents), in file order."""
+        doc = self.documents
+        self.documents += 1
+        finished = ""
+        mine: dict[str, Entry] = {}
+        position = 0
+        last: Entry | None = None
+        for kind, value in parts:
+            if kind == "meta":
+                finished = self.meta.add(value, finished, doc)
+            elif kind == "node":
+                name = value["name"]
+                span = self._write(value)
+                entry = Entry((finished, doc, position), (finished, doc), span, light=self._light(value))
+                position += 1
+                mine[name] = entry
+            else:
+                name = value.get("node")
+                entry = mine.get(name) if name is not None else None
+                if entry is None:
+                    continue  # a result of no node the document lists: a replay never showed it either
+                span = self._write(value)
+                entry.count += 1
+                if last is entry and entry.results and sum(entry.results[-1]) == span[0]:
+                    entry.results[-1] = (entry.results[-1][0], entry.results[-1][1] + span[1])
+                else:
+                    entry.results.append(span)
+                last = entry
+        for name, entry in mine.items():
+            entry.first = (finished, doc, entry.first[2])
+            entry.won = (finished, doc)
+            old = self.entries.get(name)
+            if old is None:
+                self.entries[name] = entry
+            else:
+                entry.first = min(old.first, entry.first)
+                if entry.won >= old.won:
+                    self.entries[name] = entry
+                else:
+                    old.first = entry.first
+        self.meta.finish(finished, doc)
+
+    def names(self) -> list[str]:
+        """Every node, in the merged order."""
+        return sorted(self.entries, key=lambda n: self.entries[n].first)
+
+    def count_results(self) -> int:
+        return sum(e.count for e in self.entries.values())
+
+    def record(self, name: str) -> dict[str, Any]:
+        return json.loads(self._read(self.entries[name].record))
+
+    def results_of(self, name: str) -> Iterator[dict[str, Any]]:
+        for span in self.entries[name].results:
+            for line in self._read(span).splitlines():
+                yield json.loads(line)
+
+    def close(self) -> None:
+        self._file.close()
+
+    def _write(self, value: Any) -> Span:
+        data = json.dumps(value, separators=(",", ":")).encode("utf-8") + b"\n"
+        self._file.seek(self._end)
+        self._file.write(data)
+        span = (self._end, len(data))
+        self._end += len(data)
+        return span
+
+    def _read(self, span: Span) -> bytes:
+        self._file.seek(span[0])
+        return self._file.read(span[1])
+
+    def _light(self, record: dict[str, Any]) -> dict[str, Any]:
+        light = {k: self._shared(record[k]) for k in LIGHT_KEYS if k in record}
+        light["profile"] = self._shared(record.get("profile", "default"))  # as a replay names it
+        error = (record.get("collection") or {}).get("error")
+        if record.get("collection") is not None:
+            light["collection"] = {"error": error} if error else {}
+        return light
+
+    def _shared(self, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {self._shared(k): self._shared(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._shared(v) for v in value]
+        if isinstance(value, str):
+            return self._strings.setdefault(value, value)
+        return value
+
+
+class _Meta:
+    """The merged document's metadata: as merge_parsed took it from the documents ordered by finish time."""
+
+    def __init__(self) -> None:
+        self.started_at: str | None = None
+        self.finished_at = ""
+        self.complete = True
+        self.checks: dict[str, tuple[tuple[str, int], Any]] = {}
+        self.waivers: tuple[tuple[str, int], Any] | None = None
+        self.api_access: list[tuple[tuple[str, int], int, str]] = []
+        self._pending: dict[str, Any] = {}
+
+    def add(self, value: dict[str, Any], finished: str, doc: int) -> str:
+        """A metadata part; returns the document's finish time (once known: it comes before its nodes)."""
+        self._pending.update(value)
+        if "finished_at" in value:
+            finished = value["finished_at"] or ""
+        return finished
+
+    def finish(self, finished: str, doc: int) -> None:
+        d, key = self._pending, (finished, doc)
+        self._pending = {}
+        started = d.get("started_at") or ""
+        self.started_at = started if self.started_at is None else min(self.started_at, started)
+        self.finished_at = max(self.finished_at, finished)
+        self.complete = self.complete and d.get("complete", True)
+        for cid, spec in (d.get("checks") or {}).items():
+            if cid not in self.checks or key >= self.checks[cid][0]:
+                self.checks[cid] = (key, spec)
+        if self.waivers is None or key >= self.waivers[0]:
+            self.waivers = (key, d.get("waivers"))
+        self.api_access += [(key, i, x) for i, x in enumerate(d.get("api_access") or [])]
+
+    def checks_json(self) -> dict[str, Any]:
+        return {cid: spec for cid, (_, spec) in self.checks.items()}
+
+    def api_access_json(self) -> list[str]:
+        return list(dict.fromkeys(x for _, _, x in sorted(self.api_access)))

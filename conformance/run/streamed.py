@@ -1,0 +1,168 @@
+"""A replay streamed node by node, for merges and re-renders of any fleet size: the nodes wait in a
+NodeSpool, and one pass writes results.json, junit.xml and the Prometheus text while it judges the drift
+check and gathers what the report shows (the fleet view's counts, bounded lists). Memory holds the spool's
+index, the nodes' identity records (the drift check compares them across a pool) and those bounded lists,
+never the results: at 50,000 nodes x 52 checks that is the difference between 7 GiB and well under 1.
+
+What each node gets is what the in-memory replay gives it, through the same code: its summary from
+Run.node_summary, the drift check from conformance.checks.fleet_drift, the files from the writers of
+conformance.outputs.streaming; tests/test_replay_equals_live.py holds them to the live run's files."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from conformance.checks import REGISTRY, selects
+from conformance.checks.fleet_drift import FLEET_CHECK, DriftJudge
+from conformance.config.fleet import group_label
+from conformance.outputs import FAILING, Diff, write_atomically, write_json_document
+from conformance.outputs.fleet_view import MATRIX_MAX_NODES, FleetSummary, drift_section
+from conformance.outputs.replay import NodeReplayItem, _safe, result_id
+from conformance.outputs.streaming import JsonItems, JunitSuites, PromSeries
+from conformance.run.node_spool import NodeSpool
+
+if TYPE_CHECKING:
+    from conformance.session import Run
+
+TABLE_NODES_MAX = 500  # nodes with failing results that get a row in pytest-html's table
+VERDICT_ROWS_MAX = 1000  # non-accepted nodes in the verdict table
+FIGURES_MAX = 50  # bandwidth heat maps, and latency histograms, drawn
+FIGURE_CHECKS = {"GPU-H2D-NUMA-MATRIX": "bandwidth", "LATENCY-JITTER": "latency"}
+
+
+@dataclass
+class Outputs:
+    """Where the streamed pass writes, and what it is asked to judge."""
+
+    results: str | None
+    junit: str | None
+    prometheus: str | None
+    select: list[str]
+    group_by: str | None
+    baseline: dict[str, Any] | None
+    judge_fleet: bool
+
+
+@dataclass
+class Shown:
+    """What the page and the command line show of a streamed replay: bounded, whatever the fleet's size."""
+
+    doc: dict[str, Any]  # the metadata, the nodes the page lists, the results it draws
+    fleet: FleetSummary | None
+    table: list[tuple[str, list[dict[str, Any]], int]] = field(default_factory=list)  # (node, failing, results)
+    left_out: dict[str, int] = field(default_factory=dict)
+    verdicts: Counter[str] = field(default_factory=Counter)
+
+
+def stream(run: Run, spool: NodeSpool, out: Outputs) -> Shown:
+    """The one pass: every node's summary and results to the files, in the merged order; the drift check's
+    results after them, pool by pool (as a replay's Run.judge_fleet appends them)."""
+    names = spool.names()
+    lights = [spool.entries[n].light for n in names]
+    judge = DriftJudge(lights, lambda node, key: run.profile_for(node).get(key), out.group_by) if out.judge_fleet else None
+    small = len(names) <= MATRIX_MAX_NODES
+    fleet = None if small else FleetSummary(group_label(lights, out.group_by), drift_section(lights, out.group_by))
+    nodes, checked, drifted = JsonItems(), JsonItems(), JsonItems()
+    junit, prom = JunitSuites(), PromSeries()
+    diff = Diff(out.baseline) if out.baseline is not None else None
+    shown = Shown({}, fleet)
+    listed: list[dict[str, Any]] = []
+    drawn: list[dict[str, Any]] = []
+    used: set[str] = set()
+    started = run.ledger.started_at
+    for name in names:
+        rows = [r for r in spool.results_of(name) if r["check"] != FLEET_CHECK.id and selects(out.select, r["check"])]
+        for r in rows:
+            r.setdefault("test", result_id(r))  # a live run's results carry their own test id
+        every = rows + ([judge.result(name)] if judge is not None else [])
+        run.ledger.replayed_nodes = {name: spool.record(name)}
+        summary = run.node_summary(name, every)
+        run.forget(name)
+        nodes.add_item(summary)
+        for r in rows:
+            checked.add_item(r)
+        junit.add(summary, every, started)
+        prom.add_results(rows)
+        prom.add_node(summary)
+        if diff is not None:
+            diff.add_results(rows)
+            diff.add_node(summary)
+        used.update(r["check"] for r in every)
+        shown.verdicts[summary["verdict"]] += 1
+        if fleet is not None:
+            fleet.add(summary, every)
+        _keep(shown, summary, every, listed, drawn, small)
+    for name in judge.order() if judge is not None else []:
+        r = judge.result(name)
+        drifted.add_item(r)
+        prom.add_results([r])
+        if diff is not None:
+            diff.add_results([r])
+    run.ledger.replayed_nodes = {}
+    doc = run.document_head()
+    doc.update(nodes=[], checks={cid: REGISTRY[cid].to_json() for cid in sorted(used) if cid in REGISTRY})
+    doc.update(run.document_tail(diff.result() if diff is not None else None))
+    doc["results"] = []
+    if out.results:
+        write_json_document(out.results, doc, {"nodes": [nodes], "results": [checked, drifted]})
+    if out.junit:
+        write_atomically(out.junit, junit.chunks())
+    if out.prometheus:
+        text = prom.chunks(doc["started_at"], doc["finished_at"], doc["complete"])
+        write_atomically(out.prometheus, (t.encode("utf-8") for t in text))
+    for spool_ in (nodes, checked, drifted):
+        spool_.close()
+    shown.doc = dict(doc, nodes=listed, results=drawn)
+    return shown
+
+
+def _keep(shown: Shown, summary: dict[str, Any], rows: list[dict[str, Any]], listed: list, drawn: list, small: bool) -> None:
+    """The bounded part of a node the page and the command line show."""
+    left = shown.left_out
+    if small or summary["verdict"] != "accepted":
+        if small or len(listed) < VERDICT_ROWS_MAX:
+            listed.append(summary)
+        else:
+            left["verdict_rows"] = left.get("verdict_rows", 0) + 1
+    failing = [r for r in rows if r["outcome"] in FAILING]
+    if failing:
+        if len(shown.table) < TABLE_NODES_MAX:
+            shown.table.append((summary["name"], failing, len(rows)))
+        else:
+            left["table_rows"] = left.get("table_rows", 0) + 1
+            left["table_results"] = left.get("table_results", 0) + len(failing)
+            left["table_shown"] = TABLE_NODES_MAX
+    for r in rows:
+        if small:
+            drawn.append(r)  # the matrix shows every result of a small fleet
+        elif r["check"] in FIGURE_CHECKS and r.get("metrics"):
+            kind = FIGURE_CHECKS[r["check"]]
+            if sum(x["check"] == r["check"] for x in drawn) < FIGURES_MAX:
+                drawn.append(r)
+            else:
+                left[kind] = left.get(kind, 0) + 1
+
+
+def items(session: pytest.Session, shown: Shown) -> list[pytest.Item]:
+    """The report session's items: one per node of the table (its failing results in the row's extras)."""
+    return [NodeReplayItem.from_parent(session, name=_safe(n), results=failing, total=total) for n, failing, total in shown.table]
+
+
+def summary_for_cli(shown: Shown, results_path: str) -> dict[str, Any]:
+    """What the command line prints (the verdict counts, the first nodes not accepted), without reading
+    results.json back."""
+    doc = shown.doc
+    return {
+        "nodes": doc["nodes"],
+        "verdicts": dict(shown.verdicts),
+        "node_count": sum(shown.verdicts.values()),
+        "waivers": doc.get("waivers"),
+        "diff": doc.get("diff"),
+        "complete": doc.get("complete", True),
+        "results_path": str(Path(results_path)),
+    }
