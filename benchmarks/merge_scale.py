@@ -151,6 +151,9 @@ def node_verdicts(results: Path) -> dict[str, int]:
     return verdicts
 
 
+VALIDATE_NODES_MAX = 10_000  # xmlschema reads about 4 MB/s: the 3 GB junit.xml of 50,000 nodes would take 15 minutes
+
+
 def merge_once(root: Path, nodes: int, shape: Shape, browser: bool) -> None:
     t = time.monotonic()
     names, written = write_logs(root / "logs", nodes, shape)
@@ -177,7 +180,8 @@ def merge_once(root: Path, nodes: int, shape: Shape, browser: bool) -> None:
     series = [line for line in prom if line and not line.startswith("#")]
     print(f"  Prometheus: {len(series)} series ({sum(s.startswith('gpu_node_conformance_check_result') for s in series)} "
           "check_result)")  # fmt: skip
-    print(f"  JUnit against junit-10.xsd: {junit_valid(out / 'junit.xml')}", flush=True)
+    valid = junit_valid(out / "junit.xml") if nodes <= VALIDATE_NODES_MAX else f"not validated above {VALIDATE_NODES_MAX} nodes"
+    print(f"  JUnit against junit-10.xsd: {valid}", flush=True)
     if browser:
         painted = paint_times(out / "report.html", ("gnc-fleet-total",))
         shown = browser_time(out / "report.html", "none", (".gnc span.verdict", ".gnc table.fleet"))
