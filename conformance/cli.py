@@ -565,7 +565,7 @@ def cmd_manifests(args: argparse.Namespace) -> int:
 def cmd_merge(args: argparse.Namespace) -> int:
     from conformance.outputs.merge import expected_from
 
-    expected = expected_from(args.expect)
+    expected = expected_from(args.expect)  # read here for a clear usage error; the session reads them again
     for src in args.sources:
         if not Path(src).exists():
             raise UsageError(f"{src}: no such file or folder")
@@ -575,7 +575,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     # them lies in unlinked temporary files, gone with the process however it ends (an error, Ctrl-C, SIGTERM)
     with _terminate_as_interrupt():
         args.results = list(args.sources)
-        return _render(args, expected)
+        return _render(args, args.expect)
 
 
 @contextlib.contextmanager
@@ -614,7 +614,7 @@ def _render(args: argparse.Namespace, expected: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     pargs = ["--rootdir", str(out), "-c", "/dev/null", *_pytest_args(out, args.verbose)]
     pargs += [f"--replay={f}" for f in args.results]
-    pargs += [f"--replay-expect={n}" for n in expected or []]
+    pargs += [f"--replay-expect={v}" for v in expected or []]  # as given: @FILE stays one argument
     pargs.append(f"--replay-items={args.items}")
     if args.baseline:
         pargs.append(f"--baseline={args.baseline}")
@@ -702,13 +702,19 @@ def _read_summary(results: Path) -> dict[str, Any]:
             doc.update(value)
         elif kind == "node":
             doc["nodes"].append(value)
+        else:
+            break  # the summary keys come before the results
     return doc
 
 
 def _nodes_of(results: Path) -> Iterator[dict[str, Any]]:
     from conformance.outputs.documents import parts_of_file
 
-    return (value for kind, value in parts_of_file(results) if kind == "node")
+    for kind, value in parts_of_file(results):
+        if kind == "result":
+            return
+        if kind == "node":
+            yield value
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -102,8 +102,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="conformance_replay_expect",
         action="append",
         default=[],
-        metavar="NODE",
-        help="with --replay: a node that should be there; one no document reports is marked incomplete",
+        metavar="NODES",
+        help="with --replay: nodes that should be there (names, comma lists, @FILE with a name per line); those "
+        "no document reports are marked incomplete",
     )
     g.addoption(
         "--select",
@@ -290,7 +291,6 @@ def pytest_collection_modifyitems_by_node(config: pytest.Config, items: list[pyt
         items[:] = group_by_node(items[0].session, items)
 
 
-@pytest.hookimpl(tryfirst=True)
 def _stream(config: pytest.Config, run: Run) -> streamed.Shown:
     """A streamed replay's one pass over its nodes, which writes its files (results.json, JUnit, Prometheus)."""
     opt = config.getoption

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from conformance import __version__
-from conformance.checks import REGISTRY
+from conformance.checks import REGISTRY, selects
 from conformance.checks.fleet_drift import FLEET_CHECK, drift_results
 from conformance.cluster.acceptance import AcceptancePod
 from conformance.cluster.api import api_client, discover
@@ -21,7 +21,7 @@ from conformance.collection.bundle import Bundle
 from conformance.config.check_contract import BLOCKING
 from conformance.config.inventory import Inventory, NodeSpec, load_inventory, local_inventory, merge_discovered
 from conformance.config.profile import Profile
-from conformance.errors import ParseError, UsageError
+from conformance.errors import FactUnavailable, ParseError, UsageError
 from conformance.facts.identity import identity
 from conformance.run.facts_store import CollectOptions, FactStore
 from conformance.run.fleet import Fleet
@@ -66,7 +66,9 @@ class Run:
     def from_options(cls, config: pytest.Config) -> Run:
         opt = config.option
         if getattr(opt, "conformance_replay", None):
-            replay = cls.from_results(opt.conformance_replay, opt.conformance_replay_items, opt.conformance_replay_expect)
+            replay = cls.from_results(
+                opt.conformance_replay, opt.conformance_replay_items, opt.conformance_replay_expect, opt.conformance_select
+            )
             replay.pytest_config = config
             return replay
         snapshot = getattr(opt, "conformance_snapshot", None)
@@ -102,26 +104,31 @@ class Run:
         return run
 
     @classmethod
-    def from_results(cls, paths: list[str], per: str = "auto", expect: list[str] | None = None) -> Run:
+    def from_results(
+        cls, paths: list[str], per: str = "auto", expect: list[str] | None = None, select: list[str] | None = None
+    ) -> Run:
         """A replay of results documents (files, folders of them, pod logs): merged by node in a spool, then
         held in memory as one document (one pytest item per result) up to RESULT_ROWS_MAX results and
         MATRIX_MAX_NODES nodes, else (or where items per node are asked for) streamed node by node
         (conformance.run.streamed)."""
         from conformance.outputs.fleet_view import MATRIX_MAX_NODES
+        from conformance.outputs.merge import expected_from
         from conformance.outputs.replay import RESULT_ROWS_MAX, inventory_of, register_checks
         from conformance.run.merging import spool_sources
 
-        spool = spool_sources(paths, expect or [])
+        spool = spool_sources(paths, expected_from(expect or []))
         names = spool.names()
         meta = spool.meta
         register_checks(meta.checks_json())
+        if select and (bad := [p for p in select if not any(selects([p], c) for c in [*meta.checks, FLEET_CHECK.id])]):
+            spool.close()
+            raise UsageError(f"--select {', '.join(bad)}: matches no check id or family of the documents' checks")
         lights = [spool.entries[n].light for n in names]
         run = cls(inventory_of({"sources": paths, "nodes": lights}))
         run.ledger.started_at = meta.started_at or ""
         run.api_access = meta.api_access_json()
         for n in lights:
-            run.fleet.profile_names[n["name"]] = n.get("profile", "default")
-            run.fleet.profile_reasons[n["name"]] = n.get("profile_reason", "")
+            run.fleet.adopt(n["name"], n.get("profile", "default"), n.get("profile_reason", ""), n.get("fleet"))
         head = {"sources": list(paths), "started_at": run.ledger.started_at, "complete": meta.complete}
         head["waivers"] = meta.waivers[1] if meta.waivers is not None else None
         large = spool.count_results() > RESULT_ROWS_MAX or len(names) > MATRIX_MAX_NODES  # the fleet view's size
@@ -204,7 +211,31 @@ class Run:
         if collection is not None:
             out["collection"] = collection
         out.update(self.identity_of(node))
+        settings = self.fleet_settings(node)
+        if settings is not None:
+            out["fleet"] = settings
         return out
+
+    def fleet_settings(self, node: str) -> dict[str, Any] | None:
+        """The node's fleet settings (its profile's `fleet:`, which FLEET-CONSISTENT judges by), as results.json
+        records them: from the profile in a live run; in a replay, as the node's record has them, else from the
+        bundled profile the record names; None where neither says (a custom profile in an older record)."""
+        recorded = self.fleet.recorded_fleet.get(node)
+        if recorded is not None or node in self.fleet.recorded_fleet:
+            return recorded
+        p = self.profile_for(node)
+        return {k: p.get(f"fleet.{k}") for k in ("severity", "attributes", "pin")}
+
+    def fleet_setting(self, node: str, key: str) -> Any:
+        """One fleet setting (`fleet.severity`, `fleet.attributes`, `fleet.pin`) for the drift check."""
+        settings = self.fleet_settings(node)
+        if settings is None:
+            name = self.fleet.profile_names.get(node, "?")
+            raise FactUnavailable(
+                f"node {node}'s fleet settings: its record names profile {name}, which is not bundled, and carries no "
+                "fleet settings (a results.json from an older release); re-run the node's audit to judge it"
+            )
+        return settings.get(key.removeprefix("fleet."))
 
     def identity_of(self, node: str) -> dict[str, Any]:
         """{"identity": ..., "identity_errors": ...} of a node: from its facts, a replayed record, or the xdist
@@ -229,7 +260,7 @@ class Run:
         """FLEET-CONSISTENT for every node, from the node records of the whole run (conformance.checks.fleet_drift);
         a replayed document's own drift results are judged again over the nodes merged here."""
         self.results[:] = [r for r in self.results if r["check"] != FLEET_CHECK.id]
-        rows = drift_results(self.node_summaries(), lambda node, key: self.profile_for(node).get(key), wanted_label)
+        rows = drift_results(self.node_summaries(), self.fleet_setting, wanted_label)
         for r in rows:
             if r["outcome"] == "failed" and self.ledger.waivers:
                 r["outcome"], r["waiver"], r["message"] = self.apply_waivers(r["node"], r["check"], r["message"])

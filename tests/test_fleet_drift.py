@@ -19,6 +19,7 @@ from conformance.checks.fleet_drift import drift_results
 from conformance.facts.canonical import digest
 from conformance.facts.kubelet import load_yaml_mapping
 from conformance.facts.runtime import load_toml
+from tests.check_fleet import fleet_snapshots
 from tests.lab.builder import DEBIAN
 from tests.lab.every_node import node_name
 
@@ -236,3 +237,37 @@ def test_the_report_shows_the_drift_and_diff_shows_identity_changes(judged):
     (tmp / "after.json").write_text(json.dumps(after))
     p = conformance("diff", str(tmp / "before.json"), str(tmp / "after.json"))
     assert f"CHANGED pool-0 driver: {before['nodes'][0]['identity']['driver']} -> 570.86.15" in p.stdout, p.stdout
+
+
+def test_a_replay_judges_the_drift_check_by_each_nodes_recorded_fleet_settings(tmp_path):
+    """The profile's fleet settings travel in each node's record: a re-render of a run under a100-training (drift
+    is high there) judges a changed node as that run would, not by the default profile's medium; a record
+    without them is judged by the bundled profile it names, and where there is none the check errors."""
+    fleet = fleet_snapshots(tmp_path, 3)
+    conformance("run", "--snapshot", str(fleet), "--profile", "a100-training", "--output", str(tmp_path / "live"))
+    doc = json.loads((tmp_path / "live" / "results.json").read_text())
+    assert doc["nodes"][0]["fleet"]["severity"] == "high"
+    doc["nodes"][0]["identity"]["kernel"] = "6.8.0-45-generic"  # one node now runs another kernel than its peers
+
+    def replayed(d: dict, name: str, items: str) -> tuple[dict, str]:
+        (tmp_path / f"{name}.json").write_text(json.dumps(d))
+        out = tmp_path / f"{name}-{items}"
+        conformance("report", str(tmp_path / f"{name}.json"), "--items", items, "--output", str(out))
+        got = json.loads((out / "results.json").read_text())
+        drift = next(r for r in got["results"] if r["check"] == "FLEET-CONSISTENT" and r["node"] == "node-000")
+        return drift, next(n["verdict"] for n in got["nodes"] if n["name"] == "node-000")
+
+    for items in ("result", "node"):
+        drift, verdict = replayed(doc, "changed", items)
+        assert (drift["outcome"], drift["severity"], verdict) == ("failed", "high", "rejected"), drift
+        assert "kernel 6.8.0-45-generic, while 2 of 3 nodes" in drift["message"]
+    older = json.loads(json.dumps(doc))
+    for n in older["nodes"]:
+        del n["fleet"]  # a record from a release before the settings were recorded
+    drift, _ = replayed(older, "older", "node")
+    assert (drift["outcome"], drift["severity"]) == ("failed", "high")  # the bundled a100-training's settings
+    for n in older["nodes"]:
+        n["profile"] = "our-site"  # a profile file of the auditing machine: not here
+    drift, verdict = replayed(older, "custom", "node")
+    assert (drift["outcome"], drift["severity"], verdict) == ("error", "high", "rejected")
+    assert "names profile our-site, which is not bundled, and carries no fleet settings" in drift["message"]

@@ -39,3 +39,12 @@ def test_select_picks_the_same_checks_live_and_in_a_rerender(tmp_path):
 def test_a_pattern_that_selects_nothing_is_a_usage_error(tmp_path):
     p = conformance("run", "--host-root", str(sample_host_root(tmp_path / "root")), "--select", "KUBLET-*")
     assert p.returncode == 4 and "--select KUBLET-*: matches no check id or family" in p.stderr
+
+
+def test_a_pattern_that_selects_nothing_in_the_documents_is_a_usage_error(tmp_path):
+    live = tmp_path / "live"
+    conformance("run", "--host-root", str(sample_host_root(tmp_path / "root")), "--output", str(live))
+    for command in ("report", "merge"):
+        source = live / "results.json" if command == "report" else live
+        p = conformance(command, str(source), "--select", "KUBLET-*", "--output", str(tmp_path / command))
+        assert p.returncode == 4 and "KUBLET-*: matches no check id or family" in p.stderr, p.stderr

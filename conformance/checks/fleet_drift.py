@@ -18,7 +18,7 @@ from typing import Any
 from conformance.checks import REGISTRY
 from conformance.config.check_contract import CheckSpec
 from conformance.config.fleet import FLEET_CHECK_ID, Pool, pools
-from conformance.errors import clipped
+from conformance.errors import FactUnavailable, clipped
 
 FLEET_CHECK = CheckSpec(
     id=FLEET_CHECK_ID,
@@ -81,8 +81,13 @@ def _judge(n: dict[str, Any], pool: Pool, group: str, setting: Callable[[str, st
             if why
             else "no identity record (a document from a release before identity records)"
         )
-    pins = setting(name, "fleet.pin") or {}
-    for attr in setting(name, "fleet.attributes") or []:
+    try:
+        severity = setting(name, "fleet.severity") or FLEET_CHECK.severity
+        pins = setting(name, "fleet.pin") or {}
+        attributes = setting(name, "fleet.attributes") or []
+    except FactUnavailable as e:
+        return _result(name, "error", str(e), [], "high")  # unknown settings: judged as a blocking error
+    for attr in attributes:
         value = None if identity is None else identity.get(attr)
         if identity is None:
             break
@@ -112,11 +117,15 @@ def _judge(n: dict[str, Any], pool: Pool, group: str, setting: Callable[[str, st
         outcome, message = "passed", f"as its {size - 1} peer(s) in {group}" + (f"; {'; '.join(notes)}" if notes else "")
     if problems and notes:
         message += f"; {'; '.join(notes)}"
+    return _result(name, outcome, message, evidence, severity)
+
+
+def _result(name: str, outcome: str, message: str, evidence: list[str], severity: str) -> dict[str, Any]:
     return {
         "node": name,
         "check": FLEET_CHECK.id,
         "subject": {},
-        "severity": setting(name, "fleet.severity") or FLEET_CHECK.severity,
+        "severity": severity,
         "outcome": outcome,
         "message": message,
         "evidence": evidence[:200],

@@ -42,6 +42,7 @@ class NodeSpool:
         self.documents = 0
         self.meta = _Meta()
         self._strings: dict[Any, Any] = {}  # one copy of each repeated label and identity value
+        self._settings: dict[str, Any] = {}
 
     def add(self, parts: Iterable[Part]) -> None:
         """One document's parts (conformance.outputs.documents), in file order."""
@@ -119,6 +120,8 @@ class NodeSpool:
     def _light(self, record: dict[str, Any]) -> dict[str, Any]:
         light = {k: self._shared(record[k]) for k in LIGHT_KEYS if k in record}
         light["profile"] = self._shared(record.get("profile", "default"))  # as a replay names it
+        if "fleet" in record:  # one copy of each set of fleet settings
+            light["fleet"] = self._settings.setdefault(json.dumps(record["fleet"], sort_keys=True), record["fleet"])
         error = (record.get("collection") or {}).get("error")
         if record.get("collection") is not None:
             light["collection"] = {"error": error} if error else {}

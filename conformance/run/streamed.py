@@ -64,7 +64,7 @@ def stream(run: Run, spool: NodeSpool, out: Outputs) -> Shown:
     results after them, pool by pool (as a replay's Run.judge_fleet appends them)."""
     names = spool.names()
     lights = [spool.entries[n].light for n in names]
-    judge = DriftJudge(lights, lambda node, key: run.profile_for(node).get(key), out.group_by) if out.judge_fleet else None
+    judge = DriftJudge(lights, run.fleet_setting, out.group_by) if out.judge_fleet else None
     small = len(names) <= MATRIX_MAX_NODES
     fleet = None if small else FleetSummary(group_label(lights, out.group_by), drift_section(lights, out.group_by))
     nodes, checked, drifted = JsonItems(), JsonItems(), JsonItems()
