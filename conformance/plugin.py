@@ -22,6 +22,7 @@ from conformance.outputs import FAILING, diff, junit_chunks, load_results, prome
 from conformance.outputs.replay import NodeReplayItem, ReplayItem, make_items, node_summary_message, result_id
 from conformance.run import streamed
 from conformance.run.check_items import MODES, NodeChecksItem, checks_of, group_by_node, node_of, run_node_checks, use_node_items
+from conformance.run.merging import Ticker
 from conformance.session import RUN_KEY, Run
 
 MESSAGE_LIMIT = 2000
@@ -301,7 +302,7 @@ def _stream(config: pytest.Config, run: Run) -> streamed.Shown:
         judge_fleet=selects(opt("conformance_select"), FLEET_CHECK_ID),
     )  # fmt: skip
     try:
-        shown = streamed.stream(run, run.streamed, out)
+        shown = streamed.stream(run, run.streamed, out, Ticker(config.option.verbose > 0))
     finally:
         run.streamed.close()
     run.shown = shown

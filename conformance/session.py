@@ -67,7 +67,11 @@ class Run:
         opt = config.option
         if getattr(opt, "conformance_replay", None):
             replay = cls.from_results(
-                opt.conformance_replay, opt.conformance_replay_items, opt.conformance_replay_expect, opt.conformance_select
+                opt.conformance_replay,
+                opt.conformance_replay_items,
+                opt.conformance_replay_expect,
+                opt.conformance_select,
+                config.option.verbose > 0,
             )
             replay.pytest_config = config
             return replay
@@ -105,7 +109,12 @@ class Run:
 
     @classmethod
     def from_results(
-        cls, paths: list[str], per: str = "auto", expect: list[str] | None = None, select: list[str] | None = None
+        cls,
+        paths: list[str],
+        per: str = "auto",
+        expect: list[str] | None = None,
+        select: list[str] | None = None,
+        verbose: bool = False,
     ) -> Run:
         """A replay of results documents (files, folders of them, pod logs): merged by node in a spool, then
         held in memory as one document (one pytest item per result) up to RESULT_ROWS_MAX results and
@@ -114,9 +123,9 @@ class Run:
         from conformance.outputs.fleet_view import MATRIX_MAX_NODES
         from conformance.outputs.merge import expected_from
         from conformance.outputs.replay import RESULT_ROWS_MAX, inventory_of, register_checks
-        from conformance.run.merging import spool_sources
+        from conformance.run.merging import Ticker, spool_sources
 
-        spool = spool_sources(paths, expected_from(expect or []))
+        spool = spool_sources(paths, expected_from(expect or []), Ticker(verbose))
         names = spool.names()
         meta = spool.meta
         register_checks(meta.checks_json())

@@ -24,6 +24,7 @@ from conformance.outputs import FAILING, Diff, write_atomically, write_json_docu
 from conformance.outputs.fleet_view import MATRIX_MAX_NODES, FleetSummary, drift_section
 from conformance.outputs.replay import NodeReplayItem, _safe, result_id
 from conformance.outputs.streaming import JsonItems, JunitSuites, PromSeries
+from conformance.run.merging import Ticker
 from conformance.run.node_spool import NodeSpool
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ class Shown:
     verdicts: Counter[str] = field(default_factory=Counter)
 
 
-def stream(run: Run, spool: NodeSpool, out: Outputs) -> Shown:
+def stream(run: Run, spool: NodeSpool, out: Outputs, ticker: Ticker | None = None) -> Shown:
     """The one pass: every node's summary and results to the files, in the merged order; the drift check's
     results after them, pool by pool (as a replay's Run.judge_fleet appends them)."""
     names = spool.names()
@@ -75,7 +76,9 @@ def stream(run: Run, spool: NodeSpool, out: Outputs) -> Shown:
     drawn: list[dict[str, Any]] = []
     used: set[str] = set()
     started = run.ledger.started_at
-    for name in names:
+    for i, name in enumerate(names):
+        if ticker is not None and ticker.tick():
+            ticker.tick(f"writing the reports: {i} of {len(names)} nodes")
         rows = [r for r in spool.results_of(name) if r["check"] != FLEET_CHECK.id and selects(out.select, r["check"])]
         for r in rows:
             r.setdefault("test", result_id(r))  # a live run's results carry their own test id
@@ -117,6 +120,8 @@ def stream(run: Run, spool: NodeSpool, out: Outputs) -> Shown:
         write_atomically(out.prometheus, (t.encode("utf-8") for t in text))
     for spool_ in (nodes, checked, drifted):
         spool_.close()
+    if ticker is not None:
+        ticker.tick(f"writing the reports: {len(names)} of {len(names)} nodes", last=True)
     shown.doc = dict(doc, nodes=listed, results=drawn)
     return shown
 
