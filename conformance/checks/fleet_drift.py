@@ -85,8 +85,8 @@ def _judge(n: dict[str, Any], pool: Pool, group: str, setting: Callable[[str, st
         severity = setting(name, "fleet.severity") or FLEET_CHECK.severity
         pins = setting(name, "fleet.pin") or {}
         attributes = setting(name, "fleet.attributes") or []
-    except FactUnavailable as e:
-        return _result(name, "error", str(e), [], "high")  # unknown settings: judged as a blocking error
+    except FactUnavailable as e:  # unknown settings: judged as a blocking error, the node's own gap said first
+        return _result(name, "error", "; ".join(unknown) if unknown else str(e), [], "high")
     for attr in attributes:
         value = None if identity is None else identity.get(attr)
         if identity is None:
