@@ -28,9 +28,10 @@ from conformance.outputs.html_report import shows_row
 
 MODES = ("auto", "check", "node")
 # `--check-items auto` (what `conformance run` passes) uses one item per node from this many nodes on.
-# Measured with benchmarks/check_items.py (benchmarks/RESULTS.md): a node's checks cost the runner
-# about 2.5x less CPU this way, and below this many nodes the whole saving is under a tenth of a second,
-# less than the start-up's variation, while -v output and per-test plugins keep their per-check form.
+# Measured with benchmarks/check_items.py (benchmarks/RESULTS.md, 2026-12-04): a node of 53 checks costs
+# the runner 23 ms of CPU this way against 37 ms with an item per check; below 10 nodes the whole saving
+# is under a tenth of a second (none measurable at 5), within the start-up's variation, so small runs keep
+# the per-check form (per-test output capture, -v lines, per-test plugins).
 NODE_ITEMS_FROM = 10
 MARKS_WITH_HOOKS = ("skip", "skipif", "xfail")
 
