@@ -221,6 +221,11 @@ def naive(lab: Lab, lines: DelayLines, n: int, known_hosts: Path) -> tuple[float
     return time.monotonic() - t, calls // n
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM (a cancelled job) unwinds like Ctrl-C, so that the lab's namespaces and processes go."""
+    raise KeyboardInterrupt
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="10,50,100,200")
@@ -228,8 +233,7 @@ def main() -> int:
     ap.add_argument("--naive-nodes", type=int, default=10, help="nodes for the naive baseline (0: none)")
     ap.add_argument("--repeat", type=int, default=3, help="rounds per size (medians are printed)")
     args = ap.parse_args()
-    # a SIGTERM (a cancelled job) unwinds like Ctrl-C, so that the lab's namespaces and processes go
-    signal.signal(signal.SIGTERM, lambda signum, frame: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, _interrupt)
     sizes = [int(s) for s in args.sizes.split(",")]
     reason = lab_available()
     if reason:
