@@ -99,7 +99,7 @@ def test_marks_and_imperative_outcomes_are_honoured_in_the_node_mode(fleet, tmp_
         @pytest.mark.slowcheck
         @spec("SITE-DESELECTED-BY-MARKER")
         def test_deselected(node, facts):
-            pass
+            raise AssertionError("must not run: -m deselects it")
     """)
     )
     a, b = both(tmp_path, "--snapshot", str(fleet), "--checks", str(site), "--select", "SITE-*", "--", "-m", "not slowcheck")
