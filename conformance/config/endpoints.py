@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from conformance.config.urls import redact_url
-from conformance.config.validation import unknown_fields
+from conformance.config.validation import each_mapping, unknown_fields
 
 ENDPOINT_KEYS = {
     "name",
@@ -153,17 +153,9 @@ def _request_fields(ep: Endpoint, e: dict[str, Any], w: str, errors: list[str]) 
 
 def parse_endpoints(raw: Any, where: str, errors: list[str]) -> list[Endpoint]:
     """Validate a node's `endpoints:` list; problems are appended to `errors` as `where[i].field: ...`."""
-    if not isinstance(raw, list):
-        errors.append(f"{where}: must be a list of endpoints")
-        return []
     out: list[Endpoint] = []
     names: set[str] = set()
-    for i, e in enumerate(raw):
-        w = f"{where}[{i}]"
-        if not isinstance(e, dict):
-            errors.append(f"{w}: must be a mapping with name and url")
-            continue
-        unknown_fields(e, ENDPOINT_KEYS, w, errors)
+    for i, w, e in each_mapping(raw, where, ENDPOINT_KEYS, errors, "endpoints", "a mapping with name and url"):
         name, url = e.get("name"), e.get("url")
         if not isinstance(name, str) or not name or not all(c.isalnum() or c in "._-" for c in name):
             errors.append(f"{w}.name: {name!r} is not a valid endpoint name (letters, digits, '.', '-', '_')")

@@ -12,12 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from conformance.config.endpoints import Endpoint, parse_endpoints
 from conformance.config.kubernetes import KubeSpec
 from conformance.config.kubernetes import parse_spec as parse_kube_spec
-from conformance.config.validation import typed_fields, unknown_fields
+from conformance.config.validation import each_mapping, read_yaml, typed_fields, unknown_fields
 from conformance.errors import UsageError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$")
@@ -269,16 +267,8 @@ def merge_discovered(inv: Inventory, found: list[Any]) -> Inventory:
 
 
 def _parse_rules(raw: Any, errors: list[str]) -> list[ProfileRule]:
-    if not isinstance(raw, list):
-        errors.append("profile_rules: must be a list of {nodes: GLOB, labels: {...}, profile: NAME}")
-        return []
     rules = []
-    for i, r in enumerate(raw):
-        where = f"profile_rules[{i}]"
-        if not isinstance(r, dict):
-            errors.append(f"{where}: must be a mapping")
-            continue
-        unknown_fields(r, RULE_KEYS, where, errors)
+    for _, where, r in each_mapping(raw, "profile_rules", RULE_KEYS, errors, "{nodes: GLOB, labels: {...}, profile: NAME}"):
         if not isinstance(r.get("profile"), str):
             errors.append(f"{where}.profile: required, a profile name or file path")
         if r.get("nodes") is not None and not isinstance(r.get("nodes"), str):
@@ -292,14 +282,4 @@ def _parse_rules(raw: Any, errors: list[str]) -> list[ProfileRule]:
 
 def load_inventory(path: str | Path) -> Inventory:
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise UsageError(f"{p}: cannot read the inventory: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{p}: the inventory is not UTF-8 text") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise UsageError(f"{p}: not valid YAML: {' '.join(str(e).split())}") from None
-    return parse_inventory(doc, str(p))
+    return parse_inventory(read_yaml(p, "inventory"), str(p))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,23 @@ def unknown_fields(mapping: Mapping[Any, Any], allowed: Iterable[str], where: st
     for k in mapping:
         if k not in allowed:
             errors.append(f"{where}.{k}: unknown field (allowed: {', '.join(sorted(allowed))})")
+
+
+def each_mapping(
+    raw: Any, where: str, allowed: Iterable[str], errors: list[str], listing: str, item: str = "a mapping"
+) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """The mappings of a configuration list, each with its index and place (`WHERE[i]`); a value that is not a
+    list ("WHERE: must be a list of LISTING"), an item that is not a mapping and unknown fields are errors."""
+    if not isinstance(raw, list):
+        errors.append(f"{where}: must be a list of {listing}")
+        return
+    for i, value in enumerate(raw):
+        w = f"{where}[{i}]"
+        if not isinstance(value, dict):
+            errors.append(f"{w}: must be {item}")
+            continue
+        unknown_fields(value, allowed, w, errors)
+        yield i, w, value
 
 
 def type_name(t: Any) -> str:
