@@ -307,7 +307,7 @@ def _stream(config: pytest.Config, run: Run) -> streamed.Shown:
         run.streamed.close()
     run.shown = shown
     if out.results:
-        WRITTEN[str(Path(out.results).resolve())] = streamed.summary_for_cli(shown, out.results)
+        WRITTEN[str(Path(out.results).resolve())] = streamed.summary_for_cli(shown)
     return shown
 
 
@@ -524,7 +524,7 @@ def _replayed_node_report(item: NodeReplayItem, report: pytest.TestReport) -> py
     }  # fmt: skip
     if failing:
         report.longrepr = f"{worst.upper()} {rows[0]['node']}: {report.conformance_result['message']}"  # type: ignore[attr-defined]
-    if getattr(run, "shown", None) is None:  # a streamed replay wrote its files already
+    if run.shown is None:  # a streamed replay wrote its files already
         run.results.extend(rows)
     return report
 

@@ -229,9 +229,8 @@ class Run:
         """The node's fleet settings (its profile's `fleet:`, which FLEET-CONSISTENT judges by), as results.json
         records them: from the profile in a live run; in a replay, as the node's record has them, else from the
         bundled profile the record names; None where neither says (a custom profile in an older record)."""
-        recorded = self.fleet.recorded_fleet.get(node)
-        if recorded is not None or node in self.fleet.recorded_fleet:
-            return recorded
+        if node in self.fleet.recorded_fleet:
+            return self.fleet.recorded_fleet[node]
         p = self.profile_for(node)
         return {k: p.get(f"fleet.{k}") for k in ("severity", "attributes", "pin")}
 

@@ -88,7 +88,7 @@ def _lines(f: Any, path: Path) -> Iterator[Part]:
                     yield "meta", {pending[0]: json.loads("".join(pending[1]).rstrip().rstrip(","))}
                     pending = None
                 continue
-            if line == "}\n" or line == "}":
+            if line in ("}\n", "}"):
                 if not saw_results:
                     raise NotResults(f"{path}: {NOT_RESULTS}")
                 return

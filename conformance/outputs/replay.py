@@ -60,7 +60,7 @@ class ReplayItem(pytest.Item):
         return "replay", 0, f"{self.result['node']}::{self.result['check']}"
 
 
-def _safe(text: Any) -> str:
+def safe_id(text: Any) -> str:
     # pytest-html writes test ids into the page unescaped; a results.json is data, so keep ids plain
     return re.sub(r"[^A-Za-z0-9._:=/-]", "_", str(text))
 
@@ -102,8 +102,8 @@ RESULT_ROWS_MAX = 20_000
 
 def result_id(r: dict[str, Any]) -> str:
     """The test id a replayed result gets when its document has none (a live run records its own)."""
-    sub = "".join(f"[{_safe(k)}={_safe(v)}]" for k, v in sorted((r.get("subject") or {}).items()))
-    return f"{_safe(r['node'])}::{_safe(r['check'])}{sub}"
+    sub = "".join(f"[{safe_id(k)}={safe_id(v)}]" for k, v in sorted((r.get("subject") or {}).items()))
+    return f"{safe_id(r['node'])}::{safe_id(r['check'])}{sub}"
 
 
 def make_items(session: pytest.Session, doc: dict[str, Any]) -> list[pytest.Item]:

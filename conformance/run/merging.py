@@ -22,14 +22,17 @@ class Ticker:
         self.on = verbose or self.tty
         self._last = time.monotonic()
 
-    def tick(self, text: str | None = None, last: bool = False) -> bool:
-        """Whether a line is due; with `text`, writes it when it is (and always when `last`)."""
-        due = self.on and (last or time.monotonic() - self._last > PROGRESS_EVERY_S)
-        if due and text is not None and sys.__stderr__ is not None:
-            self._last = time.monotonic()
-            sys.__stderr__.write(("\r" + text + "\033[K" + ("\n" if last else "")) if self.tty else text + "\n")
-            sys.__stderr__.flush()
-        return due
+    def due(self) -> bool:
+        """Whether a progress line is due (asked before the line is made)."""
+        return self.on and time.monotonic() - self._last > PROGRESS_EVERY_S
+
+    def say(self, text: str, last: bool = False) -> None:
+        """The line, on a terminal over the last one (the last line ends it)."""
+        if not self.on or sys.__stderr__ is None:
+            return
+        self._last = time.monotonic()
+        sys.__stderr__.write(("\r" + text + "\033[K" + ("\n" if last else "")) if self.tty else text + "\n")
+        sys.__stderr__.flush()
 
 
 def spool_sources(paths: list[str], expected: list[str], ticker: Ticker | None = None) -> NodeSpool:
@@ -37,10 +40,10 @@ def spool_sources(paths: list[str], expected: list[str], ticker: Ticker | None =
     try:
         for where, parts in sources(paths):
             spool.add(parts)
-            if ticker is not None and ticker.tick():
-                ticker.tick(f"read {spool.documents} results documents ({len(spool.entries)} nodes), now {where}")
+            if ticker is not None and ticker.due():
+                ticker.say(f"read {spool.documents} results documents ({len(spool.entries)} nodes), now {where}")
         if ticker is not None and spool.documents:
-            ticker.tick(f"read {spool.documents} results documents ({len(spool.entries)} nodes)", last=True)
+            ticker.say(f"read {spool.documents} results documents ({len(spool.entries)} nodes)", last=True)
         marker = missing_document(set(spool.entries), expected)
         if marker is not None:
             spool.add(parts_of_document(marker, "(expected nodes)"))

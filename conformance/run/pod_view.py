@@ -84,6 +84,8 @@ class PodView:
             try:
                 threads[node] = self.store.facts()[node].topology.threads_per_core
             except FactUnavailable:
+                # unknown, not 1: the pod is sized as the profile says and its sizing says why (size_cpus);
+                # no verdict rests on it (the pod checks judge what the kubelet then gave the pod)
                 threads[node] = None
         self.say(f"creating the acceptance pod on {len(nodes)} node(s)\n")
         self._create_all(nodes, threads)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -22,7 +21,7 @@ from conformance.checks.fleet_drift import FLEET_CHECK, DriftJudge
 from conformance.config.fleet import group_label
 from conformance.outputs import FAILING, Diff, write_atomically, write_json_document
 from conformance.outputs.fleet_view import MATRIX_MAX_NODES, FleetSummary, drift_section
-from conformance.outputs.replay import NodeReplayItem, _safe, result_id
+from conformance.outputs.replay import NodeReplayItem, result_id, safe_id
 from conformance.outputs.streaming import JsonItems, JunitSuites, PromSeries
 from conformance.run.merging import Ticker
 from conformance.run.node_spool import NodeSpool
@@ -58,6 +57,7 @@ class Shown:
     table: list[tuple[str, list[dict[str, Any]], int]] = field(default_factory=list)  # (node, failing, results)
     left_out: dict[str, int] = field(default_factory=dict)
     verdicts: Counter[str] = field(default_factory=Counter)
+    figures: Counter[str] = field(default_factory=Counter)  # bandwidth and latency figures seen
 
 
 def stream(run: Run, spool: NodeSpool, out: Outputs, ticker: Ticker | None = None) -> Shown:
@@ -77,8 +77,8 @@ def stream(run: Run, spool: NodeSpool, out: Outputs, ticker: Ticker | None = Non
     used: set[str] = set()
     started = run.ledger.started_at
     for i, name in enumerate(names):
-        if ticker is not None and ticker.tick():
-            ticker.tick(f"writing the reports: {i} of {len(names)} nodes")
+        if ticker is not None and ticker.due():
+            ticker.say(f"writing the reports: {i} of {len(names)} nodes")
         rows = [r for r in spool.results_of(name) if r["check"] != FLEET_CHECK.id and selects(out.select, r["check"])]
         for r in rows:
             r.setdefault("test", result_id(r))  # a live run's results carry their own test id
@@ -121,8 +121,10 @@ def stream(run: Run, spool: NodeSpool, out: Outputs, ticker: Ticker | None = Non
     for spool_ in (nodes, checked, drifted):
         spool_.close()
     if ticker is not None:
-        ticker.tick(f"writing the reports: {len(names)} of {len(names)} nodes", last=True)
+        ticker.say(f"writing the reports: {len(names)} of {len(names)} nodes", last=True)
     shown.doc = dict(doc, nodes=listed, results=drawn)
+    if "table_rows" in shown.left_out:
+        shown.left_out["table_shown"] = len(shown.table)
     return shown
 
 
@@ -141,13 +143,13 @@ def _keep(shown: Shown, summary: dict[str, Any], rows: list[dict[str, Any]], lis
         else:
             left["table_rows"] = left.get("table_rows", 0) + 1
             left["table_results"] = left.get("table_results", 0) + len(failing)
-            left["table_shown"] = TABLE_NODES_MAX
     for r in rows:
         if small:
             drawn.append(r)  # the matrix shows every result of a small fleet
         elif r["check"] in FIGURE_CHECKS and r.get("metrics"):
             kind = FIGURE_CHECKS[r["check"]]
-            if sum(x["check"] == r["check"] for x in drawn) < FIGURES_MAX:
+            shown.figures[kind] += 1
+            if shown.figures[kind] <= FIGURES_MAX:
                 drawn.append(r)
             else:
                 left[kind] = left.get(kind, 0) + 1
@@ -155,10 +157,10 @@ def _keep(shown: Shown, summary: dict[str, Any], rows: list[dict[str, Any]], lis
 
 def items(session: pytest.Session, shown: Shown) -> list[pytest.Item]:
     """The report session's items: one per node of the table (its failing results in the row's extras)."""
-    return [NodeReplayItem.from_parent(session, name=_safe(n), results=failing, total=total) for n, failing, total in shown.table]
+    return [NodeReplayItem.from_parent(session, name=safe_id(n), results=rows, total=total) for n, rows, total in shown.table]
 
 
-def summary_for_cli(shown: Shown, results_path: str) -> dict[str, Any]:
+def summary_for_cli(shown: Shown) -> dict[str, Any]:
     """What the command line prints (the verdict counts, the first nodes not accepted), without reading
     results.json back."""
     doc = shown.doc
@@ -169,5 +171,4 @@ def summary_for_cli(shown: Shown, results_path: str) -> dict[str, Any]:
         "waivers": doc.get("waivers"),
         "diff": doc.get("diff"),
         "complete": doc.get("complete", True),
-        "results_path": str(Path(results_path)),
     }
