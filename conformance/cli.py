@@ -513,7 +513,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.acceptance_pod:
         pargs.append("--acceptance-pod")
     pargs += args.pytest_args
-    rc = _finish(int(pytest.main(pargs)), out, args.pushgateway, args.verbose)
+    with _terminate_as_interrupt():  # a cancelled CI job or a stopped pod still gets its reports, marked incomplete
+        status = int(pytest.main(pargs))
+    rc = _finish(status, out, args.pushgateway, args.verbose)
     if args.gate and rc in (EXIT_OK, EXIT_REJECTED) and (out / "results.json").is_file():
         if not args.inventory:
             raise UsageError("--gate needs an inventory with a kubernetes: section (the API the gate patches nodes through)")
@@ -571,11 +573,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
             raise UsageError(f"{src}: no such file or folder")
     expecting = f", expecting {len(expected)} nodes" if expected else ""
     print(f"merging the results documents in {', '.join(args.sources)}{expecting}", flush=True)
-    # the report session reads the sources itself, node by node (conformance.run.node_spool): what it keeps of
-    # them lies in unlinked temporary files, gone with the process however it ends (an error, Ctrl-C, SIGTERM)
-    with _terminate_as_interrupt():
-        args.results = list(args.sources)
-        return _render(args, args.expect)
+    args.results = list(args.sources)
+    return _render(args, args.expect)
 
 
 @contextlib.contextmanager
@@ -621,7 +620,11 @@ def _render(args: argparse.Namespace, expected: list[str] | None = None) -> int:
     if args.group_by:
         pargs.append(f"--group-by={args.group_by}")
     pargs += [f"--select={s}" for s in args.select]
-    return _finish(int(pytest.main(pargs)), out, args.pushgateway, args.verbose)
+    # the report session reads the sources itself, node by node (conformance.run.node_spool): what it keeps of
+    # them lies in unlinked temporary files, gone with the process however it ends (an error, Ctrl-C, SIGTERM)
+    with _terminate_as_interrupt():
+        status = int(pytest.main(pargs))
+    return _finish(status, out, args.pushgateway, args.verbose)
 
 
 # Above this many nodes the terminal gets the verdict counts and the nodes not accepted (at most

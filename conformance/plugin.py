@@ -536,6 +536,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     if exitstatus == pytest.ExitCode.INTERRUPTED:
         run.ledger.interrupted = True
+        run.store.interrupt()  # the collections under way end now, and their records say so
     run.pods.cleanup()  # the acceptance pods go before the results are written, which say they went
     if run.store.xdist_worker:  # the controller writes the outputs; it needs this worker's collection summaries
         summaries = {n: c for n in run.node_names if (c := run.collection_of(n)) is not None}

@@ -18,6 +18,7 @@ from conformance.cluster.acceptance import AcceptancePod
 from conformance.cluster.api import api_client, discover
 from conformance.cluster.kubelet_access import KubeletEndpoint, access_report
 from conformance.collection.bundle import Bundle
+from conformance.collection.cancel import INTERRUPTED
 from conformance.config.check_contract import BLOCKING
 from conformance.config.inventory import Inventory, NodeSpec, load_inventory, local_inventory, merge_discovered
 from conformance.config.profile import Profile
@@ -314,8 +315,8 @@ class Run:
 
 
 def _verdict(rows: list[dict[str, Any]], blocking: list[str], collection: dict[str, Any] | None) -> str:
-    if collection and collection.get("error_kind") == "missing":
-        return "incomplete"  # expected by `conformance merge --expect`, but no results came
+    if collection and collection.get("error_kind") in ("missing", INTERRUPTED):
+        return "incomplete"  # expected by `conformance merge --expect` but no results came, or cut by Ctrl-C
     if collection and collection.get("error"):
         return "unreachable"
     if not rows:

@@ -1,4 +1,6 @@
-"""Ctrl-C during a run: exit code 2, and the three reports are still written, marked incomplete."""
+"""Ctrl-C (or SIGTERM: a cancelled CI job, a stopped pod) during a run: exit code 2, the run ends at once
+rather than when a hanging node reaches its timeouts, and the three reports are still written, marked
+incomplete."""
 
 from __future__ import annotations
 
@@ -10,8 +12,11 @@ import sys
 import threading
 import time
 
+import pytest
 
-def test_sigint_writes_reports_and_exits_2(tmp_path):
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_interrupt_writes_reports_and_exits_2(tmp_path, signum):
     # A TCP listener on loopback that accepts and never speaks SSH: the collection hangs there.
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
@@ -32,14 +37,15 @@ def test_sigint_writes_reports_and_exits_2(tmp_path):
     t.start()
     inv = tmp_path / "inv.yaml"
     inv.write_text(
-        # a connect timeout no loaded machine reaches: the node is still hanging when the interrupt comes
-        "defaults:\n  ssh: {known_hosts: /dev/null, connect_timeout: 600}\n"
+        # timeouts no loaded machine reaches: the node is still hanging when the interrupt comes, and
+        # the run ends within the bounds below only if the interrupt cuts the hanging connection
+        "defaults:\n  ssh: {known_hosts: /dev/null, connect_timeout: 3600}\n"
         f"nodes:\n  - name: hanging\n    address: 127.0.0.1\n    ssh: {{port: {port}}}\n"
         "  - name: here\n    transport: local\n"
     )
     out = tmp_path / "out"
     p = subprocess.Popen(
-        [sys.executable, "-m", "conformance", "run", "--inventory", str(inv), "--output", str(out)],
+        [sys.executable, "-m", "conformance", "run", "--inventory", str(inv), "--output", str(out), "--timeout", "3600"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -49,7 +55,7 @@ def test_sigint_writes_reports_and_exits_2(tmp_path):
         while not held and time.monotonic() < deadline:  # wait until the collection is under way
             time.sleep(0.05)
         assert held, "the run never connected"
-        p.send_signal(signal.SIGINT)
+        p.send_signal(signum)
         stdout, _ = p.communicate(timeout=300)
     finally:
         stop.set()
@@ -61,7 +67,11 @@ def test_sigint_writes_reports_and_exits_2(tmp_path):
         assert (out / name).is_file(), name
     doc = json.loads((out / "results.json").read_text())
     assert doc["complete"] is False
-    assert {n["name"]: n["verdict"] for n in doc["nodes"]} == {"hanging": "incomplete", "here": "incomplete"}
+    verdicts = {n["name"]: n["verdict"] for n in doc["nodes"]}
+    records = {n["name"]: n.get("collection") for n in doc["nodes"]}
+    assert verdicts == {"hanging": "incomplete", "here": "incomplete"}, (records, stdout)
+    assert records["hanging"]["error_kind"] == "interrupted", records  # cut, not left to its timeouts
+    assert "the run was interrupted" in records["hanging"]["error"], records
 
 
 def test_silent_node_ends_within_its_timeouts_and_the_run_goes_on(tmp_path):

@@ -49,7 +49,7 @@ def test_openssh_transport_gives_the_same_verdicts_as_paramiko(lab, tmp_path):
     doc = json.loads((tmp_path / "out" / "results.json").read_text())
     assert outcomes(doc) == EXPECTED
     runs = {n["name"]: n["collection"]["remote_executions"] for n in doc["nodes"]}
-    assert runs == {name: (0 if name == "down" else 1) for name in EXPECTED}
+    assert runs == {name: (0 if name == "down" else 1) for name in EXPECTED}, [n["collection"] for n in doc["nodes"]]
     down = next(n for n in doc["nodes"] if n["name"] == "down")
     assert down["collection"]["error_kind"] == "unreachable" and "OpenSSH" in down["collection"]["error"]
 

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from importlib import resources
 
 from conformance.collection.bundle import Bundle, parse_wire
+from conformance.collection.cancel import INTERRUPTED, Cancel
 from conformance.collection.probes import payload
 from conformance.collection.redact import redact_bundle
 from conformance.collection.transports.base import ExecResult
@@ -58,20 +59,30 @@ RETRYABLE = ("unreachable",)  # refused, reset, no banner: worth another try; au
 
 
 def collect_node(
-    node: NodeSpec, timeout: float = 120.0, max_bytes: int = MAX_BYTES, retries: int = 2, backoff: float = 0.5, site: str = ""
+    node: NodeSpec,
+    timeout: float = 120.0,
+    max_bytes: int = MAX_BYTES,
+    retries: int = 2,
+    backoff: float = 0.5,
+    site: str = "",
+    cancel: Cancel | None = None,
 ) -> Bundle:
     """Run the collector on one node, retrying transient connection failures with exponential
-    backoff (0.5 s, 1 s, ...). Never raises: failures become a bundle with `error` set."""
+    backoff (0.5 s, 1 s, ...). Never raises: failures become a bundle with `error` set. `cancel`
+    cuts the collection under way, and any retry, at once (error kind "interrupted")."""
     started = time.monotonic()
+    cancel = cancel or Cancel()
     earlier: list[str] = []
     executions = 0
     for attempt in range(retries + 1):
-        bundle = _attempt(node, timeout, max_bytes, site)
+        bundle = _attempt(node, timeout, max_bytes, site, cancel)
         executions += bundle.executions
         if bundle.error is None or bundle.error_kind not in RETRYABLE or attempt == retries:
             break
         earlier.append(f"attempt {attempt + 1} failed: {bundle.error}")
-        time.sleep(backoff * (2**attempt) * (0.8 + 0.4 * random.random()))
+        if cancel.wait(backoff * (2**attempt) * (0.8 + 0.4 * random.random())):
+            bundle = _interrupted(node, "before its next attempt", bundle.collected_at)
+            break
     bundle.executions = executions
     bundle.duration_s = round(time.monotonic() - started, 3)
     if earlier and bundle.error is None:
@@ -81,9 +92,16 @@ def collect_node(
     return bundle
 
 
-def _attempt(node: NodeSpec, timeout: float, max_bytes: int, site: str = "") -> Bundle:
+def _interrupted(node: NodeSpec, when: str, collected_at: str | None) -> Bundle:
+    error = f"collection stopped {when}: the run was interrupted"
+    return Bundle(node=node.name, error=error, error_kind=INTERRUPTED, collected_at=collected_at)
+
+
+def _attempt(node: NodeSpec, timeout: float, max_bytes: int, site: str, cancel: Cancel) -> Bundle:
     started = time.monotonic()
     when = datetime.now(UTC).isoformat(timespec="seconds")
+    if cancel.is_set():
+        return _interrupted(node, "before it began", when)
     try:
         transport = transport_for(node)
     except TransportError as e:
@@ -91,26 +109,27 @@ def _attempt(node: NodeSpec, timeout: float, max_bytes: int, site: str = "") -> 
     notes: list[str] = []
     executions = 0
     try:
-        if isinstance(transport, SshTransport):
-            transport.set_deadline(timeout)  # --timeout: connection, authentication and the collector together
-            transport.open()
-        executions = 1
-        result = transport.run(["sh", "-s", "--", node.host_root, str(max_bytes)], collector_script(site), timeout)
-        accepted = getattr(transport, "accepted_unknown_keys", [])
-        notes = [f"accepted unknown host key (insecure opt-in): {k}" for k in accepted]
-        try:
-            bundle = parse_wire(node.name, result.stdout, max_bytes)
-        except ParseError:
-            if result.exit_status != 0:  # the collector stopped itself (missing tools): its own words decide
-                raise _collector_failed(result, transport.description) from None
-            raise
-        if result.exit_status != 0 and not bundle.complete:
-            raise _collector_failed(result, transport.description)
+        with cancel.watching(transport.abort):  # Ctrl-C cuts the connection or program under way
+            if isinstance(transport, SshTransport):
+                transport.set_deadline(timeout)  # --timeout: connection, authentication and the collector together
+                transport.open()
+            executions = 1
+            result = transport.run(["sh", "-s", "--", node.host_root, str(max_bytes)], collector_script(site), timeout)
+            accepted = getattr(transport, "accepted_unknown_keys", [])
+            notes = [f"accepted unknown host key (insecure opt-in): {k}" for k in accepted]
+            try:
+                bundle = parse_wire(node.name, result.stdout, max_bytes)
+            except ParseError:
+                if result.exit_status != 0:  # the collector stopped itself (missing tools): its own words decide
+                    raise _collector_failed(result, transport.description) from None
+                raise
+            if result.exit_status != 0 and not bundle.complete:
+                raise _collector_failed(result, transport.description)
     except TransportError as e:
         return Bundle(
             node=node.name,
             error=str(e),
-            error_kind=e.kind,
+            error_kind=_kind(e.kind, cancel),
             collected_at=when,
             duration_s=round(time.monotonic() - started, 3),
             executions=executions if e.executed else 0,
@@ -119,7 +138,7 @@ def _attempt(node: NodeSpec, timeout: float, max_bytes: int, site: str = "") -> 
         return Bundle(
             node=node.name,
             error=f"collector output unreadable: {e}",
-            error_kind="error",
+            error_kind=_kind("error", cancel),
             collected_at=when,
             duration_s=round(time.monotonic() - started, 3),
             executions=executions,
@@ -134,6 +153,12 @@ def _attempt(node: NodeSpec, timeout: float, max_bytes: int, site: str = "") -> 
     bundle.executions = 1
     bundle.notes = notes
     return bundle
+
+
+def _kind(kind: str, cancel: Cancel) -> str:
+    """A failure once the run was interrupted is the interrupt's doing, or may be (the cut broke the
+    connection mid-output): the node is incomplete, neither judged unreachable nor judged at all."""
+    return INTERRUPTED if cancel.is_set() else kind
 
 
 def _collector_failed(result: ExecResult, where: str) -> TransportError:
@@ -153,16 +178,18 @@ def collect_all(
     site rules read, in the same single execution (conformance.config.site_rules.needs_section)."""
     nodes = list(nodes)
     out: dict[str, Bundle] = {}
+    cancel = Cancel()
     pool = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(nodes) or 1)), thread_name_prefix="collect")
     try:
-        futures = {pool.submit(collect_node, n, timeout, MAX_BYTES, retries, 0.5, site): n for n in nodes}
+        futures = {pool.submit(collect_node, n, timeout, MAX_BYTES, retries, 0.5, site, cancel): n for n in nodes}
         for done, fut in enumerate(as_completed(futures), 1):
             bundle = fut.result()
             out[bundle.node] = bundle
             if progress:
                 progress(done, len(nodes), bundle)
     except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)  # interrupted: start nothing new
+        pool.shutdown(wait=False, cancel_futures=True)  # interrupted: start nothing new,
+        cancel.cancel()  # and cut what is under way, so that the process ends now
         raise
     pool.shutdown(wait=True)
     return {n.name: out[n.name] for n in nodes}

@@ -7,17 +7,20 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
 from conformance.cluster.api import configz
 from conformance.cluster.kubelet_access import KubeletEndpoint, configz_from_kubelet, kubelet_endpoint
 from conformance.collection.bundle import Bundle
+from conformance.collection.cancel import Cancel
 from conformance.collection.collect import MAX_BYTES, collect_all, collect_node, stderr_progress
 from conformance.errors import FactUnavailable, UsageError
 from conformance.facts.node_facts import NodeFacts
 from conformance.run.fleet import Fleet
+
+INTERRUPT_SETTLE_S = 30.0  # how long an interrupted run waits for its cut collections to end (each ends in ~1 s)
 
 
 @dataclass
@@ -60,6 +63,7 @@ class FactStore:
         self.remote_identity: dict[str, dict[str, Any]] = {}  # ... and their nodes' identity records
         self._facts: dict[str, NodeFacts] = {}  # gathered (or read from a snapshot), by node
         self._inflight: InFlight | None = None  # the nodes being gathered in the background
+        self._cancel = Cancel()  # cuts the collections under way (the run was interrupted)
         self._lock = threading.Lock()
 
     def start(self, nodes: Iterable[str]) -> None:
@@ -76,10 +80,21 @@ class FactStore:
                     self._inflight.submit(node, self._gather)
 
     def close(self) -> None:
-        """Start no more collections (the run is over or interrupted); those under way finish."""
+        """Start no more collections, and cut those under way (the run is over, or was interrupted):
+        the process ends now, not when a hanging node reaches its --timeout."""
         with self._lock:
             if self._inflight is not None:
                 self._inflight.pool.shutdown(wait=False, cancel_futures=True)
+        self._cancel.cancel()
+
+    def interrupt(self, settle_s: float = INTERRUPT_SETTLE_S) -> None:
+        """The run was interrupted: cut every collection under way and wait (at most `settle_s`) until
+        each has ended, so that its record says it was interrupted (its node's verdict: incomplete)
+        rather than missing, or judged from whatever came before the cut."""
+        self.close()
+        with self._lock:
+            futures = list(self._inflight.futures.values()) if self._inflight is not None else []
+        wait(futures, timeout=settle_s)
 
     def collected(self, node: str) -> NodeFacts | None:
         """The node's facts if they were gathered in this process (none are gathered here)."""
@@ -114,7 +129,7 @@ class FactStore:
     def _gather(self, node: str) -> NodeFacts:
         """Runs in a collection thread: the node's one remote execution, then its kubelet's live config."""
         o = self.options
-        bundle = collect_node(self.fleet.spec(node), o.timeout, MAX_BYTES, o.retries, 0.5, o.site)
+        bundle = collect_node(self.fleet.spec(node), o.timeout, MAX_BYTES, o.retries, 0.5, o.site, self._cancel)
         return NodeFacts(bundle, *self._configz(node))
 
     def _wait(self, node: str) -> NodeFacts:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import subprocess
-
 from conformance.collection.transports.base import ExecResult
+from conformance.collection.transports.child import Child
 from conformance.errors import TransportError
 
 
@@ -12,17 +11,18 @@ class LocalTransport:
     def __init__(self, host_root: str = "") -> None:
         self.host_root = host_root
         self.description = "local" + (f" (host root {host_root})" if host_root else "")
+        self._child = Child(self.description, lambda t: f"local collection did not finish within {t:g} s")
 
     def run(self, argv: list[str], stdin: bytes, timeout: float) -> ExecResult:
         try:
-            p = subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout, check=False)
-        except subprocess.TimeoutExpired as e:
-            err = TransportError(f"local collection did not finish within {timeout:g} s", kind="timeout")
-            err.partial = e.stdout or b""
-            raise err from None
+            status, out, err = self._child.run(argv, stdin, timeout)
         except OSError as e:
             raise TransportError(f"cannot run {argv[0]} locally: {e}", kind="error") from e
-        return ExecResult(p.returncode, p.stdout, p.stderr)
+        return ExecResult(status, out, err)
+
+    def abort(self) -> None:
+        """Kill the program under way (the run was interrupted)."""
+        self._child.abort()
 
     def close(self) -> None:
         pass

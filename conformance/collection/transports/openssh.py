@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import shlex
 import shutil
-import subprocess
 
 from conformance.collection.transports.base import ExecResult
+from conformance.collection.transports.child import Child
 from conformance.collection.transports.ssh import SshTarget
 from conformance.errors import TransportError
 
@@ -34,24 +34,29 @@ class OpenSshTransport:
         if target.proxy_jump:
             self.argv += ["-J", target.proxy_jump]
         self.argv += ["-p", str(target.port), "-l", target.user, "--", target.host]
+        self._child = Child(
+            self.description,
+            lambda t: (
+                f"{self.description}: did not finish within {t:g} s (--timeout: connection, authentication and "
+                "the collector together); ssh was stopped"
+            ),
+        )
 
     def run(self, argv: list[str], stdin: bytes, timeout: float) -> ExecResult:
         command = " ".join(shlex.quote(a) for a in argv)
         try:
-            p = subprocess.run([*self.argv, command], input=stdin, capture_output=True, timeout=timeout, check=False)
-        except subprocess.TimeoutExpired as e:
-            err = TransportError(
-                f"{self.description}: did not finish within {timeout:g} s (--timeout: connection, authentication and "
-                "the collector together); ssh was stopped",
-                kind="timeout",
-            )
-            err.partial = e.stdout or b""
-            raise err from None
-        if p.returncode == 255:  # ssh's own failure, not the remote command's
-            err = _classify(p.stderr.decode("utf-8", "replace"), self.description)
-            err.executed = bool(p.stdout)  # output came: the collector had started before the connection failed
-            raise err
-        return ExecResult(p.returncode, p.stdout, p.stderr)
+            status, out, err = self._child.run([*self.argv, command], stdin, timeout)
+        except OSError as e:
+            raise TransportError(f"cannot run {self.argv[0]}: {e}", kind="error") from e
+        if status == 255:  # ssh's own failure, not the remote command's
+            failed = _classify(err.decode("utf-8", "replace"), self.description)
+            failed.executed = bool(out)  # output came: the collector had started before the connection failed
+            raise failed
+        return ExecResult(status, out, err)
+
+    def abort(self) -> None:
+        """Stop ssh at once (the run was interrupted): the connection goes with it."""
+        self._child.abort()
 
     def close(self) -> None:
         """Each run is its own ssh process: nothing stays open."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import select
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 
 import paramiko
 
+from conformance.collection.cancel import INTERRUPTED
 from conformance.collection.transports.base import ExecResult
 from conformance.errors import TransportError
 
@@ -81,6 +83,7 @@ class SshTransport:
         self._deadline: float | None = None
         self._timer: threading.Timer | None = None
         self._expired = threading.Event()
+        self._aborted = False  # cut by abort() (the run was interrupted), not by the deadline
         self._cut_stage = ""
 
     # -- the deadline: --timeout bounds connection, authentication and the remote command together --
@@ -101,6 +104,12 @@ class SshTransport:
         if self._timer is not None:
             self._timer.cancel()
         self._deadline = None
+
+    def abort(self) -> None:
+        """Cut the connection now, at whatever stage (the run was interrupted): what waits on it fails
+        at once with the error kind "interrupted"."""
+        self._aborted = True
+        self._expire()
 
     def _remaining(self) -> float:
         return float("inf") if self._deadline is None else max(0.01, self._deadline - time.monotonic())
@@ -128,6 +137,9 @@ class SshTransport:
         return "running the collector"
 
     def _timed_out(self) -> TransportError:
+        if self._aborted:
+            message = f"{self.description}: stopped while {self._cut_stage}: the run was interrupted"
+            return TransportError(message, kind=INTERRUPTED)
         return TransportError(
             f"{self.description}: did not finish within {self._timeout:g} s (--timeout): cut while {self._cut_stage}",
             kind="timeout",
@@ -185,9 +197,7 @@ class SshTransport:
         wait = min(self.t.connect_timeout, self._remaining())
         try:
             if sock is None:  # our own socket, so that the deadline's watchdog can close it at any stage
-                tcp = socket.create_connection((host, port), timeout=wait)
-                self._socks.append(tcp)
-                sock = tcp
+                sock = self._tcp(host, port, wait)
             if self._expired.is_set():
                 raise self._timed_out()
             client.connect(
@@ -208,6 +218,32 @@ class SshTransport:
             if self._expired.is_set():
                 raise self._timed_out() from None
             raise self._connect_error(e, host, port, user) from None
+
+    def _tcp(self, host: str, port: int, wait: float) -> socket.socket:
+        """A TCP connection to the first address of `host` that answers within `wait` seconds. The
+        connect itself watches for the deadline and abort(): a node that drops SYNs is cut like any other
+        stage (a blocking connect would hold the run until `wait` passed)."""
+        end = time.monotonic() + wait
+        failure: OSError = TimeoutError(f"no address for {host}")
+        for family, kind, proto, _, address in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+            tcp = socket.socket(family, kind, proto)
+            self._socks.append(tcp)
+            tcp.setblocking(False)
+            code = tcp.connect_ex(address)
+            while code in (errno.EINPROGRESS, errno.EAGAIN) and not self._expired.is_set():
+                left = end - time.monotonic()
+                if left <= 0:
+                    code = errno.ETIMEDOUT
+                    break
+                if select.select([], [tcp], [], min(0.2, left))[1]:
+                    code = tcp.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if self._expired.is_set():
+                raise self._timed_out()
+            if code == 0:
+                tcp.setblocking(True)
+                return tcp
+            failure = TimeoutError(code, "timed out") if code == errno.ETIMEDOUT else OSError(code, os.strerror(code))
+        raise failure
 
     def _connect_error(self, e: Exception, host: str, port: int, user: str) -> TransportError:
         """What a failed connection means, and what to do about it."""
@@ -285,7 +321,7 @@ class SshTransport:
         try:
             return self._run(argv, stdin)
         except TransportError as e:
-            if self._expired.is_set() and e.kind != "timeout":
+            if self._expired.is_set() and e.kind not in ("timeout", INTERRUPTED):
                 err = self._timed_out()
                 err.partial = e.partial
                 raise err from None
