@@ -13,6 +13,7 @@ import testinfra.host
 from conformance.checks import Evidence
 from conformance.cluster import dcgm
 from conformance.cluster.api import dcgm_metrics
+from conformance.cluster.dra import NodeSlices
 from conformance.cluster.pods import ContainerRef, InsideFacts, PodInfo
 from conformance.config.endpoints import Endpoint
 from conformance.config.inventory import NodeSpec
@@ -187,6 +188,13 @@ def pod(gnc_run: Run, node: str, container: ContainerRef | str | None) -> PodInf
     if isinstance(container, str):
         raise FactUnavailable(container)
     return run.pods.pod(container)
+
+
+@pytest.fixture(scope=NODE)
+def dra_slices(gnc_run: Run, node: str) -> NodeSlices | None:
+    """The GPU devices the node's DRA ResourceSlices publish (the profile's gpu.dra_drivers); None without a
+    live API (no `kubernetes:`, or a snapshot replay). Slices that could not be read make the check `error`."""
+    return gnc_run.pods.slices_on(node)
 
 
 @pytest.fixture(scope=NODE)

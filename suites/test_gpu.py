@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.checks import check
+from conformance.checks.dra_rules import dra_advertised
 from conformance.checks.gpu_rules import expected_generation, floor_for, local_node, reconcile_advertised
 from conformance.errors import FactUnavailable
 from conformance.facts.cpulist import format_cpulist
@@ -21,16 +22,18 @@ def _fail_or_error(failures: list[str], errors: list[str]) -> None:
 @check(
     "GPU-COUNT",
     "critical",
-    title="NVML sees every GPU the node should have",
+    title="NVML sees every GPU the node should have, and the node advertises each once",
     rationale="""A GPU that fell off the bus or failed to initialise leaves the node advertising capacity it
     cannot serve, or a pool smaller than planned; pods then wait or land on a half-working node.""",
     remediation="Compare `nvidia-smi -L` with `lspci -d 10de:`; check `dmesg` for Xid/NVRM errors, reseat or "
-    "replace the GPU, and make the profile's gpu.expected_count match the hardware.",
+    "replace the GPU, and make the profile's gpu.expected_count match the hardware. Advertise a node's GPUs "
+    "through one path: the device plugin (nvidia.com/gpu) or a DRA driver's ResourceSlices, not both (disable "
+    "the device plugin on nodes where the GPU DRA driver runs, e.g. with a node label both DaemonSets select on).",
     source="NVML (device count), /sys/bus/pci/devices (vendor 0x10de, display class)",
 )
-def test_gpu_count(node, node_gpus, node_spec, profile, evidence):
+def test_gpu_count(node, node_gpus, node_spec, dra_slices, profile, evidence):
     g = node_gpus
-    evidence.source = f"{g.source}; sysfs PCI"
+    evidence.source = f"{g.source}; sysfs PCI; node capacity and ResourceSlices (API)"
     evidence.add(f"{g.source}: {len(g.gpus)} GPU(s); PCI bus: {len(g.pci_functions)} NVIDIA display function(s)")
     evidence.add(*(f"{x.label} {x.name or ''}".rstrip() for x in g.gpus), *g.notes)
     problems = []
@@ -41,7 +44,14 @@ def test_gpu_count(node, node_gpus, node_spec, profile, evidence):
     lost = [b for b in g.pci_functions if b not in seen]
     if lost:
         problems.append(f"on the PCI bus but not in {g.source}: {', '.join(lost)} (driver did not bring them up)")
-    if node_spec.gpu_capacity is None:
+    through_dra = False
+    if dra_slices is not None:
+        found, lines, through_dra = dra_advertised(dra_slices, g, node_spec.gpu_capacity)
+        evidence.add(*lines)
+        problems += found
+    if through_dra:
+        pass  # the GPUs are advertised through DRA; nvidia.com/gpu beside them was judged above
+    elif node_spec.gpu_capacity is None:
         evidence.add("advertised GPU resources not compared: the Kubernetes API did not report them for this node")
     else:
         verdict, lines = reconcile_advertised(g.gpus, node_spec.gpu_capacity, node_spec.gpu_resources, node_spec.labels)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.checks import check
+from conformance.checks.dra_rules import DRA_REMEDIATION, claim_gpu, describe
 from conformance.checks.runtime_rules import across_releases, handler_problem
 from conformance.checks.sysctl_rules import port_range_problems, somaxconn_problem, tw_reuse_problem
 from conformance.config.units import bytes_of, cpu_count
@@ -38,7 +39,7 @@ def _fmt(cpus) -> str:
 )
 def test_pod_qos(node, container, pod, spec_container, evidence):
     evidence.source = "pod spec and status (API)"
-    evidence.add(f"status.qosClass: {pod.qos}")
+    evidence.add(f"status.qosClass: {pod.qos}", *gpu_sources(spec_container))
     problems = [] if pod.qos == "Guaranteed" else [f"qosClass is {pod.qos} (requests must equal limits in every container)"]
     for c in pod.containers:
         role = "judged" if c["name"] == spec_container["name"] else "other container, evidence only"
@@ -108,12 +109,12 @@ def test_pod_cpus_exclusive(node, container, pod, spec_container, inside, assign
     "no more CPUs than one NUMA node has.",
     source="exec: Cpus_allowed_list; node: /sys/devices/system/node",
 )
-def test_pod_cpus_single_numa(node, container, inside, topology, facts, profile, evidence):
+def test_pod_cpus_single_numa(node, container, spec_container, inside, topology, facts, profile, evidence):
     nodes = _nodes_of(inside.cpus, topology)
     evidence.source = "exec /proc/self/status; sysfs NUMA map"
     evidence.add(f"CPUs {_fmt(inside.cpus)} on NUMA node(s) {sorted(n for n in nodes if n is not None)}")
     # The GPUs matter only under pods.numa_alignment: gpus; the default rule needs the CPUs and the NUMA map
-    gpu_nodes = _gpu_nodes(inside, facts.gpus) if profile.get("pods.numa_alignment") == "gpus" else set()
+    gpu_nodes = _gpu_nodes(inside, facts.gpus, spec_container, node) if profile.get("pods.numa_alignment") == "gpus" else set()
     if len(gpu_nodes) > 1:
         # A pod with GPUs on several NUMA nodes (8 GPUs on 2 sockets) cannot fit one node; the profile asks
         # for its CPUs to sit on its GPUs' NUMA nodes and nowhere else (topology policy restricted, pod scope).
@@ -125,18 +126,44 @@ def test_pod_cpus_single_numa(node, container, inside, topology, facts, profile,
     assert len(nodes) == 1 and None not in nodes, f"CPUs {_fmt(inside.cpus)} span NUMA nodes {sorted(map(str, nodes))}"
 
 
-def _gpu_nodes(inside, gpus) -> set[int]:
-    """NUMA nodes of the GPUs the container sees. A GPU whose node is unknown decides which rule applies,
-    so it is an error (FactUnavailable), never left out."""
+def _gpu_nodes(inside, gpus, spec_container, node) -> set[int]:
+    """NUMA nodes of the GPUs the container sees or holds through its ResourceClaims. A GPU whose node is
+    unknown decides which rule applies, so it is an error (FactUnavailable), never left out."""
     by_minor = {g.minor: g for g in gpus.gpus}
     out = set()
+    held = [claim_gpu(c, gpus, node) for c in _dra(spec_container).devices]
     for m in inside.gpu_minors:
         g = by_minor.get(m)
         if g is None:
             raise FactUnavailable(f"the container sees /dev/nvidia{m}, a GPU the node's {gpus.source} does not list")
+        held.append(g)
+    for g in held:
         if g.pci is None or g.pci.numa_node is None:
             raise FactUnavailable(f"{g.label}: its NUMA node is not known (sysfs numa_node; see GPU-NUMA-KNOWN)")
         out.add(g.pci.numa_node)
+    return out
+
+
+def _dra(spec_container):
+    """The container's DRA GPUs; a claim or slice that could not be read makes its GPU checks `error`."""
+    dra = spec_container["dra"]
+    if dra.error:
+        raise FactUnavailable(dra.error)
+    return dra
+
+
+def gpu_sources(spec_container) -> list[str]:
+    """Where the container's GPUs come from, for the evidence: the device plugin, or which claim."""
+    out = []
+    if spec_container["plugin_gpus"]:
+        out.append(f"GPUs from the device plugin: {spec_container['plugin_gpus']}")
+    dra = spec_container["dra"]
+    for c in dra.devices:
+        out.append(
+            f"GPU from DRA: claim {c.short_claim}, request {c.request}, driver {c.driver}, pool {c.pool}, device {c.device}"
+        )
+    for claim, consumers in dra.shared.items():
+        out.append(f"claim {claim} is shared: reserved for {', '.join(consumers)}")
     return out
 
 
@@ -144,33 +171,45 @@ def _gpu_nodes(inside, gpus) -> set[int]:
     "POD-GPU-NUMA-ALIGNED",
     "critical",
     title="Every GPU the container can use is on its CPUs' NUMA node",
-    rationale="""A GPU on the other socket halves host-to-device bandwidth and adds latency to every copy.""",
+    rationale="""A GPU on the other socket halves host-to-device bandwidth and adds latency to every copy. A GPU
+    from a DRA ResourceClaim is not aligned by the Topology Manager at all: the kubelet admits such a pod
+    with its exclusive CPUs on one socket and the GPU on the other even under single-numa-node.""",
     remediation="Enable the topology manager (single-numa-node) so the device plugin's GPU hint is aligned with "
-    "the CPU and memory hints; check that the GPU's numa_node is known (GPU-NUMA-KNOWN).",
-    source="exec: /dev/nvidia<N>; node: NVML minor numbers, sysfs numa_node",
+    "the CPU and memory hints; check that the GPU's numa_node is known (GPU-NUMA-KNOWN). " + DRA_REMEDIATION,
+    source="exec: /dev/nvidia<N>; API: ResourceClaim allocation, ResourceSlice device; node: NVML, sysfs numa_node",
 )
 def test_pod_gpu_numa_aligned(node, container, spec_container, inside, topology, gpus, profile, evidence):
-    evidence.source = "exec /dev/nvidia<N>; node GPU facts"
+    evidence.source = "exec /dev/nvidia<N>; ResourceClaims and ResourceSlices (API); node GPU facts"
     cpu_nodes = _nodes_of(inside.cpus, topology)
     by_minor = {g.minor: g for g in gpus.gpus}
+    evidence.add(*gpu_sources(spec_container))
     evidence.add(f"container CPUs on NUMA node(s) {sorted(map(str, cpu_nodes))}; sees /dev/nvidia{inside.gpu_minors}")
-    if not inside.gpu_minors:
-        if not spec_container["gpus"]:
-            pytest.skip("the container requests no GPU and sees none (selected by the profile's pods.selector)")
-        raise AssertionError(f"requests {spec_container['gpus']} GPU(s) but sees no /dev/nvidia<N> device node")
-    problems = []
+    held = []  # (what to call it, the GPU)
+    for c in _dra(spec_container).devices:
+        g = claim_gpu(c, gpus, node)
+        held.append((describe(c, g), g))
+    judged = {id(g) for _, g in held}
     for minor in inside.gpu_minors:
         g = by_minor.get(minor)
         if g is None:
             raise FactUnavailable(f"/dev/nvidia{minor}: no GPU with that minor number on node {node} ({gpus.source})")
+        if id(g) not in judged:  # a GPU a claim already names is judged once, under the claim's name
+            judged.add(id(g))
+            held.append((f"GPU{g.index} (/dev/nvidia{minor})", g))
+    if not held:
+        if not spec_container["gpus"]:
+            pytest.skip("the container requests no GPU and sees none (selected by the profile's pods.selector)")
+        raise AssertionError(f"requests {spec_container['gpus']} GPU(s) but sees no /dev/nvidia<N> device node")
+    problems = []
+    for what, g in held:
         gnode = g.pci.numa_node if g.pci else None
-        evidence.add(f"/dev/nvidia{minor}: {g.label} on NUMA node {gnode}")
+        evidence.add(f"{what}: {g.label} on NUMA node {gnode}")
         if profile.get("pods.numa_alignment") == "gpus":
             if gnode is None or gnode not in cpu_nodes:  # multi-NUMA pods: each GPU has CPUs of the pod beside it
-                problems.append(f"GPU{g.index} (/dev/nvidia{minor}) on NUMA node {gnode}, no CPU of the container there "
+                problems.append(f"{what} on NUMA node {gnode}, no CPU of the container there "
                                 f"(CPUs on {sorted(map(str, cpu_nodes))})")  # fmt: skip
         elif gnode is None or {gnode} != cpu_nodes:
-            problems.append(f"GPU{g.index} (/dev/nvidia{minor}) on NUMA node {gnode}, CPUs on {sorted(map(str, cpu_nodes))}")
+            problems.append(f"{what} on NUMA node {gnode}, CPUs on {sorted(map(str, cpu_nodes))}")
     assert not problems, "; ".join(problems)
 
 
@@ -279,6 +318,7 @@ def _main_process(inside) -> int | None:
     source="exec: df /dev/shm",
 )
 def test_pod_shm_size(node, container, spec_container, inside, profile, evidence):
+    _dra(spec_container)  # how many GPUs it holds decides the size: a claim not read is an error
     key = "pods.shm_min_multi_gpu" if spec_container["gpus"] >= 2 else "pods.shm_min"
     want = bytes_of(profile.get(key))
     evidence.source = "exec df -kP /dev/shm"

@@ -159,8 +159,12 @@ def pod_object(
     share_pid: bool = False,
     labels: dict[str, str] | None = None,
     host_network: bool = False,
+    resource_claims: list[dict] | None = None,
+    claim_statuses: list[dict] | None = None,
 ) -> dict:
-    """A complete running v1 Pod; `containers` are {name, resources: {requests, limits}}."""
+    """A complete running v1 Pod; `containers` are {name, resources: {requests, limits, claims}};
+    `resource_claims`: spec.resourceClaims ({name, resourceClaimName | resourceClaimTemplateName});
+    `claim_statuses`: status.resourceClaimStatuses ({name, resourceClaimName}) for claims made from templates."""
     spec_containers = [{"name": c["name"], "image": c.get("image", "registry.example/app:1"), "resources": c.get("resources", {})}
                        for c in containers]  # fmt: skip
     inits = [
@@ -177,6 +181,8 @@ def pod_object(
         spec["shareProcessNamespace"] = True
     if host_network:
         spec["hostNetwork"] = True
+    if resource_claims:
+        spec["resourceClaims"] = resource_claims
     statuses = [
         {"name": c["name"], "ready": True, "restartCount": 0, "image": c["image"], "imageID": f"{c['image']}@sha256:{'0' * 64}",
          "containerID": f"containerd://{hashlib.sha256((uid + c['name']).encode()).hexdigest()}",
@@ -202,8 +208,42 @@ def pod_object(
             "hostIP": "10.0.0.1",
             "podIP": "10.244.0.10",
             "startTime": "2026-12-03T00:00:00Z",
+            **({"resourceClaimStatuses": claim_statuses} if claim_statuses else {}),
         },
     }
+
+
+def resource_claim(
+    namespace: str, name: str, results: list[tuple[str, str, str, str]], reserved_for: list[tuple[str, str]]
+) -> dict:
+    """A complete allocated resource.k8s.io/v1 ResourceClaim: `results` are (request, driver, pool, device),
+    `reserved_for` the pods (name, uid) it is reserved for; no results: a claim not allocated yet."""
+    requests = sorted({r[0].split("/")[0] for r in results}) or ["gpu"]
+    status: dict[str, Any] = {}
+    if results:
+        status["allocation"] = {
+            "devices": {"results": [{"request": r, "driver": d, "pool": p, "device": dev} for r, d, p, dev in results]},
+        }
+        status["reservedFor"] = [{"resource": "pods", "name": n, "uid": u} for n, u in reserved_for]
+    return {
+        "kind": "ResourceClaim",
+        "apiVersion": "resource.k8s.io/v1",
+        "metadata": {"name": name, "namespace": namespace, "uid": hashlib.sha256(f"{namespace}/{name}".encode()).hexdigest()[:32],
+                     "resourceVersion": "4004", "creationTimestamp": "2026-12-03T00:00:00Z"},
+        "spec": {"devices": {"requests": [{"name": r, "exactly": {"deviceClassName": "gpu.nvidia.com"}} for r in requests]}},
+        "status": status,
+    }  # fmt: skip
+
+
+def resource_slice(name: str, node: str, driver: str, pool: str, devices: list[dict], generation: int = 1) -> dict:
+    """A complete resource.k8s.io/v1 ResourceSlice of one node; `devices` are {name, attributes}."""
+    return {
+        "kind": "ResourceSlice",
+        "apiVersion": "resource.k8s.io/v1",
+        "metadata": {"name": name, "resourceVersion": "4004", "creationTimestamp": "2026-12-03T00:00:00Z"},
+        "spec": {"driver": driver, "nodeName": node, "pool": {"name": pool, "generation": generation, "resourceSliceCount": 1},
+                 "devices": devices},
+    }  # fmt: skip
 
 
 _SELECTOR_TERM = re.compile(r"^([A-Za-z0-9./_-]+)\s*(?:(==|=|!=)\s*([A-Za-z0-9._-]*))?$")
@@ -250,6 +290,11 @@ class FakeApiServer:
         self.proxy_handler: Callable[[str, str, int, str], tuple[int, bytes] | None] | None = None
         # node -> how many times another writer changes the node between the gate's read and its patch
         self.concurrent_writes: dict[str, int] = {}
+        # resource.k8s.io (DRA): the versions served (none: a cluster without DRA, the group answers 404),
+        # ResourceClaims by (namespace, name) and ResourceSlices by name, as plain v1 documents
+        self.dra_versions: list[str] = ["v1"]
+        self.claims: dict[tuple[str, str], dict] = {}
+        self.slices: dict[str, dict] = {}
         self.lock = threading.Lock()
 
     def add_pod(self, obj: dict) -> None:
@@ -289,6 +334,9 @@ class FakeApiServer:
             self.requests.append((who.user, method, url.path))
         if parts == ["apis", "authorization.k8s.io", "v1", "selfsubjectaccessreviews"] and method == "POST":
             self._access_review(h, who, body)
+            return
+        if parts[:2] == ["apis", "resource.k8s.io"]:
+            self._dra(h, who, method, parts[2:], query)
             return
         if parts[:3] == ["apis", "node.k8s.io", "v1"] and len(parts) in (4, 5) and parts[3] == "runtimeclasses":
             self._runtime_classes(h, who, method, parts[4] if len(parts) == 5 else None)
@@ -414,6 +462,81 @@ class FakeApiServer:
         review["status"] = {"allowed": allowed, **({} if allowed else {"reason": "no RBAC policy matched"})}
         review["metadata"] = {"creationTimestamp": None}
         self._send(h, 201, review)
+
+    def _dra(self, h: BaseHTTPRequestHandler, who: Subject, method: str, rest: list[str], query: dict) -> None:
+        """resource.k8s.io as the API server serves it: the group's discovery document, namespaced
+        ResourceClaims (get, list) and cluster-scoped ResourceSlices (list with the field selectors the real
+        server supports: metadata.name, spec.nodeName, spec.driver; pkg/apis/resource/v1/conversion.go), each
+        authorised by RBAC in the resource.k8s.io group. Read-only here: other methods are 405."""
+        group = "resource.k8s.io"
+        if not self.dra_versions or (rest and rest[0] not in self.dra_versions):
+            self._status(h, 404, "NotFound", "the server could not find the requested resource")
+            return
+        if method != "GET":
+            self._status(h, 405, "MethodNotAllowed", f"the fake API server serves {group} read-only, not {method}")
+            return
+        if not rest:
+            versions = [{"groupVersion": f"{group}/{v}", "version": v} for v in self.dra_versions]
+            self._send(h, 200, {"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": versions,
+                                "preferredVersion": versions[0]})  # fmt: skip
+            return
+        version, path = rest[0], rest[1:]
+        if len(path) in (3, 4) and path[0] == "namespaces" and path[2] == "resourceclaims":
+            ns, name = path[1], path[3] if len(path) == 4 else None
+            verb = "get" if name else "list"
+            if not self.rbac.allowed(who, verb, "resourceclaims", ns, group=group):
+                target = f'resourceclaims.{group} "{name}"' if name else f"resourceclaims.{group}"
+                message = (f'{target} is forbidden: User "{who.user}" cannot {verb} resource "resourceclaims" in API group '
+                           f'"{group}" in the namespace "{ns}"')  # fmt: skip
+                self._status(h, 403, "Forbidden", message, {"name": name or "", "group": group, "kind": "resourceclaims"})
+                return
+            if name is None:
+                items = [self._versioned(c, version) for (cns, _), c in sorted(self.claims.items()) if cns == ns]
+                self._send(h, 200, {"kind": "ResourceClaimList", "apiVersion": f"{group}/{version}",
+                                    "metadata": {"resourceVersion": "4004"}, "items": items})  # fmt: skip
+                return
+            claim = self.claims.get((ns, name))
+            if claim is None:
+                self._status(h, 404, "NotFound", f'resourceclaims.{group} "{name}" not found',
+                             {"name": name, "group": group, "kind": "resourceclaims"})  # fmt: skip
+                return
+            self._send(h, 200, self._versioned(claim, version))
+            return
+        if path == ["resourceslices"]:
+            if not self.rbac.allowed(who, "list", "resourceslices", None, group=group):
+                message = (f'resourceslices.{group} is forbidden: User "{who.user}" cannot list resource "resourceslices" '
+                           f'in API group "{group}" at the cluster scope')  # fmt: skip
+                self._status(h, 403, "Forbidden", message, {"group": group, "kind": "resourceslices"})
+                return
+            wanted = {}
+            for term in filter(None, query.get("fieldSelector", [""])[0].split(",")):
+                key, _, value = term.partition("=")
+                if key not in ("metadata.name", "spec.nodeName", "spec.driver"):
+                    self._status(h, 400, "BadRequest",
+                                 f"field label not supported for {group}/{version}, Kind=ResourceSlice: {key}")  # fmt: skip
+                    return
+                wanted[key] = value
+            items = []
+            for name, sl in sorted(self.slices.items()):
+                have = {"metadata.name": name, "spec.nodeName": sl["spec"].get("nodeName"), "spec.driver": sl["spec"]["driver"]}
+                if all(have[k] == v for k, v in wanted.items()):
+                    items.append(self._versioned(sl, version))
+            self._send(h, 200, {"kind": "ResourceSliceList", "apiVersion": f"{group}/{version}",
+                                "metadata": {"resourceVersion": "4004"}, "items": items})  # fmt: skip
+            return
+        self._status(h, 404, "NotFound", "the server could not find the requested resource")
+
+    @staticmethod
+    def _versioned(obj: dict, version: str) -> dict:
+        """A stored v1 object as `version` serves it: v1beta1 wraps each device's attributes and capacity in
+        `basic` (k8s.io/api/resource/v1beta1 BasicDevice); v1beta2 has v1's shape."""
+        out = json.loads(json.dumps(obj))
+        out["apiVersion"] = f"resource.k8s.io/{version}"
+        if version == "v1beta1" and out.get("kind") == "ResourceSlice":
+            out["spec"]["devices"] = [
+                {"name": d["name"], "basic": {k: v for k, v in d.items() if k != "name"}} for d in out["spec"].get("devices", [])
+            ]
+        return out
 
     def _runtime_classes(self, h: BaseHTTPRequestHandler, who: Subject, method: str, name: str | None) -> None:
         """node.k8s.io/v1 RuntimeClass: cluster-scoped, read-only here; RBAC in the node.k8s.io group."""

@@ -14,6 +14,7 @@ from functools import partial
 from typing import Any
 
 from conformance.cluster.api_errors import explain
+from conformance.cluster.dra import ContainerDra, DraReader
 from conformance.collection.redact import env_value
 from conformance.config.kubernetes import GPU_RESOURCE
 from conformance.errors import FactUnavailable
@@ -109,7 +110,9 @@ class PodInfo:
     qos: str | None
     runtime_class: str | None
     share_pid: bool
-    containers: list[dict[str, Any]]  # name, cpu_request, cpu_limit, mem_request, mem_limit, gpus
+    # name, cpu_request, cpu_limit, mem_request, mem_limit, gpus (device plugin and DRA), plugin_gpus,
+    # dra (ContainerDra: the GPUs of its ResourceClaims)
+    containers: list[dict[str, Any]]
     init_containers: dict[str, bool] = field(default_factory=dict)  # name -> restartable (a sidecar: restartPolicy Always)
     host_network: bool = False  # spec.hostNetwork: the pod shares the node's network namespace (and sysctls)
 
@@ -182,11 +185,18 @@ def selector_matches(selector: str | None, labels: dict[str, str]) -> bool:
 
 
 def gpu_pods(
-    api: Any, node: str, resource: str = GPU_RESOURCE, selector: str | None = None, namespaces: list[str] | None = None
+    api: Any,
+    node: str,
+    resource: str = GPU_RESOURCE,
+    selector: str | None = None,
+    namespaces: list[str] | None = None,
+    dra: DraReader | None = None,
+    dra_drivers: tuple[str, ...] = (),
 ) -> list[PodInfo]:
-    """The running pods on `node` whose containers request `resource`, or whose labels match the
-    profile's `selector` (then every container is checked); only in `namespaces` when given, so that
-    list pods and pods/exec may be granted there alone."""
+    """The running pods on `node` whose containers request `resource` through the device plugin, hold a
+    GPU of `dra_drivers` through a ResourceClaim (or use a claim that could not be read: unknown is not
+    "no GPU"), or whose labels match the profile's `selector` (then every container is checked); only in
+    `namespaces` when given, so that list pods and pods/exec may be granted there alone."""
     from kubernetes import client
 
     core = client.CoreV1Api(api)
@@ -215,9 +225,14 @@ def gpu_pods(
                 }
             )
         if not p.status or p.status.phase != "Running":
-            continue  # nothing to exec into yet (Pending) or any more (Succeeded, Failed)
+            continue  # nothing to exec into yet (Pending: also a pod whose claims are not allocated) or any more
+        claims = dra.containers(p, node, dra_drivers) if dra is not None else {}
+        for c in containers:
+            c["plugin_gpus"] = c["gpus"]
+            c["dra"] = claims.get(c["name"], ContainerDra())
+            c["gpus"] += len(c["dra"].devices)
         selected = selector_matches(selector, dict(p.metadata.labels or {}))
-        if not any(c["gpus"] for c in containers) and not selected:
+        if not any(c["gpus"] or c["dra"].error for c in containers) and not selected:
             continue
         if selected:
             for c in containers:

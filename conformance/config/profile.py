@@ -173,6 +173,11 @@ def _validate(values: dict[str, Any], source: str) -> None:
         "a mapping of PCIe generation to GB/s",
     )
     need("gpu.mig", g["mig"] in ("any", "off", "on"), "any, off or on")
+    need(
+        "gpu.dra_drivers",
+        isinstance(g["dra_drivers"], list) and all(isinstance(v, str) and v for v in g["dra_drivers"]),
+        "a list of DRA driver names such as gpu.nvidia.com ([]: no DRA driver hands out GPUs)",
+    )
     need("gpu.measure_bandwidth", isinstance(g["measure_bandwidth"], bool), "true or false")
     need("gpu.pcie_replay_limit", isinstance(g["pcie_replay_limit"], int), "an integer")
     for key in ("h2d_buffer_mib", "h2d_copies", "h2d_samples", "h2d_warmup"):

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from conformance.cluster import acceptance
 from conformance.cluster.acceptance import AcceptancePod
 from conformance.cluster.api import runtime_class_handlers
+from conformance.cluster.dra import DraReader, NodeSlices
 from conformance.cluster.manifests import DEFAULT_IMAGE
 from conformance.cluster.pods import ContainerRef, InsideFacts, PodInfo, exec_inside, gpu_pods
 from conformance.config.kubernetes import GPU_RESOURCE
@@ -28,6 +29,20 @@ class PodView:
         self._pods: dict[str, list[PodInfo] | FactUnavailable] = {}
         self._inside: dict[str, InsideFacts | FactUnavailable] = {}
         self._handlers: dict[str, str] | FactUnavailable | None = None
+        self._dra: DraReader | None = None
+
+    @property
+    def dra(self) -> DraReader:
+        """The run's reader of ResourceClaims and ResourceSlices (resource.k8s.io)."""
+        if self._dra is None:
+            self._dra = DraReader(self.store.kube_api)
+        return self._dra
+
+    def slices_on(self, node: str) -> NodeSlices | None:
+        """The GPU devices the node's ResourceSlices publish (None: no API, or a snapshot replay)."""
+        if self.store.kube_api is None or self.store.snapshot_dir:
+            return None
+        return self.dra.slices(node, tuple(self.fleet.profile_for(node).get("gpu.dra_drivers")))
 
     def pods_on(self, node: str) -> list[PodInfo]:
         """The node's GPU pods (from the API; listed once)."""
@@ -37,7 +52,10 @@ class PodView:
                 profile = self.fleet.profile_for(node)
                 resource = spec.gpu_resource if spec else GPU_RESOURCE
                 namespaces = profile.get("pods.namespaces") or None
-                self._pods[node] = gpu_pods(self.store.kube_api, node, resource, profile.get("pods.selector"), namespaces)
+                drivers = tuple(profile.get("gpu.dra_drivers"))
+                self._pods[node] = gpu_pods(
+                    self.store.kube_api, node, resource, profile.get("pods.selector"), namespaces, self.dra, drivers
+                )
             except FactUnavailable as e:
                 self._pods[node] = e
         got = self._pods[node]
@@ -60,7 +78,7 @@ class PodView:
             ContainerRef(node, p.namespace, p.name, c["name"], p.uid)
             for p in pods
             for c in p.containers
-            if c["gpus"] or c.get("selected")
+            if c["gpus"] or c["dra"].error or c.get("selected")
         ]
         if isinstance(problem, FactUnavailable):
             refs.insert(0, str(problem))  # the node failed acceptance before any check: say so in the results

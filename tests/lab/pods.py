@@ -79,10 +79,20 @@ class LabPod:
     cfs_quota_us: int | None = None  # a CFS quota per 100 ms period on its CPU cgroup (the kubelet's, from the CPU limit)
     busy: int = 0  # busy worker processes: with a quota below them, the container is really throttled
     cpu_cgroup: Path | None = None  # its cgroup in the machine's cgroup v1 cpu hierarchy
+    # DRA: pod claim entry -> ResourceClaim name (spec.resourceClaims[].resourceClaimName), and entries made
+    # from a template (resourceClaimTemplateName; the claim's name in status.resourceClaimStatuses)
+    claims: dict[str, str] = field(default_factory=dict)
+    claim_templates: dict[str, str] = field(default_factory=dict)
 
     def api_object(self, node: str) -> dict[str, Any]:
-        gpu = {"nvidia.com/gpu": str(self.gpu_count)}
-        resources = {"requests": {**self.requests, **gpu}, "limits": {**self.limits, **gpu}}
+        gpu = {"nvidia.com/gpu": str(self.gpu_count)} if self.gpu_count else {}
+        resources: dict[str, Any] = {"requests": {**self.requests, **gpu}, "limits": {**self.limits, **gpu}}
+        entries = [*self.claims, *self.claim_templates]
+        if entries:
+            resources["claims"] = [{"name": e} for e in entries]
+        pod_claims = [{"name": e, "resourceClaimName": c} for e, c in self.claims.items()]
+        pod_claims += [{"name": e, "resourceClaimTemplateName": f"{e}-template"} for e in self.claim_templates]
+        made = [{"name": e, "resourceClaimName": c} for e, c in self.claim_templates.items()]
         own = {"requests": self.requests, "limits": self.limits}
         inits = [{"name": self.init, "resources": own}] if self.init else []
         if self.restartable_init:
@@ -92,7 +102,8 @@ class LabPod:
             small = {"cpu": "100m", "memory": "64Mi"}
             containers.append({"name": self.sidecar, "resources": {"requests": small, "limits": small}})
         return pod_object(self.namespace, self.name, self.uid, node, containers, init_containers=inits or None,
-                          runtime_class=self.runtime_class, share_pid=self.share_pid, host_network=self.host_network)  # fmt: skip
+                          runtime_class=self.runtime_class, share_pid=self.share_pid, host_network=self.host_network,
+                          resource_claims=pod_claims or None, claim_statuses=made or None)  # fmt: skip
 
 
 def cpu_hierarchy() -> tuple[Path, str] | None:

@@ -1,0 +1,90 @@
+"""GPUs that reach pods through DRA, mapped to the node's GPUs: a claim's allocated device, as the node's
+ResourceSlices publish it, is the GPU whose UUID (a MIG device: its parent's UUID) or PCI address NVML and
+sysfs report. A device that maps to no GPU, or to two different ones, is an error, never skipped."""
+
+from __future__ import annotations
+
+from conformance.cluster.dra import ClaimDevice, NodeSlices, SliceDevice
+from conformance.errors import FactUnavailable
+from conformance.facts.gpu import Gpu, GpuFacts
+
+# What cures a DRA GPU on the other NUMA node than the container's CPUs: nothing in the kubelet aligns them.
+DRA_REMEDIATION = (
+    "For GPUs from DRA ResourceClaims the Topology Manager aligns nothing (DRA devices give it no hints): select the "
+    "CPUs through DRA too, with a DRA CPU driver (kubernetes-sigs/dra-driver-cpu) in the same claim and a "
+    "`constraints: [{matchAttribute: resource.kubernetes.io/pcieRoot}]` (or a NUMA attribute both drivers publish) "
+    "across the GPU and CPU requests; or request the GPU through the device plugin (nvidia.com/gpu), which the "
+    "Topology Manager aligns with the CPU and memory managers under single-numa-node."
+)
+
+
+def published_gpu(d: SliceDevice, gpus: GpuFacts) -> Gpu | None:
+    """The node's GPU a published device lives on (None: none of them). UUID first; a PCI address that
+    names another GPU than the UUID is a contradiction, raised as FactUnavailable."""
+    by_uuid = next((g for g in gpus.gpus if d.gpu_uuid and g.uuid == d.gpu_uuid), None)
+    by_pci = next((g for g in gpus.gpus if d.pci and g.bus_id == d.pci), None)
+    if by_uuid is not None and by_pci is not None and by_uuid is not by_pci:
+        raise FactUnavailable(
+            f"DRA device {d.name} (driver {d.driver}): UUID {d.gpu_uuid} is {by_uuid.label} but PCI {d.pci} is {by_pci.label}"
+        )
+    if by_uuid is not None and d.pci and by_uuid.bus_id != d.pci:
+        raise FactUnavailable(f"DRA device {d.name} (driver {d.driver}): UUID {d.gpu_uuid} is {by_uuid.label}, "
+                              f"but the slice gives PCI {d.pci}")  # fmt: skip
+    return by_uuid or by_pci
+
+
+def claim_gpu(c: ClaimDevice, gpus: GpuFacts, node: str) -> Gpu:
+    """The node's GPU behind one allocated device; FactUnavailable names what could not be mapped."""
+    d = c.published
+    if d is None:
+        raise FactUnavailable(
+            f"claim {c.claim}: allocated device {c.device} of pool {c.pool} (driver {c.driver}) is in no ResourceSlice "
+            f"of node {node}"
+        )
+    g = published_gpu(d, gpus)
+    if g is None:
+        raise FactUnavailable(
+            f"claim {c.claim}: device {c.device} (driver {c.driver}, UUID {d.gpu_uuid or '?'}, PCI {d.pci or '?'}) maps "
+            f"to no GPU of node {node} ({gpus.source})"
+        )
+    return g
+
+
+def describe(c: ClaimDevice, g: Gpu) -> str:
+    """`claim vllm-gpu (driver gpu.nvidia.com, device gpu-3, PCI 0000:c1:00.0, NUMA 1)`; a MIG device names
+    its GPU, whose NUMA node is the one that counts."""
+    numa = g.pci.numa_node if g.pci else None
+    mig = f", MIG device of GPU{g.index}" if c.published is not None and c.published.parent_uuid else ""
+    return f"claim {c.short_claim} (driver {c.driver}, device {c.device}{mig}, PCI {g.bus_id}, NUMA {numa})"
+
+
+def dra_advertised(slices: NodeSlices, gpus: GpuFacts, plugin_gpus: int | None) -> tuple[list[str], list[str], bool]:
+    """(problems, evidence, whether DRA publishes GPUs here). Every GPU NVML lists is published, every published
+    device is one of them (UUID and PCI address agreeing), and no GPU is also advertised by the device plugin:
+    the scheduler counts nvidia.com/gpu and ResourceSlices apart, so one GPU could go to two pods."""
+    lines = [f"{slices.source}: {len(slices.devices)} device(s)" if slices.version else slices.source]
+    if not slices.devices:
+        return [], lines, False
+    problems: list[str] = []
+    on: dict[int, list[str]] = {}  # GPU index -> the DRA devices on it (a GPU, or its MIG devices)
+    for d in slices.devices:
+        try:
+            g = published_gpu(d, gpus)
+        except FactUnavailable as e:
+            problems.append(str(e))
+            continue
+        if g is None:
+            problems.append(f"DRA device {d.name} (UUID {d.gpu_uuid or '?'}, PCI {d.pci or '?'}) is no GPU {gpus.source} lists")
+            continue
+        on.setdefault(g.index, []).append(d.name)
+        lines.append(f"DRA device {d.name} ({d.kind or 'type not published'}) of pool {d.pool}: {g.label}")
+    missing = [g.label for g in gpus.gpus if g.index not in on]
+    if missing:
+        problems.append(f"not published through DRA ({slices.source}): {', '.join(missing)}")
+    if plugin_gpus:
+        both = [f"{g.label} as {', '.join(on[g.index])}" for g in gpus.gpus if g.index in on]
+        problems.append(
+            f"GPUs advertised twice: the device plugin advertises nvidia.com/gpu {plugin_gpus} and DRA publishes "
+            f"{'; '.join(both)}: a device-plugin pod and a DRA pod can be given the same GPU"
+        )
+    return problems, lines, True

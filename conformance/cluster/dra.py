@@ -1,0 +1,321 @@
+"""GPUs allocated through Dynamic Resource Allocation: a pod's ResourceClaims, their allocation results,
+and the devices the node's ResourceSlices publish, read from the `resource.k8s.io` API.
+
+The kubelet's Topology Manager does not align DRA devices with the CPUs and memory its CPU and Memory
+Managers hand out (DRA devices are prepared after admission and give no topology hints; Kubernetes docs,
+"Dynamic Resource Allocation", kubernetes/website PR 56761): a Guaranteed pod with static CPUs on one NUMA
+node and a DRA GPU on the other is admitted under `single-numa-node`. The pod checks judge such a pod
+from what is read here, mapped to the node's GPUs by UUID or PCI address.
+
+Objects, as `k8s.io/api/resource/v1` defines them (v1beta2 has the same shape; v1beta1 wraps a device's
+attributes in `basic`):
+- Pod: `spec.resourceClaims[]` {name, resourceClaimName | resourceClaimTemplateName},
+  `spec.containers[].resources.claims[]` {name, request}, `status.resourceClaimStatuses[]`
+  {name, resourceClaimName} for claims made from templates.
+- ResourceClaim: `status.allocation.devices.results[]` {request, driver, pool, device},
+  `status.reservedFor[]` {resource, name, uid}.
+- ResourceSlice: `spec.driver`, `spec.pool` {name, generation}, `spec.nodeName`, `spec.devices[]`
+  {name, attributes: {NAME: {string|int|bool|version}}}.
+
+Attributes of NVIDIA's GPU DRA driver (driver `gpu.nvidia.com`, kubernetes-sigs/dra-driver-nvidia-gpu,
+cmd/gpu-kubelet-plugin/deviceinfo.go): `type` (gpu | mig | vfio), `uuid`, `productName`, MIG devices'
+`parentUUID`; the PCI address was `pcieBusID` in releases v25.3.0 and v25.8.x and is the standard
+`resource.kubernetes.io/pciBusID` from v25.12.0 on (k8s.io/dynamic-resource-allocation/deviceattribute).
+An attribute may also be written qualified by the driver's domain (`gpu.nvidia.com/uuid`): both read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from conformance.cluster.api_errors import explain
+from conformance.errors import FactUnavailable, ParseError
+from conformance.facts.gpu import normalise_bus_id
+
+GROUP = "resource.k8s.io"
+# The versions read, newest first (kubectl likewise takes the server's preferred version of the group).
+VERSIONS = ("v1", "v1beta2", "v1beta1")
+TIMEOUT_S = 15
+PCI_ATTRIBUTES = ("resource.kubernetes.io/pciBusID", "pcieBusID")  # v25.12.0 on; v25.3.0 to v25.8.x
+
+
+@dataclass(frozen=True)
+class SliceDevice:
+    """One device a ResourceSlice publishes, with the attributes that identify a GPU."""
+
+    driver: str
+    pool: str
+    name: str
+    kind: str | None  # the driver's `type` attribute: gpu, mig, vfio
+    uuid: str | None
+    parent_uuid: str | None  # a MIG device's GPU
+    pci: str | None  # normalised PCI address (0000:c1:00.0)
+    product: str | None
+
+    @property
+    def gpu_uuid(self) -> str | None:
+        """The physical GPU this device lives on: its own UUID, or a MIG device's parent."""
+        return self.parent_uuid or self.uuid
+
+
+@dataclass(frozen=True)
+class ClaimDevice:
+    """One device allocated to a ResourceClaim, and what the node's slices say of it (None: not found)."""
+
+    claim: str  # namespace/name
+    request: str
+    driver: str
+    pool: str
+    device: str
+    published: SliceDevice | None
+
+    @property
+    def short_claim(self) -> str:
+        return self.claim.split("/", 1)[-1]
+
+
+@dataclass
+class NodeSlices:
+    """The GPU devices the node's ResourceSlices publish (drivers the profile counts as GPU drivers)."""
+
+    version: str | None  # the resource.k8s.io version read; None: the API server serves no DRA
+    devices: list[SliceDevice] = field(default_factory=list)
+    source: str = ""
+
+    def find(self, driver: str, pool: str, name: str) -> SliceDevice | None:
+        return next((d for d in self.devices if (d.driver, d.pool, d.name) == (driver, pool, name)), None)
+
+
+def served_version(api: Any) -> str | None:
+    """The newest resource.k8s.io version the API server serves (discovery), None when it serves the group
+    in no version this suite reads (a cluster without DRA: the group is absent, 404)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        group = client.ResourceApi(api).get_api_group(_request_timeout=TIMEOUT_S)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise FactUnavailable(explain(e, "get", f"API group {GROUP} (discovery)")) from None
+    except Exception as e:
+        raise FactUnavailable(explain(e, "get", f"API group {GROUP} (discovery)")) from None
+    served = {v.version for v in group.versions or []}
+    return next((v for v in VERSIONS if v in served), None)
+
+
+def _custom(api: Any) -> Any:
+    from kubernetes import client
+
+    return client.CustomObjectsApi(api)
+
+
+def read_claim(api: Any, version: str, namespace: str, name: str) -> dict[str, Any]:
+    """One ResourceClaim as a plain document; FactUnavailable names what could not be read."""
+    try:
+        doc = _custom(api).get_namespaced_custom_object(
+            GROUP, version, namespace, "resourceclaims", name, _request_timeout=TIMEOUT_S
+        )
+    except Exception as e:
+        raise FactUnavailable(explain(e, "get", f"resourceclaims.{GROUP}", f"{namespace}/{name}")) from None
+    if not isinstance(doc, dict):
+        raise FactUnavailable(f"ResourceClaim {namespace}/{name}: the API answered no object")
+    return doc
+
+
+def node_slices(api: Any, version: str | None, node: str, drivers: tuple[str, ...]) -> NodeSlices:
+    """The devices of the GPU drivers' ResourceSlices on `node` (field selector spec.nodeName, which the API
+    server supports for ResourceSlices: pkg/registry/resource/resourceslice/strategy.go). Of a pool published
+    in several generations only the newest counts, as the scheduler takes it."""
+    if version is None:
+        return NodeSlices(None, [], f"the API server serves no {GROUP} version ({', '.join(VERSIONS)}): no DRA")
+    try:
+        doc = _custom(api).list_cluster_custom_object(
+            GROUP, version, "resourceslices", field_selector=f"spec.nodeName={node}", _request_timeout=TIMEOUT_S
+        )
+    except Exception as e:
+        raise FactUnavailable(explain(e, "list", f"resourceslices.{GROUP}")) from None
+    items = doc.get("items") if isinstance(doc, dict) else None
+    if not isinstance(items, list):
+        raise FactUnavailable(f"ResourceSlices of node {node}: the API answered no list")
+    newest: dict[tuple[str, str], int] = {}
+    for s in items:
+        spec = (s or {}).get("spec") or {}
+        key = (str(spec.get("driver")), str((spec.get("pool") or {}).get("name")))
+        newest[key] = max(newest.get(key, 0), int((spec.get("pool") or {}).get("generation") or 0))
+    devices: list[SliceDevice] = []
+    for s in items:
+        spec = (s or {}).get("spec") or {}
+        driver, pool = str(spec.get("driver")), spec.get("pool") or {}
+        if driver not in drivers or int(pool.get("generation") or 0) != newest[(driver, str(pool.get("name")))]:
+            continue  # another driver's devices, or a pool generation the scheduler no longer uses
+        for d in spec.get("devices") or []:
+            devices.append(slice_device(driver, str(pool.get("name")), d, (s.get("metadata") or {}).get("name", "?")))
+    return NodeSlices(version, devices, f"ResourceSlices ({GROUP}/{version}) of node {node}, drivers {', '.join(drivers)}")
+
+
+def slice_device(driver: str, pool: str, d: dict[str, Any], slice_name: str) -> SliceDevice:
+    """A published device and its identifying attributes; a malformed PCI address is a ParseError."""
+    attrs = d.get("attributes")
+    if attrs is None and isinstance(d.get("basic"), dict):  # v1beta1
+        attrs = d["basic"].get("attributes")
+    attrs = attrs or {}
+
+    def value(name: str) -> str | None:
+        for key in (name, f"{driver}/{name}"):
+            v = attrs.get(key)
+            if isinstance(v, dict):
+                for kind in ("string", "version", "int", "bool"):
+                    if kind in v and v[kind] is not None:
+                        return str(v[kind])
+        return None
+
+    raw_pci = next((v for a in PCI_ATTRIBUTES if (v := value(a))), None)
+    try:
+        pci = normalise_bus_id(raw_pci) if raw_pci else None
+    except ParseError as e:
+        raise FactUnavailable(f"ResourceSlice {slice_name} device {d.get('name')}: {e}") from None
+    return SliceDevice(
+        driver=driver,
+        pool=pool,
+        name=str(d.get("name")),
+        kind=value("type"),
+        uuid=value("uuid"),
+        parent_uuid=value("parentUUID"),
+        pci=pci,
+        product=value("productName"),
+    )
+
+
+def pod_claims(pod: Any) -> tuple[dict[str, str | None], dict[str, list[tuple[str, str | None]]]]:
+    """(pod claim entry -> ResourceClaim name, None while a template's claim is not created yet;
+    container -> [(pod claim entry, request or None for all)]) from a pod object of the client."""
+    spec, status = pod.spec, pod.status
+    made = {s.name: s.resource_claim_name for s in (getattr(status, "resource_claim_statuses", None) or [])}
+    names: dict[str, str | None] = {}
+    for rc in getattr(spec, "resource_claims", None) or []:
+        names[rc.name] = rc.resource_claim_name or made.get(rc.name)
+    uses: dict[str, list[tuple[str, str | None]]] = {}
+    for c in spec.containers or []:
+        for cl in (getattr(c.resources, "claims", None) or []) if c.resources else []:
+            uses.setdefault(c.name, []).append((cl.name, getattr(cl, "request", None) or None))
+    return names, uses
+
+
+def allocated(claim: dict[str, Any], request: str | None) -> list[tuple[str, str, str, str]]:
+    """(request, driver, pool, device) of the claim's allocation, for one request of it or all; a request of
+    `firstAvailable` is allocated under `request/subrequest`."""
+    results = ((((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results")) or []
+    out = []
+    for r in results:
+        req = str(r.get("request", ""))
+        if request is None or req == request or req.startswith(request + "/"):
+            out.append((req, str(r.get("driver")), str(r.get("pool")), str(r.get("device"))))
+    return out
+
+
+def is_allocated(claim: dict[str, Any]) -> bool:
+    return bool((claim.get("status") or {}).get("allocation"))
+
+
+def reserved_for(claim: dict[str, Any]) -> list[str]:
+    """The consumers the claim is reserved for (`pod NAME`), for the evidence of a shared claim."""
+    return [
+        f"{r.get('resource', 'pods').rstrip('s')} {r.get('name')}" for r in (claim.get("status") or {}).get("reservedFor") or []
+    ]
+
+
+@dataclass
+class ContainerDra:
+    """The GPUs a container holds through its ResourceClaims, or why they could not be read."""
+
+    devices: list[ClaimDevice] = field(default_factory=list)
+    error: str | None = None  # a claim or the node's slices could not be read: the GPU checks say `error`
+    shared: dict[str, list[str]] = field(default_factory=dict)  # claim -> the consumers it is reserved for
+    claims: list[str] = field(default_factory=list)  # every claim the container uses, GPU or not
+
+
+class DraReader:
+    """Reads, once per run, the resource.k8s.io version served, each ResourceClaim and each node's slices."""
+
+    def __init__(self, api: Any) -> None:
+        self.api = api
+        self._version: str | FactUnavailable | None = FactUnavailable("not read yet")
+        self._version_read = False
+        self._claims: dict[tuple[str, str], dict[str, Any] | FactUnavailable] = {}
+        self._slices: dict[tuple[str, tuple[str, ...]], NodeSlices | FactUnavailable] = {}
+
+    def version(self) -> str | None:
+        if not self._version_read:
+            try:
+                self._version = served_version(self.api)
+            except FactUnavailable as e:
+                self._version = e
+            self._version_read = True
+        if isinstance(self._version, FactUnavailable):
+            raise self._version
+        return self._version
+
+    def slices(self, node: str, drivers: tuple[str, ...]) -> NodeSlices:
+        key = (node, drivers)
+        if key not in self._slices:
+            try:
+                self._slices[key] = node_slices(self.api, self.version(), node, drivers)
+            except FactUnavailable as e:
+                self._slices[key] = e
+        got = self._slices[key]
+        if isinstance(got, FactUnavailable):
+            raise got
+        return got
+
+    def claim(self, namespace: str, name: str) -> dict[str, Any]:
+        key = (namespace, name)
+        if key not in self._claims:
+            try:
+                version = self.version()
+                if version is None:
+                    raise FactUnavailable(f"ResourceClaim {namespace}/{name}: the API server serves no {GROUP} version")
+                self._claims[key] = read_claim(self.api, version, namespace, name)
+            except FactUnavailable as e:
+                self._claims[key] = e
+        got = self._claims[key]
+        if isinstance(got, FactUnavailable):
+            raise got
+        return got
+
+    def containers(self, pod: Any, node: str, drivers: tuple[str, ...]) -> dict[str, ContainerDra]:
+        """Container name -> its DRA GPUs, for a running pod object of the client."""
+        names, uses = pod_claims(pod)
+        ns = pod.metadata.namespace
+        out: dict[str, ContainerDra] = {}
+        for container, entries in uses.items():
+            got = out.setdefault(container, ContainerDra())
+            for entry, request in entries:
+                claim_name = names.get(entry)
+                if claim_name is None:
+                    got.error = f"pod {ns}/{pod.metadata.name}: claim entry {entry!r} names no ResourceClaim (not created yet?)"
+                    continue
+                got.claims.append(claim_name)
+                try:
+                    claim = self.claim(ns, claim_name)
+                except FactUnavailable as e:
+                    got.error = str(e)
+                    continue
+                if not is_allocated(claim):
+                    got.error = f"ResourceClaim {ns}/{claim_name} is not allocated, yet the pod runs"
+                    continue
+                results = [r for r in allocated(claim, request) if r[1] in drivers]
+                if not results:
+                    continue  # not a GPU claim (another driver's devices)
+                consumers = reserved_for(claim)
+                if len(consumers) > 1:
+                    got.shared[claim_name] = consumers
+                try:
+                    slices = self.slices(node, drivers)
+                except FactUnavailable as e:
+                    got.error = f"ResourceClaim {ns}/{claim_name} holds GPUs, but {e}"
+                    continue
+                for req, driver, pool, device in results:
+                    published = slices.find(driver, pool, device)
+                    got.devices.append(ClaimDevice(f"{ns}/{claim_name}", req, driver, pool, device, published))
+        return out

@@ -1,0 +1,249 @@
+"""GPUs allocated through DRA ResourceClaims, judged on real lab pods (real processes with real CPU
+affinity and /dev/nvidia<N> nodes) through the wire-level fake API server, which serves resource.k8s.io
+as k8s.io/api/resource/v1 defines it. The node lays NUMA node 0 on cpu0 with GPU0 (0000:18:00.0) and NUMA
+node 1 on cpu1 with GPU1 (0000:9a:00.0), as tests/test_lab_pods.py does."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.fakeapi import kubeconfig, node_object, resource_claim, resource_slice, serve
+from tests.gpu_standins import build_standins, driver_files
+from tests.kube_fixtures import fake_api
+from tests.lab import pods as labpods
+from tests.lab.builder import Lab, NodeSpec
+from tests.lab.gpu_nodes import pci, require_two_cpu_gpu_lab, two_gpu_config
+from tests.lab.pods import LabPod
+
+pytestmark = pytest.mark.lab
+NODE = "gpu-dra"
+DRIVER = "gpu.nvidia.com"
+UUID0, UUID1 = "GPU-00000000-0000-4000-8000-000000000018", "GPU-00000000-0000-4000-8000-00000000009A"
+GOOD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def _dra(name: str, cpus: str, gpus: list[int], **kw) -> LabPod:
+    return LabPod(name, f"uid-{name}", cpus, gpus=gpus, env=GOOD, shm_mib=2048, gpu_count=0, **kw)
+
+
+PODS = [
+    _dra("dra-aligned", "0", [0], claims={"gpu": "aligned-gpu"}),  # cpu0 and GPU0, both NUMA 0
+    _dra("dra-far", "1", [0], claim_templates={"gpu": "dra-far-gpu-x7k2p"}),  # cpu1 (NUMA 1), GPU0 (NUMA 0)
+    _dra("dra-two", "0", [0, 1], claims={"gpus": "two-gpus"}),  # GPU0 and GPU1 across both NUMA nodes
+    _dra("dra-shared-a", "1", [1], claims={"gpu": "shared-gpu"}),  # one claim, two pods, GPU1 beside cpu1
+    _dra("dra-shared-b", "1", [1], claims={"gpu": "shared-gpu"}),
+    _dra("dra-mig", "1", [1], claims={"mig": "mig-slice"}),  # a MIG device of GPU1: its parent's NUMA node counts
+    LabPod("plugin", "uid-plugin", "0", gpus=[0], env=GOOD, shm_mib=2048),  # the device plugin's nvidia.com/gpu
+]
+CLAIMS = {
+    "aligned-gpu": (["gpu", DRIVER, NODE, "gpu-0"], ["dra-aligned"]),
+    "dra-far-gpu-x7k2p": (["gpu", DRIVER, NODE, "gpu-0"], ["dra-far"]),
+    "two-gpus": ([("gpus", DRIVER, NODE, "gpu-0"), ("gpus", DRIVER, NODE, "gpu-1")], ["dra-two"]),
+    "shared-gpu": (["gpu", DRIVER, NODE, "gpu-1"], ["dra-shared-a", "dra-shared-b"]),
+    "mig-slice": (["mig", DRIVER, NODE, "gpu-1-mig-1g10gb-0"], ["dra-mig"]),
+}
+
+
+def _attrs(**kw: str) -> dict:
+    return {k: {"string": v} for k, v in kw.items()}
+
+
+def slices(pci_attr: str = "resource.kubernetes.io/pciBusID") -> list[dict]:
+    """The node's slice as NVIDIA's GPU DRA driver publishes it: GPU0 with the PCI attribute under `pci_attr`
+    (pcieBusID before v25.12.0), GPU1 with none, and a MIG device of GPU1 naming its parent."""
+    devices = [
+        {
+            "name": "gpu-0",
+            "attributes": _attrs(type="gpu", uuid=UUID0, productName="Stand-in H100", **{pci_attr: "0000:18:00.0"}),
+        },
+        {"name": "gpu-1", "attributes": _attrs(type="gpu", uuid=UUID1, productName="Stand-in H100")},
+        {"name": "gpu-1-mig-1g10gb-0", "attributes": _attrs(type="mig", uuid="MIG-7c1e", parentUUID=UUID1, profile="1g.10gb")},
+    ]
+    return [resource_slice(f"{NODE}-gpu.nvidia.com-abcde", NODE, DRIVER, NODE, devices)]
+
+
+def node_spec(built) -> NodeSpec:
+    return NodeSpec(
+        name=NODE,
+        files={
+            **driver_files(built, two_gpu_config(cpu1_node_cpus="1"), cuda=False),
+            "/var/lib/kubelet/cpu_manager_state": labpods.cpu_manager_state(PODS),
+        },
+        numa={0: "0", 1: "1"},
+        siblings={0: "0", 1: "1"},
+        online="0-1",
+        pci={"0000:18:00.0": pci("0", "0"), "0000:9a:00.0": pci("1", "1")},
+    )
+
+
+@pytest.fixture(scope="module")
+def dra_lab(tmp_path_factory):
+    require_two_cpu_gpu_lab()
+    root = Path(tmp_path_factory.mktemp("dralab"))
+    lab = Lab(root / "lab", first_subnet=250)
+    lab.add(node_spec(build_standins(root / "standins")))
+    try:
+        lab.start()
+        for pod in PODS:
+            labpods.start(lab, NODE, pod)
+        yield lab
+    finally:
+        try:
+            labpods.stop(lab, PODS)
+        finally:
+            lab.stop()
+
+
+def _cluster(lab: Lab, plugin_gpus: int):
+    api = fake_api()
+    address = lab.nodes[0].address
+    api.add_node(node_object(NODE, gpus=plugin_gpus, internal_ip=address, labels={"nvidia.com/gpu.present": "true"}))
+    for pod in PODS:
+        api.add_pod(pod.api_object(NODE))
+    uids = {p.name: p.uid for p in PODS}
+    for name, (results, holders) in CLAIMS.items():
+        rows = [tuple(results)] if isinstance(results[0], str) else results
+        api.claims[("inference", name)] = resource_claim("inference", name, rows, [(h, uids[h]) for h in holders])
+    for s in slices():
+        api.slices[s["metadata"]["name"]] = s
+    by_name = {p.name: p for p in PODS}
+    api.exec_handler = lambda ns, name, container, argv: labpods.exec_in(by_name[name], argv) if name in by_name else None
+    return api
+
+
+@pytest.fixture(scope="module")
+def cluster(dra_lab):
+    api = _cluster(dra_lab, plugin_gpus=0)  # a DRA-only node: the device plugin advertises nothing
+    with serve(api) as url:
+        yield api, url
+
+
+def run(lab, url, tmp_path, token="full-token", select="test_pod_gpu_numa or test_gpu_count or test_pod_qos", profile=""):
+    (tmp_path / "kubeconfig").write_text(kubeconfig(url, token))
+    inv = {"kubernetes": {"kubeconfig": str(tmp_path / "kubeconfig"), "configz": False},
+           "defaults": yaml.safe_load(lab.inventory())["defaults"]}  # fmt: skip
+    (tmp_path / "inv.yaml").write_text(yaml.safe_dump(inv))
+    (tmp_path / "profile.yaml").write_text("extends: default\n" + profile)
+    out = tmp_path / "out"
+    p = subprocess.run(
+        [sys.executable, "-m", "conformance", "run", "--inventory", str(tmp_path / "inv.yaml"), "--profile",
+         str(tmp_path / "profile.yaml"), "--output", str(out), "--", "-k", select],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    doc = json.loads((out / "results.json").read_text())
+    got: dict[str, dict[str, dict]] = {}
+    for r in doc["results"]:
+        got.setdefault(r["subject"].get("pod", "-"), {})[r["check"]] = r
+    return p, got
+
+
+@pytest.fixture(scope="module")
+def audit(dra_lab, cluster, tmp_path_factory):
+    return run(dra_lab, cluster[1], tmp_path_factory.mktemp("draaudit"))
+
+
+def test_dra_pods_are_found_and_judged(audit):
+    p, got = audit
+    outcomes = {pod: checks["POD-GPU-NUMA-ALIGNED"]["outcome"] for pod, checks in got.items() if pod != "-"}
+    assert outcomes == {
+        "dra-aligned": "passed",
+        "dra-far": "failed",
+        "dra-two": "failed",
+        "dra-shared-a": "passed",
+        "dra-shared-b": "passed",
+        "dra-mig": "passed",
+        "plugin": "passed",  # the device plugin's pod beside them keeps its verdict
+    }, p.stdout[-3000:] + p.stderr[-2000:]
+
+
+def test_the_failure_names_the_claim_and_the_device(audit):
+    p, got = audit
+    far = got["dra-far"]["POD-GPU-NUMA-ALIGNED"]["message"]
+    assert "claim dra-far-gpu-x7k2p (driver gpu.nvidia.com, device gpu-0, PCI 0000:18:00.0, NUMA 0) on NUMA node 0" in far
+    assert "CPUs on ['1']" in far
+    two = got["dra-two"]["POD-GPU-NUMA-ALIGNED"]["message"]
+    assert "device gpu-1, PCI 0000:9a:00.0, NUMA 1" in two and "device gpu-0" not in two
+    checks = json.loads(Path(p.args[p.args.index("--output") + 1], "results.json").read_text())["checks"]
+    check = (
+        checks["POD-GPU-NUMA-ALIGNED"]
+        if isinstance(checks, dict)
+        else next(c for c in checks if c["id"] == "POD-GPU-NUMA-ALIGNED")
+    )
+    assert "Topology Manager aligns nothing" in check["remediation"] and "matchAttribute" in check["remediation"]
+
+
+def test_rows_say_where_each_gpu_came_from(audit):
+    _, got = audit
+    evidence = " | ".join(got["dra-shared-a"]["POD-GPU-NUMA-ALIGNED"]["evidence"])
+    assert "GPU from DRA: claim shared-gpu, request gpu, driver gpu.nvidia.com" in evidence
+    assert "claim shared-gpu is shared: reserved for pod dra-shared-a, pod dra-shared-b" in evidence
+    mig = " | ".join(got["dra-mig"]["POD-GPU-NUMA-ALIGNED"]["evidence"])
+    assert "device gpu-1-mig-1g10gb-0, MIG device of GPU1, PCI 0000:9a:00.0, NUMA 1" in mig
+    plugin = " | ".join(got["plugin"]["POD-QOS-GUARANTEED"]["evidence"])
+    assert "GPUs from the device plugin: 1" in plugin and "DRA" not in plugin
+
+
+def test_a_dra_only_node_counts_its_published_gpus(audit):
+    _, got = audit
+    r = got["-"]["GPU-COUNT"]
+    assert r["outcome"] == "passed", r["message"]
+    assert any("DRA device gpu-1-mig-1g10gb-0 (mig)" in line for line in r["evidence"])
+
+
+def test_gpus_advertised_twice_fail(dra_lab, tmp_path):
+    api = _cluster(dra_lab, plugin_gpus=2)  # the device plugin advertises the same two GPUs
+    with serve(api) as url:
+        _, got = run(dra_lab, url, tmp_path, select="test_gpu_count")
+    r = got["-"]["GPU-COUNT"]
+    assert r["outcome"] == "failed"
+    assert "GPUs advertised twice: the device plugin advertises nvidia.com/gpu 2" in r["message"]
+    assert UUID0 in r["message"] and UUID1 in r["message"]
+
+
+def test_a_device_the_node_does_not_have_is_an_error(dra_lab, tmp_path):
+    api = _cluster(dra_lab, plugin_gpus=0)
+    api.slices[f"{NODE}-gpu.nvidia.com-abcde"]["spec"]["devices"][0]["attributes"]["uuid"] = {"string": "GPU-not-here"}
+    api.slices[f"{NODE}-gpu.nvidia.com-abcde"]["spec"]["devices"][0]["attributes"].pop("resource.kubernetes.io/pciBusID")
+    with serve(api) as url:
+        _, got = run(dra_lab, url, tmp_path)
+    r = got["dra-aligned"]["POD-GPU-NUMA-ALIGNED"]
+    assert r["outcome"] == "error"
+    assert (
+        "claim inference/aligned-gpu: device gpu-0 (driver gpu.nvidia.com, UUID GPU-not-here, PCI ?) maps to no GPU"
+        in r["message"]
+    )
+    assert got["-"]["GPU-COUNT"]["outcome"] == "failed"  # the node's GPU0 is not published; a stranger is
+
+
+def test_a_claim_that_cannot_be_read_is_an_error(dra_lab, cluster, tmp_path):
+    # scoped-token: the pods role in namespace inference, but no resource.k8s.io grant
+    _, got = run(dra_lab, cluster[1], tmp_path, token="scoped-token", profile="pods:\n  namespaces: [inference]\n")
+    for pod in ("dra-aligned", "dra-far", "dra-mig"):
+        r = got[pod]["POD-GPU-NUMA-ALIGNED"]
+        assert r["outcome"] == "error", r
+        assert "lacks the RBAC permission get on resourceclaims.resource.k8s.io" in r["message"]
+    assert got["plugin"]["POD-GPU-NUMA-ALIGNED"]["outcome"] == "passed"
+    assert got["-"]["GPU-COUNT"]["outcome"] == "error"
+    assert "resourceslices" in got["-"]["GPU-COUNT"]["message"]
+
+
+def test_beta_only_servers_are_read_too(dra_lab, tmp_path):
+    """A server that serves resource.k8s.io/v1beta1 only (Kubernetes 1.32, 1.33): read there, same verdicts."""
+    api = _cluster(dra_lab, plugin_gpus=0)
+    api.dra_versions = ["v1beta1"]
+    for s in api.slices.values():  # the driver releases of that time published the PCI address as pcieBusID
+        s["spec"]["devices"][0]["attributes"]["pcieBusID"] = s["spec"]["devices"][0]["attributes"].pop(
+            "resource.kubernetes.io/pciBusID"
+        )
+    with serve(api) as url:
+        _, got = run(dra_lab, url, tmp_path, select="test_pod_gpu_numa")
+    assert got["dra-far"]["POD-GPU-NUMA-ALIGNED"]["outcome"] == "failed"
+    assert "PCI 0000:18:00.0, NUMA 0" in got["dra-far"]["POD-GPU-NUMA-ALIGNED"]["message"]
+    assert got["dra-aligned"]["POD-GPU-NUMA-ALIGNED"]["outcome"] == "passed"
+    assert any("/apis/resource.k8s.io/v1beta1/" in path for _, _, path in api.requests)
