@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.checks import check
-from conformance.checks.dra_rules import DRA_REMEDIATION, claim_gpu, describe
+from conformance.checks.dra_rules import DRA_REMEDIATION, claim_gpu, describe, node_disagrees
 from conformance.checks.runtime_rules import across_releases, handler_problem
 from conformance.checks.sysctl_rules import port_range_problems, somaxconn_problem, tw_reuse_problem
 from conformance.config.units import bytes_of, cpu_count
@@ -178,16 +178,22 @@ def gpu_sources(spec_container) -> list[str]:
     "the CPU and memory hints; check that the GPU's numa_node is known (GPU-NUMA-KNOWN). " + DRA_REMEDIATION,
     source="exec: /dev/nvidia<N>; API: ResourceClaim allocation, ResourceSlice device; node: NVML, sysfs numa_node",
 )
-def test_pod_gpu_numa_aligned(node, container, spec_container, inside, topology, gpus, profile, evidence):
+def test_pod_gpu_numa_aligned(node, container, pod, spec_container, inside, topology, gpus, facts, profile, evidence):
     evidence.source = "exec /dev/nvidia<N>; ResourceClaims and ResourceSlices (API); node GPU facts"
     cpu_nodes = _nodes_of(inside.cpus, topology)
     by_minor = {g.minor: g for g in gpus.gpus}
     evidence.add(*gpu_sources(spec_container))
     evidence.add(f"container CPUs on NUMA node(s) {sorted(map(str, cpu_nodes))}; sees /dev/nvidia{inside.gpu_minors}")
     held = []  # (what to call it, the GPU)
-    for c in _dra(spec_container).devices:
+    claimed = _dra(spec_container).devices
+    for c in claimed:
         g = claim_gpu(c, gpus, node)
         held.append((describe(c, g), g))
+    if claimed:  # the node's side: what the kubelet prepared for the pod (its DRA checkpoint)
+        disagree, lines = node_disagrees(claimed, facts.dra_prepared, pod.uid)
+        evidence.add(*lines)
+        if disagree:
+            raise FactUnavailable("the API and the node disagree: " + "; ".join(disagree))
     judged = {id(g) for _, g in held}
     for minor in inside.gpu_minors:
         g = by_minor.get(minor)

@@ -68,12 +68,28 @@ def slices(pci_attr: str = "resource.kubernetes.io/pciBusID") -> list[dict]:
     return [resource_slice(f"{NODE}-gpu.nvidia.com-abcde", NODE, DRIVER, NODE, devices)]
 
 
+def prepared(skip: str | None = None) -> str:
+    """The node's DRA checkpoint: every claim of CLAIMS prepared for its pods (but `skip`)."""
+    uids = {p.name: p.uid for p in PODS}
+    entries = []
+    for name, (results, holders) in CLAIMS.items():
+        if name == skip:
+            continue
+        rows = [tuple(results)] if isinstance(results[0], str) else results
+        devices = [{"PoolName": pool, "DeviceName": dev, "RequestNames": [req], "CDIDeviceIDs": [f"k8s.{drv}/gpu={dev}"]}
+                   for req, drv, pool, dev in rows]  # fmt: skip
+        entries.append({"ClaimUID": f"uid-{name}", "ClaimName": name, "Namespace": "inference",
+                        "PodUIDs": {uids[h]: {} for h in holders}, "DriverState": {DRIVER: {"Devices": devices}}})  # fmt: skip
+    return labpods.dra_checkpoint(entries)
+
+
 def node_spec(built) -> NodeSpec:
     return NodeSpec(
         name=NODE,
         files={
             **driver_files(built, two_gpu_config(cpu1_node_cpus="1"), cuda=False),
             "/var/lib/kubelet/cpu_manager_state": labpods.cpu_manager_state(PODS),
+            "/var/lib/kubelet/dra_manager_state": prepared(),
         },
         numa={0: "0", 1: "1"},
         siblings={0: "0", 1: "1"},
@@ -187,6 +203,25 @@ def test_rows_say_where_each_gpu_came_from(audit):
     assert "device gpu-1-mig-1g10gb-0, MIG device of GPU1, PCI 0000:9a:00.0, NUMA 1" in mig
     plugin = " | ".join(got["plugin"]["POD-QOS-GUARANTEED"]["evidence"])
     assert "GPUs from the device plugin: 1" in plugin and "DRA" not in plugin
+
+
+def test_the_nodes_dra_checkpoint_corroborates_the_api(audit):
+    _, got = audit
+    evidence = " | ".join(got["dra-far"]["POD-GPU-NUMA-ALIGNED"]["evidence"])
+    assert "dra_manager_state: the kubelet prepared claim inference/dra-far-gpu-x7k2p for this pod: gpu-0" in evidence
+
+
+def test_where_api_and_node_disagree_it_is_said(dra_lab, tmp_path):
+    api = _cluster(dra_lab, plugin_gpus=0)
+    api.claims[("inference", "aligned-gpu")]["status"]["allocation"]["devices"]["results"][0]["device"] = "gpu-1"
+    with serve(api) as url:
+        _, got = run(dra_lab, url, tmp_path, select="test_pod_gpu_numa")
+    r = got["dra-aligned"]["POD-GPU-NUMA-ALIGNED"]
+    assert r["outcome"] == "error"
+    assert (
+        "the API and the node disagree: claim inference/aligned-gpu: the API allocated gpu-1, the node prepared gpu-0"
+        in r["message"]
+    )
 
 
 def test_a_dra_only_node_counts_its_published_gpus(audit):

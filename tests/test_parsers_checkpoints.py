@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from conformance.errors import ParseError
-from conformance.facts.checkpoints import parse_cpu_manager_state, parse_memory_manager_state
+from conformance.facts.checkpoints import parse_cpu_manager_state, parse_dra_checkpoint, parse_memory_manager_state
 
 SAMPLES = Path(__file__).parent / "samples"
 
@@ -178,3 +178,39 @@ def test_a_device_checkpoint_of_another_shape_is_a_parse_error(text):
 
     with pytest.raises(ParseError, match="cp: "):
         parse_device_grants(text, "cp")
+
+
+# -- the kubelet's DRA checkpoint, on the kubelet's own test inputs (tests/samples/README.md) ---------------
+def test_dra_checkpoint_single_claim():
+    (e,) = parse_dra_checkpoint((SAMPLES / "dra_manager_state.k8s-unittest.single-claim.json").read_text(), "dra_manager_state")
+    assert e.claim == "default/example" and e.claim_uid == "067798be-454e-4be4-9047-1aa06aea63f7"
+    assert e.pod_uids == {"139cdb46-f989-4f17-9561-ca10cfb509a6"}
+    assert e.devices == (("test-driver.cdi.k8s.io", "worker-1", "dev-1"),)
+
+
+def test_dra_checkpoint_two_claims_with_null_request_names():
+    got = parse_dra_checkpoint((SAMPLES / "dra_manager_state.k8s-unittest.two-claims.json").read_text(), "dra_manager_state")
+    assert [(e.claim, e.devices) for e in got] == [
+        ("default/example-1", (("test-driver.cdi.k8s.io", "worker-1", "dev-1"),)),
+        ("default/example-2", (("test-driver.cdi.k8s.io", "worker-1", "dev-2"),)),
+    ]
+
+
+def test_dra_checkpoint_with_a_wrong_checksum_is_refused_as_the_kubelet_refuses_it():
+    text = (SAMPLES / "dra_manager_state.k8s-unittest.incorrect-checksum.json").read_text()
+    with pytest.raises(ParseError, match="checksum 2930258365 does not match"):
+        parse_dra_checkpoint(text, "dra_manager_state")
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("{", "not valid JSON"),
+        ('{"version": "v1", "entries": [], "checksum": 1}', "alpha DRA checkpoint layout"),
+        ('{"Data": 5, "Checksum": 1}', "Data is not a string"),
+        (json.dumps({"Data": '{"kind":"Other"}', "Checksum": 3}), "does not match"),
+    ],
+)
+def test_dra_checkpoint_malformed(text, why):
+    with pytest.raises(ParseError, match=why):
+        parse_dra_checkpoint(text, "dra_manager_state")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from conformance.cluster.dra import ClaimDevice, NodeSlices, SliceDevice
 from conformance.errors import FactUnavailable
+from conformance.facts.checkpoints import DraPrepared
 from conformance.facts.gpu import Gpu, GpuFacts
 
 # What cures a DRA GPU on the other NUMA node than the container's CPUs: nothing in the kubelet aligns them.
@@ -88,3 +89,28 @@ def dra_advertised(slices: NodeSlices, gpus: GpuFacts, plugin_gpus: int | None) 
             f"{'; '.join(both)}: a device-plugin pod and a DRA pod can be given the same GPU"
         )
     return problems, lines, True
+
+
+def node_disagrees(devices: list[ClaimDevice], prepared: list[DraPrepared], pod_uid: str) -> tuple[list[str], list[str]]:
+    """(where the kubelet's DRA checkpoint contradicts the API, evidence): every claim the API allocated to the
+    pod is prepared on the node for that pod, with the same devices. The API says what the scheduler chose;
+    the checkpoint what the kubelet handed the driver to prepare: a difference leaves unknown which GPU the
+    container really has."""
+    problems, lines = [], []
+    for claim in sorted({c.claim for c in devices}):
+        want = {(c.driver, c.pool, c.device) for c in devices if c.claim == claim}
+        entry = next((e for e in prepared if e.claim == claim), None)
+        if entry is None:
+            problems.append(f"claim {claim}: allocated in the API, but the kubelet's dra_manager_state has not prepared it")
+            continue
+        have = {d for d in entry.devices if d[0] in {w[0] for w in want}}
+        if not want <= have:
+            show = ", ".join(sorted(f"{d[2]} (pool {d[1]})" for d in have)) or "none"
+            problems.append(f"claim {claim}: the API allocated {', '.join(sorted(w[2] for w in want))}, the node prepared {show}")
+        elif pod_uid not in entry.pod_uids:
+            problems.append(f"claim {claim}: prepared on the node, but not for this pod (uid {pod_uid})")
+        else:
+            lines.append(
+                f"dra_manager_state: the kubelet prepared claim {claim} for this pod: {', '.join(sorted(w[2] for w in want))}"
+            )
+    return problems, lines

@@ -252,6 +252,7 @@ fi
 emit_file "$root_dir/cpu_manager_state"
 emit_file "$root_dir/memory_manager_state"
 emit_file "$root_dir/device-plugins/kubelet_internal_checkpoint"  # which pod holds which device (GPU)
+emit_file "$root_dir/dra_manager_state"  # which ResourceClaims (DRA: GPUs too) the kubelet prepared, for which pods
 emit_glob "$root_dir/plugins_registry/*"  # the plugins registered with the kubelet: DRA drivers hand out GPUs too
 
 # Runtime configuration. The running containerd's release decides how its config files merge: ask the

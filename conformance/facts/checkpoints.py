@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,3 +166,55 @@ class KubeletAssignments:
     grants: tuple[DeviceGrant, ...]
     dra_drivers: tuple[str, ...] = ()
     source: str = ""
+
+
+@dataclass(frozen=True)
+class DraPrepared:
+    """One ResourceClaim the kubelet prepared on the node, as its DRA checkpoint records it."""
+
+    claim_uid: str
+    claim: str  # namespace/name
+    pod_uids: frozenset[str]
+    devices: tuple[tuple[str, str, str], ...]  # (driver, pool, device)
+
+
+def parse_dra_checkpoint(text: str, path: str) -> list[DraPrepared]:
+    """The kubelet's DRA manager checkpoint (`dra_manager_state`). Layout since Kubernetes 1.31
+    (pkg/kubelet/cm/dra/state/checkpoint.go and state.go): {"Data": "<JSON text>", "Checksum": N}, the
+    checksum the CRC-32 (IEEE) of Data's bytes, Data {"kind": "DRACheckpoint", "apiVersion":
+    "checkpoint.dra.kubelet.k8s.io/v1", "Entries": [{"ClaimUID", "ClaimName", "Namespace", "PodUIDs": {uid: {}},
+    "DriverState": {driver: {"Devices": [{"PoolName", "DeviceName", "RequestNames", "CDIDeviceIDs"}]}}}]}.
+    A checksum that does not match is what the kubelet itself refuses ("checkpoint is corrupted"): a ParseError,
+    never "nothing prepared". The alpha layout of 1.26-1.30 ({"version", "entries", "checksum"}, no device
+    names) is named, not guessed at."""
+    doc = _load_json(text, path)
+    if "Data" not in doc:
+        if "entries" in doc and "version" in doc:
+            raise ParseError(f"{path}: the alpha DRA checkpoint layout of Kubernetes 1.26-1.30, which names no devices")
+        raise ParseError(f"{path}: no Data field (not a DRA manager checkpoint)")
+    data, checksum = doc.get("Data"), doc.get("Checksum")
+    if not isinstance(data, str) or not isinstance(checksum, int):
+        raise ParseError(f"{path}: Data is not a string or Checksum not a number")
+    if zlib.crc32(data.encode()) != checksum:
+        raise ParseError(f"{path}: checksum {checksum} does not match its Data (the kubelet calls it corrupted)")
+    inner = _load_json(data, f"{path} Data")
+    if inner.get("kind") != "DRACheckpoint":
+        raise ParseError(f"{path}: Data is a {inner.get('kind')!r}, not a DRACheckpoint")
+    entries = inner.get("Entries") or []
+    if not isinstance(entries, list):
+        raise ParseError(f"{path}: Data.Entries is not a list")
+    out = []
+    for n, e in enumerate(entries):
+        where = f"{path}: Data.Entries[{n}]"
+        if not isinstance(e, dict) or not isinstance(e.get("DriverState") or {}, dict):
+            raise ParseError(f"{where} is not an object with a DriverState object")
+        devices = []
+        for driver, state in (e.get("DriverState") or {}).items():
+            for d in (state or {}).get("Devices") or []:
+                if not isinstance(d, dict):
+                    raise ParseError(f"{where}.DriverState[{driver}].Devices holds {d!r}, not an object")
+                devices.append((str(driver), str(d.get("PoolName")), str(d.get("DeviceName"))))
+        pods = e.get("PodUIDs") or {}
+        uids = frozenset(pods if isinstance(pods, (dict, list)) else [])
+        out.append(DraPrepared(str(e.get("ClaimUID")), f"{e.get('Namespace')}/{e.get('ClaimName')}", uids, tuple(devices)))
+    return out

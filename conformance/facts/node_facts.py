@@ -14,10 +14,12 @@ from conformance.errors import FactUnavailable, ParseError
 from conformance.facts import kernel
 from conformance.facts.checkpoints import (
     CpuManagerState,
+    DraPrepared,
     KubeletAssignments,
     MemoryManagerState,
     parse_cpu_manager_state,
     parse_device_grants,
+    parse_dra_checkpoint,
     parse_memory_manager_state,
 )
 from conformance.facts.cpulist import parse_cpulist
@@ -199,6 +201,17 @@ class NodeFacts:
         self.require_reachable()
         path = self._state_path("memory_manager_state")
         return parse_memory_manager_state(self.bundle.text(path), path)
+
+    @fact
+    def dra_prepared(self) -> list[DraPrepared]:
+        """The ResourceClaims the kubelet prepared on the node (its DRA checkpoint); [] when the file does not
+        exist (no claim was ever prepared here: the kubelet writes it with its first one)."""
+        self.require_reachable()
+        path = self._state_path("dra_manager_state")
+        if self.bundle.file(path) is None:
+            raise FactUnavailable(f"node {self.name}: {path} was not collected (an older collector, or another root folder)")
+        text = self.bundle.optional_text(path)
+        return [] if text is None else parse_dra_checkpoint(text, path)
 
     @fact
     def kubelet_assignments(self) -> KubeletAssignments:

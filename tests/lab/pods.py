@@ -11,6 +11,7 @@ import json
 import shlex
 import subprocess
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -290,3 +291,11 @@ def cpu_manager_state(pods: list[LabPod], default: str = "") -> str:
         if pod.limits.get("cpu") == pod.requests.get("cpu") and pod.requests.get("cpu", "").isdigit():
             entries[pod.uid] = {pod.container: pod.cpus, **{n: pod.cpus for n in (pod.init, pod.restartable_init) if n}}
     return json.dumps({"policyName": "static", "defaultCpuSet": default, "entries": entries, "checksum": 1})
+
+
+def dra_checkpoint(entries: list[dict[str, Any]]) -> str:
+    """The kubelet's DRA checkpoint (dra_manager_state) as pkg/kubelet/cm/dra/state/checkpoint.go writes it:
+    Data is the JSON of {kind, apiVersion, Entries}, Checksum its CRC-32 (IEEE)."""
+    data = json.dumps({"kind": "DRACheckpoint", "apiVersion": "checkpoint.dra.kubelet.k8s.io/v1", "Entries": entries},
+                      separators=(",", ":"))  # fmt: skip
+    return json.dumps({"Data": data, "Checksum": zlib.crc32(data.encode())}, separators=(",", ":"))
