@@ -299,6 +299,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
+    from conformance.checks import required_of
     from conformance.cluster.api import api_client
     from conformance.cluster.gate import TAINT, GateSettings, gate
     from conformance.config.kubernetes import KubeSpec
@@ -313,12 +314,18 @@ def cmd_gate(args: argparse.Namespace) -> int:
     else:
         spec = KubeSpec(kubeconfig=args.kubeconfig, context=args.context, in_cluster=args.in_cluster)
     settings = GateSettings(taint=args.taint or TAINT, effect=args.taint_effect, max_age_s=args.max_age * 3600)
-    plans = gate(api_client(spec), doc, settings, args.apply)
+    plans = gate(api_client(spec), doc, settings, args.apply, required_of)
     for plan in plans:
         head = f"{plan.node:<24} {plan.verdict:<11}"
-        if plan.refused:
+        if plan.not_judged:
+            shown = ", ".join(plan.not_judged[:8]) + (f" and {len(plan.not_judged) - 8} more" if len(plan.not_judged) > 8 else "")
+            print(f"{head} not judged, so not accepted: {shown}")
+        if plan.patch_failed:
             print(f"{head} refused: {plan.refused}")
-        elif plan.patch is None:
+            continue
+        if plan.refused:
+            print(f"{head} acceptance refused: {plan.refused}")
+        if plan.patch is None:
             print(f"{head} unchanged ({plan.note})")
         else:
             print(f"{head} {'patched:' if plan.applied else 'would run:'} {plan.kubectl()}")
@@ -419,7 +426,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
     site.load(args.checks)  # the snapshot then holds what the site rules read
     progress = stderr_progress(args.verbose > 0)
     bundles = collect_all(inv.nodes, args.parallel, args.timeout, progress, args.retries, site.needs())
-    files = write_snapshots(bundles, args.output)
+    files = write_snapshots(bundles, args.output, {n.name: dict(n.labels) for n in inv.nodes})
     bad = 0
     for b, f in zip(bundles.values(), files, strict=True):
         if b.error:
@@ -668,6 +675,9 @@ def _finish(rc: int, out: Path, pushgateway: str | None, verbose: int = 0) -> in
         )
         error = (n.get("collection") or {}).get("error")
         reason = error if n["verdict"] in ("unreachable", "incomplete") and error else ", ".join(n["blocking"])
+        if n["verdict"] == "incomplete" and not reason and n.get("not_judged"):
+            more = len(n["not_judged"]) - 5
+            reason = "not judged: " + ", ".join(n["not_judged"][:5]) + (f" and {more} more" if more > 0 else "")
         print(line + (f"  - {reason}" if n["verdict"] != "accepted" and reason else ""))
         for note in (n.get("collection") or {}).get("notes", []):
             print(f"{'':<24} note: {note}")

@@ -487,8 +487,8 @@ class XdistController:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        self.run.store.remote_collection.update(json.loads(node.workeroutput.get("gnc_nodes", "{}")))
-        self.run.store.remote_identity.update(json.loads(node.workeroutput.get("gnc_identity", "{}")))
+        self.run.store.remote.collection.update(json.loads(node.workeroutput.get("gnc_nodes", "{}")))
+        self.run.store.remote.identity.update(json.loads(node.workeroutput.get("gnc_identity", "{}")))
 
 
 def _replayed_report(item: ReplayItem, report: pytest.TestReport) -> pytest.TestReport:

@@ -12,16 +12,16 @@ from typing import Any
 import pytest
 
 from conformance import __version__
-from conformance.checks import REGISTRY, selects
-from conformance.checks.fleet_drift import FLEET_CHECK, drift_results
+from conformance.checks import REGISTRY, blocking_builtin_ids, selects
+from conformance.checks.fleet_drift import FLEET_CHECK, cannot_group, drift_results
 from conformance.cluster.acceptance import AcceptancePod
 from conformance.cluster.api import api_client, discover
 from conformance.cluster.kubelet_access import KubeletEndpoint, access_report
 from conformance.collection.bundle import Bundle
-from conformance.collection.cancel import INTERRUPTED
 from conformance.config.check_contract import BLOCKING
 from conformance.config.inventory import Inventory, NodeSpec, load_inventory, local_inventory, merge_discovered
 from conformance.config.profile import Profile
+from conformance.config.verdict import blocking_failures, not_judged, verdict
 from conformance.errors import FactUnavailable, ParseError, UsageError
 from conformance.facts.identity import identity
 from conformance.run.facts_store import CollectOptions, FactStore
@@ -80,12 +80,17 @@ class Run:
         kube_api, endpoints = None, {}
         if snapshot and not getattr(opt, "conformance_inventory", None):
             bundles = load_snapshots(snapshot)
-            inv = Inventory(f"(snapshots in {snapshot})", [NodeSpec(name=n) for n in bundles])
+            inv = Inventory(
+                f"(snapshots in {snapshot})", [NodeSpec(name=n, labels=dict(b.labels or {})) for n, b in bundles.items()]
+            )
         elif getattr(opt, "conformance_inventory", None):
             inv = load_inventory(opt.conformance_inventory)
             kube_api, endpoints = discover_nodes(inv) if inv.kubernetes else (None, {})
         else:
             inv = local_inventory(getattr(opt, "conformance_host_root", "") or "")
+        unlabelled = (
+            sorted(n for n, b in bundles.items() if b.labels is None) if snapshot and not opt.conformance_inventory else []
+        )
         run = cls(
             inv,
             profile_override=getattr(opt, "conformance_profile", None),
@@ -94,6 +99,7 @@ class Run:
             timeout=getattr(opt, "conformance_timeout", 120.0),
             verbose=config.option.verbose > 0,
         )
+        run.fleet.unlabelled = unlabelled
         run.store.options.retries = getattr(opt, "conformance_retries", 2)
         run.site.load(getattr(opt, "conformance_checks", None) or [])
         run.store.options.site = run.site.needs()
@@ -139,7 +145,12 @@ class Run:
         run.api_access = meta.api_access_json()
         for n in lights:
             run.fleet.adopt(n["name"], n.get("profile", "default"), n.get("profile_reason", ""), n.get("fleet"))
-        head = {"sources": list(paths), "started_at": run.ledger.started_at, "complete": meta.complete}
+        head = {
+            "sources": list(paths),
+            "started_at": run.ledger.started_at,
+            "complete": meta.complete,
+            "checks": meta.checks_json(),
+        }
         head["waivers"] = meta.waivers[1] if meta.waivers is not None else None
         large = spool.count_results() > RESULT_ROWS_MAX or len(names) > MATRIX_MAX_NODES  # the fleet view's size
         if per == "node" or (per == "auto" and large):
@@ -149,7 +160,7 @@ class Run:
         records = [spool.record(n) for n in names]
         results = [r for n in names for r in spool.results_of(n)]
         spool.close()
-        run.ledger.replay = dict(head, nodes=records, results=results, checks=meta.checks_json())
+        run.ledger.replay = dict(head, nodes=records, results=results)
         run.ledger.replayed_nodes = {n["name"]: n for n in records}
         return run
 
@@ -192,20 +203,26 @@ class Run:
         counts = {o: 0 for o in ("passed", "failed", "error", "skipped", "waived")}
         for r in rows:
             counts[r["outcome"]] += 1
-        blocking = [r["check"] for r in rows if r["outcome"] in ("failed", "error") and r["severity"] in BLOCKING]
+        blocking = blocking_failures(rows)
         collection = self.collection_of(node)
         spec = self.spec(node)
+        unjudged = not_judged(rows, self.required_checks(node))
         out: dict[str, Any] = {
             "name": node,
-            "verdict": _verdict(rows, blocking, collection),
+            "verdict": verdict(rows, collection, unjudged),
             "profile": self.fleet.profile_names[node],
             "profile_reason": self.fleet.profile_reasons[node],
             "transport": spec.transport,
             "labels": spec.labels,
             "discovered": spec.discovered,
             "counts": counts,
-            "blocking": sorted(set(blocking)),
+            "blocking": blocking,
         }
+        if unjudged:
+            out["not_judged"] = unjudged
+        runs = (self.ledger.replayed_nodes.get(node) or {}).get("runs")
+        if runs:
+            out["runs"] = runs  # a merge: the runs its results came from, newest first
         made = (self.pods.acceptance or {}).get(node)
         if isinstance(made, AcceptancePod):
             out["acceptance_pod"] = made.to_json()
@@ -225,6 +242,19 @@ class Run:
         if settings is not None:
             out["fleet"] = settings
         return out
+
+    def required_checks(self, node: str) -> list[str]:
+        """The checks that must be judged on `node` before it can be accepted: every built-in check that blocks
+        (FLEET-CONSISTENT at its profile's fleet.severity), the profile's site rules that block, and in a replay
+        whatever the replayed entry already lacked."""
+        ids = blocking_builtin_ids(self.fleet.profile_for(node).get("fleet.severity"))
+        if self.ledger.replay is not None:
+            # a replay asks for the checks its documents knew (a document of another suite, or of a release
+            # without some check, is not incomplete for lacking them); what a live run left out, its records name
+            ids &= set(self.ledger.replay.get("checks") or {})
+        ids |= {r.spec.id for r in self.site.rules_for(node) if r.spec.severity in BLOCKING}
+        ids |= set((self.ledger.replayed_nodes.get(node) or {}).get("not_judged") or [])
+        return sorted(ids)
 
     def fleet_settings(self, node: str) -> dict[str, Any] | None:
         """The node's fleet settings (its profile's `fleet:`, which FLEET-CONSISTENT judges by), as results.json
@@ -259,9 +289,9 @@ class Run:
             got = {"identity": values, **({"identity_errors": errors} if errors else {})}
         elif replayed is not None and "identity" in replayed:
             got = {k: replayed[k] for k in ("identity", "identity_errors") if k in replayed}
-        elif node in self.store.remote_identity:
-            got = self.store.remote_identity[node]
-        if facts is not None or replayed is not None or node in self.store.remote_identity:
+        elif node in self.store.remote.identity:
+            got = self.store.remote.identity[node]
+        if facts is not None or replayed is not None or node in self.store.remote.identity:
             self._identities[node] = got
         return got
 
@@ -269,6 +299,15 @@ class Run:
         """FLEET-CONSISTENT for every node, from the node records of the whole run (conformance.checks.fleet_drift);
         a replayed document's own drift results are judged again over the nodes merged here."""
         self.results[:] = [r for r in self.results if r["check"] != FLEET_CHECK.id]
+        if self.fleet.unlabelled:  # snapshots from before they carried labels: the pools are not known
+            rows = [
+                cannot_group(n, f"the snapshots of {len(self.fleet.unlabelled)} node(s) carry no labels (taken by an older "
+                             "release), so the replay cannot group nodes into pools as a live run does; replay with "
+                             "--inventory, or take the snapshots again", self.fleet_setting)
+                for n in self.node_names
+            ]  # fmt: skip
+            self.results.extend(rows)
+            return
         rows = drift_results(self.node_summaries(), self.fleet_setting, wanted_label)
         for r in rows:
             if r["outcome"] == "failed" and self.ledger.waivers:
@@ -314,16 +353,6 @@ class Run:
         write_json_document(path, doc or self.to_json())
 
 
-def _verdict(rows: list[dict[str, Any]], blocking: list[str], collection: dict[str, Any] | None) -> str:
-    if collection and collection.get("error_kind") in ("missing", INTERRUPTED):
-        return "incomplete"  # expected by `conformance merge --expect` but no results came, or cut by Ctrl-C
-    if collection and collection.get("error"):
-        return "unreachable"
-    if not rows:
-        return "incomplete"
-    return "rejected" if blocking else "accepted"
-
-
 RUN_KEY = pytest.StashKey[Run]()
 
 
@@ -343,11 +372,15 @@ def load_snapshots(folder: str) -> dict[str, Bundle]:
     return out
 
 
-def write_snapshots(bundles: dict[str, Bundle], folder: str) -> list[Path]:
+def write_snapshots(bundles: dict[str, Bundle], folder: str, labels: dict[str, dict[str, str]] | None = None) -> list[Path]:
+    """One file per node; with the node's labels, so that a replay without the inventory groups the nodes into
+    the pools a live run would (FLEET-CONSISTENT, the fleet view)."""
     p = Path(folder)
     p.mkdir(parents=True, exist_ok=True)
     written = []
     for name, b in bundles.items():
+        if labels is not None and name in labels:
+            b.labels = dict(labels[name])
         f = p / f"{name}.json"
         f.write_text(json.dumps(b.to_json(), indent=1) + "\n", encoding="utf-8")
         written.append(f)

@@ -271,3 +271,103 @@ def test_a_replay_judges_the_drift_check_by_each_nodes_recorded_fleet_settings(t
     drift, verdict = replayed(older, "custom", "node")
     assert (drift["outcome"], drift["severity"], verdict) == ("error", "high", "rejected")
     assert "names profile our-site, which is not bundled, and carries no fleet settings" in drift["message"]
+
+
+# -- what the kubelet digest leaves out: what names the node itself ------------------------------------------
+def _eks_config(instance: str, eviction: str = "100Mi") -> dict:
+    """A kubelet configuration as EKS AL2023's nodeadm writes it on each node (awslabs/amazon-eks-ami
+    nodeadm/internal/kubelet/config.go: withCloudProvider sets providerID to aws:///<az>/<instance-id>;
+    maxPods from the instance type; the reserved cgroups of withDefaultReservedResources)."""
+    text = f"""\
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 0.0.0.0
+authentication:
+  anonymous: {{enabled: false}}
+  webhook: {{cacheTTL: 2m0s, enabled: true}}
+  x509: {{clientCAFile: /etc/kubernetes/pki/ca.crt}}
+authorization: {{mode: Webhook}}
+cgroupDriver: systemd
+clusterDNS: [10.100.0.10]
+clusterDomain: cluster.local
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+evictionHard: {{memory.available: {eviction}, nodefs.available: 10%}}
+kubeReservedCgroup: /runtime
+systemReservedCgroup: /system
+maxPods: 737
+providerID: aws:///us-west-2a/{instance}
+serverTLSBootstrap: true
+tlsCertFile: /var/lib/kubelet/pki/kubelet-ip-10-0-1-{instance[-2:]}.crt
+"""
+    return load_yaml_mapping(text, "kubelet.json", "m")
+
+
+def test_the_kubelet_digest_leaves_out_what_names_the_node_itself():
+    from conformance.facts.identity import kubelet_digest
+
+    names = {f"ip-10-0-1-{i:02d}": f"i-0abc{i:02d}" for i in range(4)}
+    digests = {}
+    for i, (node, instance) in enumerate(names.items()):
+        config = _eks_config(instance, eviction="500Mi" if i == 3 else "100Mi")
+        config["tlsCertFile"] = f"/var/lib/kubelet/pki/kubelet-{node}.crt"
+        digests[node] = kubelet_digest(config, node)
+    assert len({digests[n] for n in list(names)[:3]}) == 1 and digests["ip-10-0-1-03"] != digests["ip-10-0-1-00"]
+
+    def setting(node: str, key: str):
+        return {"fleet.attributes": ["kubelet_config"], "fleet.pin": {}, "fleet.severity": "medium"}[key]
+
+    nodes = [{"name": n, "profile": "default", "labels": {"eks.amazonaws.com/nodegroup": "gpu"},
+              "identity": {"kubelet_config": d}} for n, d in digests.items()]  # fmt: skip
+    rows = {r["node"]: r for r in drift_results(nodes, setting)}
+    assert rows["ip-10-0-1-03"]["outcome"] == "failed" and "while 3 of 4 nodes" in rows["ip-10-0-1-03"]["message"]
+    assert all(rows[n]["outcome"] == "passed" for n in list(names)[:3])
+    # a node's own serving address is left out; a shared bind address is compared
+    a = {"address": "10.0.1.7", "healthzBindAddress": "127.0.0.1", "maxPods": 110}
+    assert kubelet_digest(a, "x") == kubelet_digest({**a, "address": "10.0.1.8"}, "y")
+    assert kubelet_digest({**a, "healthzBindAddress": "0.0.0.0"}, "x") != kubelet_digest(a, "x")
+    # kubeadm writes one configuration for every node: the upstream round-trip defaults digest alike on two names
+    sample = (Path(__file__).parent / "samples" / "kubeletconfiguration.v1beta1.defaults.k8s-roundtrip-testdata.yaml").read_text()
+    kubeadm = load_yaml_mapping(sample, "config.yaml", "m")
+    assert (
+        kubelet_digest(kubeadm, "node-a") == kubelet_digest(kubeadm, "node-b") != kubelet_digest({**kubeadm, "maxPods": 1}, "a")
+    )
+
+
+def test_nothing_compared_is_never_as_its_peers():
+    def setting(node: str, key: str):
+        return {"fleet.attributes": ["kernel", "driver"], "fleet.pin": {}, "fleet.severity": "medium"}[key]
+
+    nodes = [{"name": "known", "profile": "default", "labels": {}, "identity": {"kernel": "6.1", "driver": "550"}}]
+    nodes += [{"name": f"blind-{i}", "profile": "default", "labels": {}, "identity": {"kernel": None, "driver": None},
+               "identity_errors": {"kernel": "uname failed", "driver": "NVML failed"}} for i in range(3)]  # fmt: skip
+    rows = {r["node"]: r for r in drift_results(nodes, setting)}
+    assert rows["known"]["outcome"] == "skipped"
+    assert "nothing could be compared: none of its 3 peer(s) in profile default has a known value" in rows["known"]["message"]
+    nodes += [{"name": "peer", "profile": "default", "labels": {}, "identity": {"kernel": "6.1", "driver": None},
+               "identity_errors": {"driver": "NVML failed"}}]  # fmt: skip
+    rows = {r["node"]: r for r in drift_results(nodes, setting)}
+    assert (
+        rows["known"]["outcome"] == "passed"
+        and "on 1 attribute(s); not compared (no peer's value known): driver" in (rows["known"]["message"])
+    )
+
+
+def test_a_pin_on_an_attribute_not_judged_is_refused(tmp_path):
+    (tmp_path / "p.yaml").write_text("extends: default\nfleet:\n  attributes: [kernel]\n  pin: {driver: '550.127.05'}\n")
+    p = conformance("profiles", "show", str(tmp_path / "p.yaml"))
+    assert p.returncode == 4 and "fleet.pin must be attributes that fleet.attributes also lists" in p.stderr, p.stderr
+    assert "a pin on driver would never be judged" in p.stderr
+
+
+def test_snapshots_carry_the_labels_that_group_them(tmp_path):
+    from tests.check_fleet import fleet_snapshots
+
+    folder = fleet_snapshots(tmp_path, 3)
+    assert all("labels" in json.loads(f.read_text()) for f in folder.glob("*.json"))
+    for f in folder.glob("*.json"):  # snapshots taken before they carried labels
+        doc = json.loads(f.read_text())
+        del doc["labels"]
+        f.write_text(json.dumps(doc))
+    conformance("run", "--snapshot", str(folder), "--output", str(tmp_path / "out"))
+    rows = [r for r in json.loads((tmp_path / "out" / "results.json").read_text())["results"] if r["check"] == "FLEET-CONSISTENT"]
+    assert len(rows) == 3 and all(r["outcome"] == "error" and "carry no labels" in r["message"] for r in rows)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conformance.checks import blocking_builtin_ids, required_of
 from conformance.cluster.api import api_client
 from conformance.cluster.gate import ANNOTATION, LABEL, PROFILE_LABEL, TAINT, GateSettings, gate
 from conformance.config.kubernetes import KubeSpec
@@ -31,6 +32,7 @@ BINDING = {  # bound as deploy/gate-rbac.yaml's comment says
     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gpu-node-conformance-gate"},
     "subjects": [{"kind": "ServiceAccount", "name": "gpu-node-conformance-gate", "namespace": "gpu-node-conformance"}],
 }
+BLOCKS = blocking_builtin_ids(None)  # the checks that block for a profile whose fleet severity is unknown
 FOREIGN_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 
 
@@ -45,7 +47,14 @@ def results(started: datetime | None = None) -> dict:
             {"name": "gpu-bad", "verdict": "rejected", "profile": "default", "blocking": ["KUBELET-CPU-POLICY"]},
             {"name": "gpu-down", "verdict": "unreachable", "profile": "default", "blocking": []},
         ],
-        "results": [{"node": "gpu-bad", "check": "KUBELET-CPU-POLICY", "outcome": "failed"}],
+        "results": [
+            # gpu-ok was judged on every check that blocks, and passed them all
+            *(
+                {"node": "gpu-ok", "check": c, "outcome": "passed", "severity": "high"}
+                for c in sorted(blocking_builtin_ids(None))
+            ),
+            {"node": "gpu-bad", "check": "KUBELET-CPU-POLICY", "outcome": "failed", "severity": "critical"},
+        ],
     }
 
 
@@ -73,10 +82,10 @@ def test_a_dry_run_writes_nothing_and_apply_writes_exactly_what_it_showed(cluste
     api, client = cluster
     before = copy.deepcopy(api.nodes)
     doc = results()
-    shown = gate(client()[0], doc, GateSettings(), apply=False)
+    shown = gate(client()[0], doc, GateSettings(), apply=False, required=required_of)
     assert api.nodes == before
     assert not [r for r in api.requests if r[1] == "PATCH"]
-    applied = gate(client()[0], doc, GateSettings(), apply=True)
+    applied = gate(client()[0], doc, GateSettings(), apply=True, required=required_of)
     assert [p.patch for p in applied] == [p.patch for p in shown]
     ok, bad, down = (api.nodes[n] for n in ("gpu-ok", "gpu-bad", "gpu-down"))
     # accepted: the label, the annotation, and the startup taint gone; the foreign taint and labels stay
@@ -91,7 +100,7 @@ def test_a_dry_run_writes_nothing_and_apply_writes_exactly_what_it_showed(cluste
     assert down["spec"]["taints"][-1] == {"key": TAINT, "value": "unreachable", "effect": "NoSchedule"}
     # a second apply changes nothing: no patch is sent
     patches = len([r for r in api.requests if r[1] == "PATCH"])
-    again = gate(client()[0], doc, GateSettings(), apply=True)
+    again = gate(client()[0], doc, GateSettings(), apply=True, required=required_of)
     assert [p.patch for p in again] == [None, None, None]
     assert len([r for r in api.requests if r[1] == "PATCH"]) == patches
 
@@ -99,29 +108,32 @@ def test_a_dry_run_writes_nothing_and_apply_writes_exactly_what_it_showed(cluste
 def test_a_conflicting_write_is_read_again_and_retried(cluster):
     api, client = cluster
     api.concurrent_writes["gpu-ok"] = 2  # another writer changes the node twice between read and patch
-    (plan, *_) = gate(client()[0], results(), GateSettings(), apply=True)
+    (plan, *_) = gate(client()[0], results(), GateSettings(), apply=True, required=required_of)
     assert plan.applied and plan.refused is None
     labels = api.nodes["gpu-ok"]["metadata"]["labels"]
     assert labels[LABEL] == "default" and "other.example/write-0" in labels and "other.example/write-1" in labels
     api.concurrent_writes["gpu-bad"] = 10
-    plans = gate(client()[0], results(), GateSettings(), apply=True)
+    plans = gate(client()[0], results(), GateSettings(), apply=True, required=required_of)
     assert "409 Conflict 5 times" in (plans[1].refused or "")
 
 
 def test_stale_or_mismatched_results_are_refused(cluster):
     api, client = cluster
     before = copy.deepcopy(api.nodes)
-    stale = gate(client()[0], results(datetime.now(UTC) - timedelta(hours=30)), GateSettings(), apply=True)
+    stale = gate(client()[0], results(datetime.now(UTC) - timedelta(hours=30)), GateSettings(), apply=True, required=required_of)
     assert all(p.refused and "30.0 h old, more than the allowed 24 h" in p.refused for p in stale)
     api.nodes["gpu-ok"]["metadata"]["labels"][PROFILE_LABEL] = "h100-h200-inference"
-    (plan, *_) = gate(client()[0], results(), GateSettings(), apply=True)
+    (plan, *_) = gate(client()[0], results(), GateSettings(), apply=True, required=required_of)
     assert plan.refused == f"the node's {PROFILE_LABEL} label says h100-h200-inference; it was judged by default"
-    assert api.nodes["gpu-ok"]["spec"]["taints"] == before["gpu-ok"]["spec"]["taints"]
+    # a refusal stops acceptance only: the startup taint stays (now saying why) and no acceptance label comes
+    assert LABEL not in api.nodes["gpu-ok"]["metadata"]["labels"]
+    assert api.nodes["gpu-ok"]["spec"]["taints"] == [FOREIGN_TAINT, {"key": TAINT, "value": "refused", "effect": "NoSchedule"}]
+    assert before["gpu-ok"]["spec"]["taints"][-1]["value"] == "joining"
 
 
 def test_without_patch_nodes_the_error_names_the_role_to_bind(cluster):
     api, client = cluster
-    plans = gate(client("audit-token")[0], results(), GateSettings(), apply=True)
+    plans = gate(client("audit-token")[0], results(), GateSettings(), apply=True, required=required_of)
     assert all("bind the ClusterRole gpu-node-conformance-gate (deploy/gate-rbac.yaml)" in (p.refused or "") for p in plans)
     assert not any(LABEL in n["metadata"]["labels"] for n in (api.nodes["gpu-ok"],))
 
@@ -164,3 +176,67 @@ def test_run_gate_applies_the_runs_own_verdicts(cluster, tmp_path):
     assert "gpu-ok" in p.stdout and "patched: kubectl patch node gpu-ok" in p.stdout, p.stdout
     node = api.nodes["gpu-ok"]
     assert node["spec"]["taints"] == [FOREIGN_TAINT, {"key": TAINT, "value": "rejected", "effect": "NoSchedule"}]
+
+
+def test_a_refusal_does_not_block_revocation(cluster):
+    """A node accepted earlier whose profile label now names another profile, or that a merge --expect never
+    heard from, loses its acceptance: the label goes and the taint comes, the refusal named."""
+    api, client = cluster
+    api.nodes["gpu-ok"]["metadata"]["labels"][LABEL] = "default"
+    api.nodes["gpu-ok"]["spec"]["taints"] = [FOREIGN_TAINT]
+    api.nodes["gpu-ok"]["metadata"]["labels"][PROFILE_LABEL] = "h100-h200-inference"
+    doc = results()
+    doc["nodes"][0] = dict(doc["nodes"][0], verdict="rejected", blocking=["GPU-COUNT"])
+    (plan, *_) = gate(client()[0], doc, GateSettings(), apply=True, required=required_of)
+    assert plan.applied and "label says h100-h200-inference" in (plan.refused or "")
+    assert LABEL not in api.nodes["gpu-ok"]["metadata"]["labels"]
+    assert api.nodes["gpu-ok"]["spec"]["taints"] == [FOREIGN_TAINT, {"key": TAINT, "value": "refused", "effect": "NoSchedule"}]
+    api.nodes["gpu-bad"]["metadata"]["labels"][LABEL] = "default"
+    missing = results()
+    missing["nodes"][1] = {"name": "gpu-bad", "verdict": "incomplete", "profile": "-", "blocking": [],
+                           "collection": {"error": "no results came", "error_kind": "missing"}}  # fmt: skip
+    gate(client()[0], missing, GateSettings(), apply=True, required=required_of)
+    assert LABEL not in api.nodes["gpu-bad"]["metadata"]["labels"]
+
+
+@pytest.mark.parametrize("how", ["select", "keyword", "interrupted"])
+def test_a_node_not_fully_judged_is_never_accepted(cluster, how):
+    """The document's node entry says accepted, but its rows show only some of the checks that block (a run
+    with --select, -k, or stopped by Ctrl-C before the node was collected): the gate does not accept it."""
+    api, client = cluster
+    doc = results()
+    keep = {"select": "GPU-*", "keyword": "KUBELET-*", "interrupted": "-"}[how]
+    doc["results"] = [r for r in doc["results"] if r["node"] != "gpu-ok" or __import__("fnmatch").fnmatch(r["check"], keep)]
+    if how == "interrupted":
+        doc["complete"] = False
+    (plan, *_) = gate(client()[0], doc, GateSettings(), apply=True, required=required_of)
+    assert plan.verdict == "incomplete" and plan.not_judged
+    assert LABEL not in api.nodes["gpu-ok"]["metadata"]["labels"]
+    assert api.nodes["gpu-ok"]["spec"]["taints"][-1] == {"key": TAINT, "value": "incomplete", "effect": "NoSchedule"}
+    record = json.loads(api.nodes["gpu-ok"]["metadata"]["annotations"][ANNOTATION])
+    assert (record["verdict"] == "incomplete" and "KUBELET-CPU-POLICY" in record["not_judged"]) or how == "keyword"
+
+
+def test_dry_run_lines_are_shell_safe_for_any_value(cluster, tmp_path):
+    import shlex
+
+    _, client = cluster
+    doc = results()
+    doc["nodes"][1]["blocking"] = ["X'; touch " + str(tmp_path / "pwned") + "; echo '", 'Q"$(id)`id`']
+    plans = gate(client()[0], doc, GateSettings(), apply=False, required=required_of)
+    line = plans[1].kubectl()
+    argv = shlex.split(line)
+    assert argv[:5] == ["kubectl", "patch", "node", "gpu-bad", "--type"] and json.loads(argv[-1]) == plans[1].patch
+    subprocess.run(["sh", "-c", "kubectl() { :; }; " + line], check=True, timeout=60)
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_a_profile_name_that_is_no_label_value_is_refused_before_any_patch(cluster):
+    from conformance.errors import UsageError
+
+    api, client = cluster
+    doc = results()
+    doc["nodes"][0]["profile"] = "my profile/v2"
+    with pytest.raises(UsageError, match="cannot be the value of the label"):
+        gate(client()[0], doc, GateSettings(), apply=True, required=required_of)
+    assert not [r for r in api.requests if r[1] == "PATCH"]

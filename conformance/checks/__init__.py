@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from conformance.config.check_contract import SEVERITIES, SITE_PREFIX, CheckSpec
+from conformance.config.check_contract import BLOCKING, SEVERITIES, SITE_PREFIX, CheckSpec
+from conformance.config.fleet import FLEET_CHECK_ID
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -43,6 +44,24 @@ def load_builtin() -> dict[str, CheckSpec]:
 
 def builtin_ids() -> set[str]:
     return {cid for cid, spec in load_builtin().items() if spec.origin == "built-in"}
+
+
+def blocking_builtin_ids(fleet_severity: str | None) -> set[str]:
+    """The built-in checks that block (critical, high) a node's acceptance, FLEET-CONSISTENT at the severity
+    of the node's profile (fleet.severity; unknown: counted as blocking, so it is never left out)."""
+    out = set()
+    for cid, spec in load_builtin().items():
+        severity = (fleet_severity or "high") if cid == FLEET_CHECK_ID else spec.severity
+        if spec.origin == "built-in" and severity in BLOCKING:
+            out.add(cid)
+    return out
+
+
+def required_of(summary: dict[str, Any]) -> set[str]:
+    """The checks that must have been judged on a node of a results document (its entry) before it can be
+    accepted: the built-in checks that block at its profile's fleet severity, and those its entry already
+    names as not judged (site rules among them)."""
+    return blocking_builtin_ids((summary.get("fleet") or {}).get("severity")) | set(summary.get("not_judged") or [])
 
 
 def check(id: str, severity: str, *, title: str, rationale: str, remediation: str, source: str) -> Callable[[F], F]:

@@ -74,6 +74,7 @@ def _judge(n: dict[str, Any], pool: Pool, group: str, setting: Callable[[str, st
     identity = n.get("identity")
     errors = n.get("identity_errors") or {}
     problems, unknown, notes, evidence = [], [], [], []
+    compared, alone = 0, []  # attributes compared with peers or a pin; those no peer knows
     if identity is None:
         why = (n.get("collection") or {}).get("error")
         unknown.append(
@@ -97,12 +98,15 @@ def _judge(n: dict[str, Any], pool: Pool, group: str, setting: Callable[[str, st
             unknown.append(f"{attr} is unknown ({errors.get(attr, 'not in the record')})")
             continue
         if attr in pins:
+            compared += 1
             if str(value) != str(pins[attr]):
                 problems.append(f"{attr} {_short(value)}, while the profile pins {_short(pins[attr])}")
             continue
         top, top_count, total = pool.majority(attr)
         if total < 2:
+            alone.append(attr)
             continue
+        compared += 1
         if top is None:
             notes.append(f"no majority for {attr} in {group} ({spread})")
         elif str(value) != top:
@@ -111,13 +115,31 @@ def _judge(n: dict[str, Any], pool: Pool, group: str, setting: Callable[[str, st
         outcome, message = "failed", "; ".join(problems)
     elif unknown:
         outcome, message = "error", "; ".join(unknown)
-    elif size < 2:
+    elif size < 2 and not compared:
         outcome, message = "passed", f"the only node in {group}: no peer to compare with"
+    elif not compared:
+        # peers there are, but none has a known value to compare with: nothing was judged (their own records
+        # say why, as their errors); never "as its peers"
+        outcome, message = "skipped", (f"nothing could be compared: none of its {size - 1} peer(s) in {group} has a known "
+                                       f"value of {', '.join(alone)}")  # fmt: skip
     else:
-        outcome, message = "passed", f"as its {size - 1} peer(s) in {group}" + (f"; {'; '.join(notes)}" if notes else "")
+        outcome, message = "passed", f"as its {size - 1} peer(s) in {group} on {compared} attribute(s)"
+        if alone:
+            message += f"; not compared (no peer's value known): {', '.join(alone)}"
+        if notes:
+            message += f"; {'; '.join(notes)}"
     if problems and notes:
         message += f"; {'; '.join(notes)}"
     return _result(name, outcome, message, evidence, severity)
+
+
+def cannot_group(name: str, why: str, setting: Callable[[str, str], Any]) -> dict[str, Any]:
+    """The node's FLEET-CONSISTENT result when the run cannot form the pools: an error saying why."""
+    try:
+        severity = setting(name, "fleet.severity") or FLEET_CHECK.severity
+    except FactUnavailable:
+        severity = "high"
+    return _result(name, "error", why, [], severity)
 
 
 def _result(name: str, outcome: str, message: str, evidence: list[str], severity: str) -> dict[str, Any]:

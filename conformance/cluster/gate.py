@@ -12,19 +12,29 @@ node's resourceVersion, so a node changed in between makes the API server answer
 reads the node again and recomputes, a few times. A dry run (the default) prints the patches and writes
 nothing; a patch that changes nothing is not sent, so a second apply is a no-op.
 
-It refuses, per node and with the reason: a results document older than the allowed age, and a node whose
-label `gpu-conformance.io/profile` names another profile than the one it was judged by."""
+It accepts a node only when the document's own rows for it show every check that blocks judged and none
+failed (conformance.config.verdict.gate_verdict): a run narrowed with --select, -k or -m, or interrupted,
+accepts no node it did not fully judge, whatever its node entry says.
+
+It refuses acceptance, per node and with the reason: a results document older than the allowed age, a node
+whose label `gpu-conformance.io/profile` names another profile than the one it was judged by. A refusal
+stops acceptance only: the label's removal and the taint still go on, so a node that should lose its
+acceptance loses it."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
+import shlex
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from conformance.cluster.api_errors import explain
+from conformance.config.verdict import gate_verdict
 from conformance.errors import UsageError
 
 LABEL = "gpu-conformance.io/accepted"
@@ -34,6 +44,8 @@ TAINT = "gpu-conformance.io/unverified"
 EFFECTS = ("NoSchedule", "NoExecute")
 ROLE = "gpu-node-conformance-gate (deploy/gate-rbac.yaml)"
 RETRIES = 5
+# a label value: at most 63 characters, alphanumerics with - _ . inside (k8s.io/apimachinery validation.IsValidLabelValue)
+LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 TIMEOUT_S = 15.0
 
 
@@ -50,13 +62,16 @@ class NodePlan:
     node: str
     verdict: str
     patch: dict[str, Any] | None  # None: nothing to change (or refused)
-    refused: str | None = None
+    refused: str | None = None  # why acceptance was refused (a revoking patch may still be planned)
     applied: bool = False
     note: str = ""
+    not_judged: list[str] = field(default_factory=list)
+    patch_failed: bool = False  # the API refused or did not answer the patch (`refused` says why)
 
     def kubectl(self) -> str:
+        """The patch as a command line any shell takes as written, whatever the values hold."""
         body = json.dumps(self.patch, separators=(",", ":"), sort_keys=True)
-        return f"kubectl patch node {self.node} --type merge -p '{body}'"
+        return f"kubectl patch node {shlex.quote(self.node)} --type merge -p {shlex.quote(body)}"
 
 
 def results_digest(doc: dict[str, Any]) -> str:
@@ -72,33 +87,39 @@ def _started(doc: dict[str, Any]) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
-def plan_node(node: dict[str, Any], summary: dict[str, Any], doc: dict[str, Any], s: GateSettings) -> NodePlan:
-    """The merge patch that brings `node` (the API's Node object) to what `summary` (the node's entry in the
-    results document) says, touching only what the gate owns."""
+def plan_node(
+    node: dict[str, Any],
+    summary: dict[str, Any],
+    doc: dict[str, Any],
+    s: GateSettings,
+    rows: list[dict[str, Any]],
+    required: set[str],
+) -> NodePlan:
+    """The merge patch that brings `node` (the API's Node object) to what the document says of it: `summary`
+    (its entry) and `rows` (its results), judged with `required` (the checks that block for its profile).
+    Only what the gate owns is touched."""
     name = node["metadata"]["name"]
-    verdict = summary["verdict"]
+    verdict, unjudged = gate_verdict(summary, rows, required)
+    refused = None
     age = (s.now - _started(doc)).total_seconds()
-    if age > s.max_age_s:
-        return NodePlan(
-            name, verdict, None, f"the results are {age / 3600:.1f} h old, more than the allowed {s.max_age_s / 3600:g} h"
-        )
     labels = node["metadata"].get("labels") or {}
     wanted_profile = labels.get(PROFILE_LABEL)
-    if wanted_profile is not None and wanted_profile != summary.get("profile"):
-        return NodePlan(
-            name,
-            verdict,
-            None,
-            f"the node's {PROFILE_LABEL} label says {wanted_profile}; it was judged by {summary.get('profile')}",
-        )
-    accepted = verdict == "accepted"
+    if age > s.max_age_s:
+        refused = f"the results are {age / 3600:.1f} h old, more than the allowed {s.max_age_s / 3600:g} h"
+    elif wanted_profile is not None and wanted_profile != summary.get("profile"):
+        refused = f"the node's {PROFILE_LABEL} label says {wanted_profile}; it was judged by {summary.get('profile')}"
+    accepted = verdict == "accepted" and refused is None
     record = {
-        "verdict": verdict,
+        "verdict": verdict if refused is None else f"{verdict}, acceptance refused",
         "profile": summary.get("profile"),
         "run_started_at": doc.get("started_at"),
         "results": results_digest(doc),
         "failing": summary.get("blocking", []),
     }
+    if unjudged:
+        record["not_judged"] = unjudged
+    if refused:
+        record["refused"] = refused
     metadata: dict[str, Any] = {}
     annotations = node["metadata"].get("annotations") or {}
     text = json.dumps(record, sort_keys=True, separators=(",", ":"))
@@ -114,24 +135,37 @@ def plan_node(node: dict[str, Any], summary: dict[str, Any], doc: dict[str, Any]
         {"key": t.get("key"), "value": t.get("value") or "", "effect": t.get("effect")} for t in taints if t.get("key") == s.taint
     ]
     others = [t for t in taints if t.get("key") != s.taint]
-    want = [] if accepted else [{"key": s.taint, "value": verdict, "effect": s.effect}]
+    value = verdict if refused is None else "refused"
+    want = [] if accepted else [{"key": s.taint, "value": value, "effect": s.effect}]
     if ours != want:  # a merge patch replaces the whole list: the others go back as they were
         patch["spec"] = {"taints": others + want}
     if metadata:
         patch["metadata"] = metadata
     if not patch:
-        return NodePlan(name, verdict, None, note="already as the results say")
+        return NodePlan(name, verdict, None, refused, note="already as the results say", not_judged=unjudged)
     patch.setdefault("metadata", {})["resourceVersion"] = node["metadata"].get("resourceVersion")
-    return NodePlan(name, verdict, patch)
+    return NodePlan(name, verdict, patch, refused, not_judged=unjudged)
 
 
-def gate(api: Any, doc: dict[str, Any], settings: GateSettings, apply: bool) -> list[NodePlan]:
-    """Plan (and with `apply`, make) each node's patch; a 409 Conflict re-reads the node and plans again."""
+def gate(
+    api: Any, doc: dict[str, Any], settings: GateSettings, apply: bool, required: Callable[[dict[str, Any]], set[str]]
+) -> list[NodePlan]:
+    """Plan (and with `apply`, make) each node's patch; a 409 Conflict re-reads the node and plans again.
+    `required(summary)`: the checks that block for that node's profile."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
     if settings.effect not in EFFECTS:
         raise UsageError(f"taint effect {settings.effect!r}: must be one of {', '.join(EFFECTS)}")
+    bad = sorted({str(n.get("profile")) for n in doc.get("nodes", []) if n.get("verdict") == "accepted"
+                  and (len(str(n.get("profile"))) > 63 or not LABEL_VALUE.fullmatch(str(n.get("profile"))))})  # fmt: skip
+    if bad:
+        raise UsageError(f"profile name(s) {', '.join(map(repr, bad))} cannot be the value of the label {LABEL} "
+                         "(at most 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric): rename the "
+                         "profile; nothing was patched")  # fmt: skip
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for r in doc.get("results", []):
+        rows.setdefault(r.get("node"), []).append(r)
     core = client.CoreV1Api(api)
     plans = []
     for summary in doc.get("nodes", []):
@@ -143,7 +177,7 @@ def gate(api: Any, doc: dict[str, Any], settings: GateSettings, apply: bool) -> 
             except Exception as e:  # an API answer, or no answer (connection refused, timeout): named per node
                 plan = NodePlan(name, summary["verdict"], None, _refusal(e, "get", name))
                 break
-            plan = plan_node(node, summary, doc, settings)
+            plan = plan_node(node, summary, doc, settings, rows.get(name, []), required(summary))
             if not apply or plan.patch is None:
                 break
             try:
@@ -155,9 +189,11 @@ def gate(api: Any, doc: dict[str, Any], settings: GateSettings, apply: bool) -> 
                     time.sleep(0.2 * (attempt + 1))
                     continue
                 plan.refused = _refusal(e, "patch", name)
+                plan.patch_failed = True
                 break
             except Exception as e:  # no answer: the patch may or may not have landed; the next run sees which
                 plan.refused = _refusal(e, "patch", name)
+                plan.patch_failed = True
                 break
         assert plan is not None
         plans.append(plan)

@@ -141,15 +141,24 @@ def build(
 
 
 def results_in_log(text: str) -> list[str]:
-    """The results.json documents a pod printed between the markers (several after restarts)."""
+    """The results.json documents a pod printed between the markers (several after restarts). A block cut
+    short is a ValueError naming it, never a node that silently vanishes: a begin marker with no end (the
+    log was truncated, or the pod killed while printing: `kubectl logs --limit-bytes`, rotation under
+    `--tail`), or an end marker with no begin before it (the log's start was rotated away). A block followed
+    by another begin before its end is a run cut by a restart whose rerun printed in full: the rerun counts."""
     out = []
     begin, end = RESULTS_BEGIN + "\n", "\n" + RESULTS_END
     at = text.find(begin)
+    first_end = text.find(end)
+    if first_end >= 0 and (at < 0 or first_end < at):
+        raise ValueError("the log holds the end of a results block whose beginning is not in it (rotated away?)")
+    n = 0
     while at >= 0:  # str.find: a 10 MB log of 100 pods in milliseconds (a lazy regex over it took 80 ms)
+        n += 1
         start = at + len(begin)
         stop = text.find(end, start)
         if stop < 0:
-            break
+            raise ValueError(f"results block {n} begins but never ends: the log was cut short (truncated or rotated)")
         nested = text.rfind(begin, start, stop)  # a block cut short by a restart: the later one is the block
         start = nested + len(begin) if nested >= 0 else start
         out.append(text[start:stop])

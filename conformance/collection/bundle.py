@@ -36,6 +36,7 @@ class Bundle:
     duration_s: float | None = None
     executions: int = 0
     notes: list[str] = field(default_factory=list)
+    labels: dict[str, str] | None = None  # the node's labels as the inventory or API gave them (None: not known)
 
     def __post_init__(self) -> None:
         self._index: dict[tuple[str, str], Record] = {}
@@ -163,6 +164,7 @@ class Bundle:
             "error": self.error,
             "error_kind": self.error_kind,
             "notes": list(self.notes),
+            **({"labels": dict(self.labels)} if self.labels is not None else {}),
             "records": [],
         }
         for r in self.records:
@@ -204,6 +206,7 @@ class Bundle:
             duration_s=doc.get("duration_s"),
             executions=int(doc.get("executions") or 0),
             notes=[str(n) for n in doc.get("notes") or []],
+            labels={str(k): str(v) for k, v in doc["labels"].items()} if isinstance(doc.get("labels"), dict) else None,
         )
 
 

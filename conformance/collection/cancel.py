@@ -8,7 +8,9 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator
 
-INTERRUPTED = "interrupted"  # the error kind of a collection cut this way: the node's verdict is incomplete
+from conformance.config.verdict import INTERRUPTED  # the error kind of a collection cut this way: incomplete
+
+__all__ = ["INTERRUPTED", "Cancel"]
 
 
 class Cancel:

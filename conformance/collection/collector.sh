@@ -179,7 +179,7 @@ emit_cmd uname uname -r
 emit_cmd stat-cgroup stat -fc %t "$R/sys/fs/cgroup"  # the magic: BusyBox stat names cgroup2fs "UNKNOWN"
 
 # Processes of interest: kubelet and the container runtimes.
-kpid=; cpid=; cexe=; kcwd=; ccwd=
+kpid=; cpid=; cexe=; kcwd=; ccwd=; rexe=
 set +f
 for d in "$R"/proc/[0-9]*; do
   c=$(cat "$d/comm" 2>/dev/null) || continue
@@ -191,7 +191,8 @@ for d in "$R"/proc/[0-9]*; do
       w=$(readlink "$d/cwd" 2>/dev/null)
       rec L "/proc/$pid/cwd" ok; printf '%s' "$w" | tr -d '\n' | b64; echo
       [ "$c" = kubelet ] && [ -z "$kpid" ] && kpid=$pid && kcwd=$w
-      [ "$c" = containerd ] && [ -z "$cpid" ] && cpid=$pid && ccwd=$w && cexe=$(readlink "$d/exe" 2>/dev/null) ;;
+      [ "$c" = containerd ] && [ -z "$cpid" ] && cpid=$pid && ccwd=$w && cexe=$(readlink "$d/exe" 2>/dev/null)
+      [ "$c" = crio ] && [ -z "$rexe" ] && rexe=$(readlink "$d/exe" 2>/dev/null) ;;
   esac
 done
 set -f
@@ -262,6 +263,13 @@ if [ -n "${cexe:-}" ]; then
     emit_cmd containerd-version timeout -s KILL 5 "$R$cexe" --version
   else
     rec C containerd-version 127; echo
+  fi
+fi
+if [ -n "${rexe:-}" ]; then  # the running CRI-O's release, for the node's identity record
+  if command -v timeout >/dev/null 2>&1; then
+    emit_cmd crio-version timeout -s KILL 5 "$R$rexe" --version
+  else
+    rec C crio-version 127; echo
   fi
 fi
 ccfg=

@@ -221,6 +221,14 @@ def _validate(values: dict[str, Any], source: str) -> None:
         isinstance(f["pin"], dict) and set(f["pin"]) <= set(IDENTITY_ATTRIBUTES),
         f"a mapping of attributes ({', '.join(IDENTITY_ATTRIBUTES)}) to the value every node must have",
     )
+    if isinstance(f["pin"], dict) and isinstance(f["attributes"], list):
+        unjudged = sorted(set(f["pin"]) - set(f["attributes"]))
+        need(
+            "fleet.pin",
+            not unjudged,
+            f"attributes that fleet.attributes also lists (a pin on {', '.join(unjudged)} would never be judged: "
+            "add it to fleet.attributes or drop the pin)",
+        )
 
 
 def load_profile(ref: str | None) -> Profile:

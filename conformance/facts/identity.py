@@ -8,6 +8,7 @@ reason in `errors`: unknown is never a value that matches or differs."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Any
 
@@ -19,6 +20,42 @@ def os_name(text: str) -> str | None:
     """PRETTY_NAME of os-release(5), else NAME and VERSION_ID."""
     fields = dict(re.findall(r'^([A-Z_]+)=["\']?(.*?)["\']?\s*$', text, re.M))
     return fields.get("PRETTY_NAME") or " ".join(x for x in (fields.get("NAME"), fields.get("VERSION_ID")) if x) or None
+
+
+# KubeletConfiguration keys (k8s.io/kubelet/config/v1beta1 types.go) whose value names the node itself, left out
+# of the kubelet_config digest so that peers configured alike digest alike:
+# - providerID: the node's own instance ("aws:///us-west-2a/i-0abc..."; EKS AL2023's nodeadm writes it into the
+#   config file of every node, awslabs/amazon-eks-ami nodeadm/internal/kubelet/config.go withCloudProvider);
+# - podCIDR: the node's own pod range (standalone kubelets);
+# - address, healthzBindAddress: only when set to one of the node's own unicast addresses (0.0.0.0, 127.0.0.1
+#   and :: are shared settings and stay in).
+# Every other string that holds the node's own name (tlsCertFile: /var/lib/kubelet/pki/kubelet-<node>.crt) is
+# digested with the name replaced by "<node>".
+NODE_OWN_KEYS = ("providerID", "podCIDR")
+NODE_OWN_ADDRESS_KEYS = ("address", "healthzBindAddress")
+
+
+def kubelet_digest(values: dict[str, Any], node: str) -> str:
+    """The digest of a kubelet configuration less what names the node itself (NODE_OWN_KEYS above)."""
+    kept = {k: v for k, v in values.items() if k not in NODE_OWN_KEYS}
+    for key in NODE_OWN_ADDRESS_KEYS:
+        try:
+            ip = ipaddress.ip_address(str(kept.get(key, "")))
+        except ValueError:
+            continue
+        if not (ip.is_unspecified or ip.is_loopback):
+            del kept[key]
+
+    def anonymous(v: Any) -> Any:
+        if isinstance(v, str):
+            return v.replace(node, "<node>") if node else v
+        if isinstance(v, dict):
+            return {k: anonymous(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [anonymous(x) for x in v]
+        return v
+
+    return digest(anonymous(kept))
 
 
 def identity(facts: Any) -> tuple[dict[str, Any], dict[str, str]]:
@@ -41,15 +78,31 @@ def identity(facts: Any) -> tuple[dict[str, Any], dict[str, str]]:
 
     def runtime() -> str:
         name, _ = facts.runtime_name
-        release = facts.containerd_release if name == "containerd" else None
-        if name == "containerd" and release is None:
-            raise ConformanceError("containerd did not answer --version")
-        return f"{name} {release}" if release else name
+        if name == "containerd":
+            release = facts.containerd_release
+            if release is None:
+                raise ConformanceError("containerd did not answer --version")
+            return f"{name} {release}"
+        release = facts.crio_release
+        if release is None:
+            raise ConformanceError("CRI-O did not answer --version")
+        return f"{name} {release}"
 
     def runtime_config() -> str:
         cfg = facts.runtime_config
         if cfg.effective is None:
             raise ConformanceError(f"the runtime refuses its configuration: {cfg.refused}")
+        alternatives = getattr(cfg, "alternatives", None) or {}
+        if alternatives:  # containerd's release unknown: a value only if every release reads the files alike
+            seen = {
+                label: (alt.effective if not isinstance(alt, Exception) else f"refused ({alt})")
+                for label, alt in alternatives.items()
+            }
+            if len(set(seen.values())) > 1:
+                raise ConformanceError(
+                    "containerd's release is unknown (--version not read) and its releases merge these files differently: "
+                    + ", ".join(sorted(seen))
+                )
         return cfg.effective
 
     take("os", os_release)
@@ -82,11 +135,30 @@ def identity(facts: Any) -> tuple[dict[str, Any], dict[str, str]]:
     take("driver", lambda: gpu(lambda g: g.driver))
     take("cuda_driver", lambda: gpu(lambda g: g.cuda_driver))
     take("gpu_count", lambda: len(facts.gpus.gpus))
-    take("gpu_products", lambda: gpu(lambda g: ", ".join(sorted({x.name or "?" for x in g.gpus}))))
+
+    def products(g: Any) -> str:
+        unread = [str(x.index) for x in g.gpus if not x.name]
+        if unread:
+            raise ConformanceError(f"the product name of GPU {', '.join(unread)} was not read")
+        return ", ".join(sorted({x.name for x in g.gpus}))
+
+    def mig(g: Any) -> str:
+        modes = set()
+        for x in g.gpus:
+            if x.mig is not None:
+                modes.add("on" if x.mig else "off")
+                continue
+            why = x.errors.get("mig", "not in the GPU facts")
+            if why not in ("not supported on this GPU", "function not in this driver's NVML"):
+                raise ConformanceError(f"the MIG mode of GPU {x.index} was not read ({why})")
+            modes.add(f"n/a ({why})")  # a GPU without MIG: the same answer on every peer with this GPU
+        return ", ".join(sorted(modes))
+
+    take("gpu_products", lambda: gpu(products))
     take("gpu_vbios", lambda: per_gpu("vbios"))
     take("gpu_inforom", lambda: per_gpu("inforom"))
-    take("mig", lambda: gpu(lambda g: ", ".join(sorted({"on" if x.mig else "off" if x.mig is False else "?" for x in g.gpus}))))
-    take("kubelet_config", lambda: digest(facts.kubelet_config.values))
+    take("mig", lambda: gpu(mig))
+    take("kubelet_config", lambda: kubelet_digest(facts.kubelet_config.values, facts.name))
     take("runtime_config", runtime_config)
     take("sysctls", lambda: digest(facts.sysctls))
     return values, errors

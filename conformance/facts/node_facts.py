@@ -305,6 +305,17 @@ class NodeFacts:
             return None
         return parse_containerd_version(rec.data.decode("utf-8", "replace"))
 
+    @fact
+    def crio_release(self) -> str | None:
+        """The running CRI-O's release, from its own `--version` (None: not asked, or no answer). CRI-O prints
+        `crio version 1.30.4` on its first line and `Version: 1.30.4` below it (internal/version/version.go)."""
+        rec = self.bundle.optional_command("crio-version")
+        if rec is None or rec.status != "0":
+            return None
+        text = rec.data.decode("utf-8", "replace")
+        m = re.search(r"^(?:crio version|Version:)\s*v?(\d+\.\d+\.\d+\S*)", text, re.M)
+        return m.group(1) if m else None
+
     def _containerd_main(self) -> str:
         for pid in self.bundle.processes("containerd"):
             rec = self.bundle.file(f"/proc/{pid}/cmdline")

@@ -29,7 +29,11 @@ def sources(paths: list[str]) -> Iterator[tuple[str, Iterator[Part]]]:
         files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
         for f in files:
             if f.suffix in (".log", ".txt"):
-                for i, block in enumerate(results_in_log(f.read_text(encoding="utf-8", errors="replace"))):
+                try:
+                    blocks = results_in_log(f.read_text(encoding="utf-8", errors="replace"))
+                except ValueError as e:
+                    raise UsageError(f"{f}: the pod log's results are cut short: {e}; fetch the whole log again") from None
+                for i, block in enumerate(blocks):
                     where = f"{f}: results block {i + 1}"
                     try:
                         parts = parts_of_text(block, where)

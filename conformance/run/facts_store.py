@@ -8,7 +8,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from conformance.cluster.api import configz
@@ -21,6 +21,14 @@ from conformance.facts.node_facts import NodeFacts
 from conformance.run.fleet import Fleet
 
 INTERRUPT_SETTLE_S = 30.0  # how long an interrupted run waits for its cut collections to end (each ends in ~1 s)
+
+
+@dataclass
+class WorkerReports:
+    """What pytest-xdist workers report of the nodes they gathered: collection summaries, identity records."""
+
+    collection: dict[str, dict[str, Any]] = field(default_factory=dict)
+    identity: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -59,8 +67,7 @@ class FactStore:
         self.kube_api: Any = None  # an ApiClient when the inventory configures the Kubernetes API
         self.kubelet_endpoints: dict[str, KubeletEndpoint] = {}  # from discovery; other nodes are looked up
         self.xdist_worker = False  # a pytest-xdist worker: gathers only the nodes it runs
-        self.remote_collection: dict[str, dict[str, Any]] = {}  # under xdist, the workers' collection summaries
-        self.remote_identity: dict[str, dict[str, Any]] = {}  # ... and their nodes' identity records
+        self.remote = WorkerReports()  # under xdist, what the workers report of their nodes
         self._facts: dict[str, NodeFacts] = {}  # gathered (or read from a snapshot), by node
         self._inflight: InFlight | None = None  # the nodes being gathered in the background
         self._cancel = Cancel()  # cuts the collections under way (the run was interrupted)
@@ -194,7 +201,7 @@ class FactStore:
         pytest-xdist) the summary the worker that collected it sent."""
         facts = self.collected(node)
         if facts is None:
-            return (replayed.get(node) or {}).get("collection") or self.remote_collection.get(node)
+            return (replayed.get(node) or {}).get("collection") or self.remote.collection.get(node)
         b = facts.bundle
         return {
             "collected_at": b.collected_at,

@@ -17,6 +17,7 @@ class Fleet:
         self.profile_names: dict[str, str] = {}
         self.profile_reasons: dict[str, str] = {}
         self.recorded_fleet: dict[str, dict[str, Any] | None] = {}  # a replay: the fleet settings its records hold
+        self.unlabelled: list[str] = []  # a snapshot replay: nodes whose snapshots carry no labels (pools unknown)
         cache: dict[str | None, Profile] = {}
         for node in inventory.nodes:
             ref, why = (profile_override, "--profile") if profile_override else inventory.select_profile(node)

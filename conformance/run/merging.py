@@ -39,7 +39,7 @@ def spool_sources(paths: list[str], expected: list[str], ticker: Ticker | None =
     spool = NodeSpool()
     try:
         for where, parts in sources(paths):
-            spool.add(parts)
+            spool.add(parts, where)
             if ticker is not None and ticker.due():
                 ticker.say(f"read {spool.documents} results documents ({len(spool.entries)} nodes), now {where}")
         if ticker is not None and spool.documents:

@@ -2,9 +2,12 @@
 unlinked temporary file as they are read (gone with the process, however it ends), and memory keeps, per
 node, where its latest run lies and the little that grouping and the drift check need of it.
 
-A node present in several documents takes the run that finished last (a rerun replaces an earlier
-attempt; of two that finished together, the later source), and keeps the place it first had among the
-documents ordered by finish time: what conformance.outputs.replay.merge_parsed did in memory."""
+A node present in several documents is merged check by check: of each check, the rows of the run that
+finished last and judged it win (a rerun of some checks replaces those, and the earlier run's other checks
+stay: `merge monday/ rerun-with-select.json` keeps Monday's other failures); of two runs that finished
+together, the later source. The node's record is its newest run's, with `runs` naming every run its results
+came from, and it keeps the place it first had among the documents ordered by finish time. A result that
+comes before its node in a hand-edited document is kept for that node."""
 
 from __future__ import annotations
 
@@ -29,6 +32,8 @@ class Entry:
     results: list[Span] = field(default_factory=list)
     count: int = 0  # results
     light: dict[str, Any] = field(default_factory=dict)  # what pools and FLEET-CONSISTENT read of the record
+    source: str = ""  # the document this run came from
+    older: list[tuple[tuple[str, int], list[Span], str]] = field(default_factory=list)  # earlier runs: (won, results, source)
 
 
 LIGHT_KEYS = ("name", "profile", "profile_reason", "transport", "labels", "identity", "identity_errors")
@@ -44,7 +49,7 @@ class NodeSpool:
         self._strings: dict[Any, Any] = {}  # one copy of each repeated label and identity value
         self._settings: dict[str, Any] = {}
 
-    def add(self, parts: Iterable[Part]) -> None:
+    def add(self, parts: Iterable[Part], source: str = "") -> None:
         """One document's parts (conformance.outputs.documents), in file order."""
         doc = self.documents
         self.documents += 1
@@ -52,20 +57,22 @@ class NodeSpool:
         mine: dict[str, Entry] = {}
         position = 0
         last: Entry | None = None
+        early: list[dict[str, Any]] = []  # results met before their node (a hand-edited document)
         for kind, value in parts:
             if kind == "meta":
                 finished = self.meta.add(value, finished, doc)
             elif kind == "node":
                 name = value["name"]
                 span = self._write(value)
-                entry = Entry((finished, doc, position), (finished, doc), span, light=self._light(value))
+                entry = Entry((finished, doc, position), (finished, doc), span, light=self._light(value), source=source)
                 position += 1
                 mine[name] = entry
             else:
                 name = value.get("node")
                 entry = mine.get(name) if name is not None else None
                 if entry is None:
-                    continue  # a result of no node the document lists: a replay never showed it either
+                    early.append(value)  # its node may come later; a result of no node the document lists is dropped
+                    continue
                 span = self._write(value)
                 entry.count += 1
                 if last is entry and entry.results and sum(entry.results[-1]) == span[0]:
@@ -73,18 +80,25 @@ class NodeSpool:
                 else:
                     entry.results.append(span)
                 last = entry
+        for value in early:
+            entry = mine.get(value.get("node"))
+            if entry is not None:
+                entry.results.append(self._write(value))
+                entry.count += 1
         for name, entry in mine.items():
             entry.first = (finished, doc, entry.first[2])
             entry.won = (finished, doc)
             old = self.entries.get(name)
             if old is None:
                 self.entries[name] = entry
-            else:
-                entry.first = min(old.first, entry.first)
-                if entry.won >= old.won:
-                    self.entries[name] = entry
-                else:
-                    old.first = entry.first
+                continue
+            entry.first = min(old.first, entry.first)
+            new, other = (entry, old) if entry.won >= old.won else (old, entry)
+            new.first = entry.first
+            new.older += [(other.won, other.results, other.source), *other.older]
+            new.older.sort(reverse=True)
+            new.count += other.count
+            self.entries[name] = new
         self.meta.finish(finished, doc)
 
     def names(self) -> list[str]:
@@ -95,10 +109,28 @@ class NodeSpool:
         return sum(e.count for e in self.entries.values())
 
     def record(self, name: str) -> dict[str, Any]:
-        return json.loads(self._read(self.entries[name].record))
+        entry = self.entries[name]
+        record = json.loads(self._read(entry.record))
+        if entry.older:
+            runs = [(entry.won, entry.source), *((won, source) for won, _, source in entry.older)]
+            record["runs"] = [{"source": source or f"document {won[1] + 1}", "finished_at": won[0]} for won, source in runs]
+        return record
 
     def results_of(self, name: str) -> Iterator[dict[str, Any]]:
-        for span in self.entries[name].results:
+        """The node's results; merged from several runs, each check's rows from the newest run that has any."""
+        entry = self.entries[name]
+        if not entry.older:
+            yield from self._rows(entry.results)
+            return
+        taken: set[str] = set()
+        for spans in [entry.results, *(results for _, results, _ in entry.older)]:
+            rows = list(self._rows(spans))
+            mine = {r.get("check") for r in rows} - taken
+            yield from (r for r in rows if r.get("check") in mine)
+            taken |= mine
+
+    def _rows(self, spans: list[Span]) -> Iterator[dict[str, Any]]:
+        for span in spans:
             for line in self._read(span).splitlines():
                 yield json.loads(line)
 

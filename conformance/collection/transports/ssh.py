@@ -83,8 +83,8 @@ class SshTransport:
         self._deadline: float | None = None
         self._timer: threading.Timer | None = None
         self._expired = threading.Event()
-        self._aborted = False  # cut by abort() (the run was interrupted), not by the deadline
-        self._cut_stage = ""
+        # (how far the connection got when it was cut, whether abort() cut it: the run was interrupted)
+        self._cut: tuple[str, bool] = ("", False)
 
     # -- the deadline: --timeout bounds connection, authentication and the remote command together --
     def set_deadline(self, timeout: float) -> None:
@@ -108,14 +108,14 @@ class SshTransport:
     def abort(self) -> None:
         """Cut the connection now, at whatever stage (the run was interrupted): what waits on it fails
         at once with the error kind "interrupted"."""
-        self._aborted = True
+        self._cut = (self._cut[0], True)
         self._expire()
 
     def _remaining(self) -> float:
         return float("inf") if self._deadline is None else max(0.01, self._deadline - time.monotonic())
 
     def _expire(self) -> None:
-        self._cut_stage = self._stage()  # before closing, which forgets how far the connection got
+        self._cut = (self._stage(), self._cut[1])  # before closing, which forgets how far the connection got
         self._expired.set()
         for sock in self._socks:
             with contextlib.suppress(OSError):
@@ -137,11 +137,11 @@ class SshTransport:
         return "running the collector"
 
     def _timed_out(self) -> TransportError:
-        if self._aborted:
-            message = f"{self.description}: stopped while {self._cut_stage}: the run was interrupted"
+        if self._cut[1]:
+            message = f"{self.description}: stopped while {self._cut[0]}: the run was interrupted"
             return TransportError(message, kind=INTERRUPTED)
         return TransportError(
-            f"{self.description}: did not finish within {self._timeout:g} s (--timeout): cut while {self._cut_stage}",
+            f"{self.description}: did not finish within {self._timeout:g} s (--timeout): cut while {self._cut[0]}",
             kind="timeout",
         )
 

@@ -1,0 +1,57 @@
+"""The verdict rule, in one place: how a node's results become accepted, rejected, unreachable or
+incomplete. The live run, replays and merges write it into results.json; the gate reads it, and decides
+again from the document's own rows, so a document that says more than its rows show accepts no node.
+
+- **rejected**: a check that blocks (critical or high) failed or errored, unwaived. A known failure stands
+  however much else was judged.
+- **unreachable**: the node could not be collected (its checks report `error` with the cause).
+- **incomplete**: the node's results never came (an interrupted collection, a node `merge --expect` names
+  that sent nothing), or a check that blocks was not judged on it: a run narrowed with `--select`, `-k` or
+  `-m`, a re-render with `--select`, a run stopped by Ctrl-C or `-x`. The node's entry names those checks.
+- **accepted**: every check that blocks was judged on the node (passed, waived, or skipped as not applying)
+  and none failed or errored."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from conformance.config.check_contract import BLOCKING
+
+INTERRUPTED = "interrupted"  # a collection's error kind when the run was stopped under it
+MISSING = "missing"  # a node `merge --expect` names whose results never came
+VERDICTS = ("accepted", "rejected", "unreachable", "incomplete")
+
+
+def blocking_failures(rows: Iterable[dict[str, Any]]) -> list[str]:
+    """The checks that block and failed or errored (unwaived) among a node's rows."""
+    return sorted({r["check"] for r in rows if r["outcome"] in ("failed", "error") and r["severity"] in BLOCKING})
+
+
+def not_judged(rows: Iterable[dict[str, Any]], required: Iterable[str]) -> list[str]:
+    """The checks in `required` (those that block for the node's profile) without a row for the node."""
+    have = {r["check"] for r in rows}
+    return sorted(set(required) - have)
+
+
+def verdict(rows: list[dict[str, Any]], collection: dict[str, Any] | None, unjudged: list[str]) -> str:
+    if collection and collection.get("error_kind") in (MISSING, INTERRUPTED):
+        return "incomplete"
+    if collection and collection.get("error"):
+        return "unreachable"
+    if not rows:
+        return "incomplete"
+    if blocking_failures(rows):
+        return "rejected"
+    return "incomplete" if unjudged else "accepted"
+
+
+def gate_verdict(summary: dict[str, Any], rows: list[dict[str, Any]], required: Iterable[str]) -> tuple[str, list[str]]:
+    """The verdict the gate acts on: the document's, unless its own rows for the node say less (a check that
+    blocks has no row, or failed): (verdict, the checks not judged)."""
+    unjudged = sorted(set(not_judged(rows, required)) | set(summary.get("not_judged") or []))
+    again = verdict(rows, summary.get("collection"), unjudged)
+    said = summary.get("verdict", "incomplete")
+    if said != "accepted":
+        return said, unjudged
+    return again, unjudged

@@ -1,0 +1,106 @@
+"""A node is accepted only when every check that blocks was judged on it, and a merge of a partial rerun
+keeps what the earlier run judged: real runs of the local transport over a sample host root, narrowed with
+--select and -k, re-rendered, merged, and pod logs cut short."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance.cluster.manifests import RESULTS_BEGIN, RESULTS_END
+from tests.test_cli_local import sample_host_root
+
+
+def conformance(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "conformance", *args], capture_output=True, text=True, timeout=600)
+
+
+def node_of(out: Path) -> tuple[dict, list[dict]]:
+    doc = json.loads((out / "results.json").read_text())
+    (node,) = doc["nodes"]
+    return node, doc["results"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A full run of the sample node (rejected on its real failures), and a rerun of one family only."""
+    d = tmp_path_factory.mktemp("partial")
+    root = sample_host_root(d / "root")
+    full = conformance("run", "--host-root", str(root), "--output", str(d / "monday"))
+    assert full.returncode == 1, full.stdout + full.stderr
+    rerun = conformance("run", "--host-root", str(root), "--select", "gpu_health", "--output", str(d / "rerun"))
+    keyword = conformance("run", "--host-root", str(root), "--output", str(d / "keyword"), "--", "-k", "test_sysctl")
+    return d, rerun, keyword
+
+
+def test_a_run_narrowed_with_select_or_k_is_incomplete_and_names_what_was_not_judged(runs):
+    d, rerun, keyword = runs
+    for out, p in ((d / "rerun", rerun), (d / "keyword", keyword)):
+        node, rows = node_of(out)
+        if node["blocking"]:  # a failure it did judge rejects the node whatever else was left out
+            assert node["verdict"] == "rejected"
+        else:
+            assert node["verdict"] == "incomplete", node
+        assert "KUBELET-CPU-POLICY" in node["not_judged"] and "KUBELET-CPU-POLICY" not in {r["check"] for r in rows}
+        assert p.returncode == 1
+    node, _ = node_of(d / "rerun")
+    assert node["verdict"] == "incomplete"  # the sample node's GPU health checks skip: nothing blocking failed
+    assert "not judged: " in rerun.stdout
+
+
+def test_a_full_run_judges_every_check_that_blocks(runs):
+    d, _, _ = runs
+    node, _ = node_of(d / "monday")
+    assert "not_judged" not in node and node["verdict"] == "rejected"
+
+
+def test_a_rerender_with_select_is_incomplete(runs, tmp_path):
+    d, _, _ = runs
+    p = conformance("report", str(d / "monday" / "results.json"), "--select", "KUBELET-CPU-POLICY", "--output", str(tmp_path))
+    node, _ = node_of(tmp_path)
+    assert node["verdict"] in ("incomplete", "rejected") and node["not_judged"], p.stdout + p.stderr
+    assert "GPU-COUNT" in node["not_judged"]
+
+
+def test_merging_a_partial_rerun_keeps_the_earlier_runs_other_checks(runs, tmp_path):
+    d, _, _ = runs
+    monday, _ = node_of(d / "monday")
+    _, monday_rows = node_of(d / "monday")
+    p = conformance("merge", str(d / "monday" / "results.json"), str(d / "rerun" / "results.json"), "--output", str(tmp_path))
+    node, rows = node_of(tmp_path)
+    assert node["verdict"] == monday["verdict"] == "rejected", p.stdout + p.stderr
+    assert node["blocking"] == monday["blocking"] and "not_judged" not in node
+    assert {r["check"] for r in rows} == {r["check"] for r in monday_rows}
+    assert [r["source"] for r in node["runs"]] == [str(d / "rerun" / "results.json"), str(d / "monday" / "results.json")]
+    rerun_ids = {r["check"] for r in node_of(d / "rerun")[1]}
+    rerun_test_ids = {r["test"] for r in node_of(d / "rerun")[1]}
+    assert {r["test"] for r in rows if r["check"] in rerun_ids} == rerun_test_ids  # those came from the rerun
+
+
+def test_a_pod_log_cut_short_is_an_error_naming_the_log(runs, tmp_path):
+    d, _, _ = runs
+    text = (d / "monday" / "results.json").read_text()
+    block = json.dumps(json.loads(text), separators=(",", ":"))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "node-a.log").write_text(f"starting\n{RESULTS_BEGIN}\n{block[: len(block) // 2]}")  # truncated
+    p = conformance("merge", str(logs), "--output", str(tmp_path / "out"))
+    assert p.returncode == 4 and "node-a.log: the pod log's results are cut short" in p.stderr, p.stdout + p.stderr
+    (logs / "node-a.log").write_text(f"{block[len(block) // 2 :]}\n{RESULTS_END}\n")  # its start rotated away
+    p = conformance("merge", str(logs), "--output", str(tmp_path / "out2"))
+    assert p.returncode == 4 and "beginning is not in it" in p.stderr
+
+
+def test_results_before_nodes_in_a_hand_edited_document_are_read(runs, tmp_path):
+    d, _, _ = runs
+    doc = json.loads((d / "monday" / "results.json").read_text())
+    edited = {k: v for k, v in doc.items() if k != "nodes"}
+    edited["nodes"] = doc["nodes"]  # now after "results"
+    (tmp_path / "edited.json").write_text(json.dumps(edited, indent=1))
+    conformance("report", str(tmp_path / "edited.json"), "--output", str(tmp_path / "out"))
+    node, rows = node_of(tmp_path / "out")
+    assert len(rows) == len(doc["results"]) and node["verdict"] == doc["nodes"][0]["verdict"]
