@@ -194,6 +194,12 @@ def test_pod_gpu_numa_aligned(node, container, pod, spec_container, inside, topo
         evidence.add(*lines)
         if disagree:
             raise FactUnavailable("the API and the node disagree: " + "; ".join(disagree))
+    required = profile.get("pods.dra_cpu_coselection")
+    chance = []  # GPU claims whose CPUs were not selected with them, under a profile that asks for it
+    for claim, (done, how) in sorted(spec_container["dra"].coselection.items()):
+        evidence.add(f"claim {claim}: CPUs {'co-selected' if done else 'not co-selected'} with its GPUs: {how}")
+        if required and not done:
+            chance.append(f"claim {claim}: {how}")
     judged = {id(g) for _, g in held}
     for minor in inside.gpu_minors:
         g = by_minor.get(minor)
@@ -216,6 +222,10 @@ def test_pod_gpu_numa_aligned(node, container, pod, spec_container, inside, topo
                                 f"(CPUs on {sorted(map(str, cpu_nodes))})")  # fmt: skip
         elif gnode is None or {gnode} != cpu_nodes:
             problems.append(f"{what} on NUMA node {gnode}, CPUs on {sorted(map(str, cpu_nodes))}")
+    if chance:  # aligned or not today, nothing keeps the next pod aligned
+        problems.append(
+            "the profile asks DRA GPU claims to select their CPUs too (pods.dra_cpu_coselection): " + "; ".join(chance)
+        )
     assert not problems, "; ".join(problems)
 
 

@@ -282,3 +282,26 @@ def test_beta_only_servers_are_read_too(dra_lab, tmp_path):
     assert "PCI 0000:18:00.0, NUMA 0" in got["dra-far"]["POD-GPU-NUMA-ALIGNED"]["message"]
     assert got["dra-aligned"]["POD-GPU-NUMA-ALIGNED"]["outcome"] == "passed"
     assert any("/apis/resource.k8s.io/v1beta1/" in path for _, _, path in api.requests)
+
+
+def test_a_profile_can_require_cpus_selected_with_dra_gpus(dra_lab, tmp_path):
+    """pods.dra_cpu_coselection: a DRA GPU claim must also hold the container's CPUs from a DRA CPU driver,
+    with a matchAttribute constraint across both requests (kubernetes-sigs/dra-driver-cpu README); one that
+    does not is aligned only by chance and fails, even where its GPU happens to sit beside the CPUs."""
+    api = _cluster(dra_lab, plugin_gpus=0)
+    claim = api.claims[("inference", "aligned-gpu")]
+    claim["spec"]["devices"]["requests"].append({"name": "cpus", "exactly": {"deviceClassName": "dra.cpu"}})
+    claim["spec"]["devices"]["constraints"] = [{"requests": ["gpu", "cpus"], "matchAttribute": "resource.kubernetes.io/numaNode"}]
+    claim["status"]["allocation"]["devices"]["results"].append(
+        {"request": "cpus", "driver": "dra.cpu", "pool": NODE, "device": "cpudev000"}
+    )
+    with serve(api) as url:
+        _, got = run(dra_lab, url, tmp_path, select="test_pod_gpu_numa", profile="pods:\n  dra_cpu_coselection: true\n")
+    aligned = got["dra-aligned"]["POD-GPU-NUMA-ALIGNED"]
+    assert aligned["outcome"] == "passed", aligned["message"]
+    assert any("CPUs co-selected with its GPUs: GPU request(s) gpu and CPU request(s) cpus match resource.kubernetes.io/numaNode"
+               in line for line in aligned["evidence"])  # fmt: skip
+    mig = got["dra-mig"]["POD-GPU-NUMA-ALIGNED"]  # on its GPU's NUMA node, but by chance
+    assert mig["outcome"] == "failed"
+    assert "claim mig-slice: the claim holds no CPUs of a DRA CPU driver (dra.cpu)" in mig["message"]
+    assert got["plugin"]["POD-GPU-NUMA-ALIGNED"]["outcome"] == "passed"  # the Topology Manager aligns the device plugin's

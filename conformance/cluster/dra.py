@@ -233,6 +233,8 @@ class ContainerDra:
     error: str | None = None  # a claim or the node's slices could not be read: the GPU checks say `error`
     shared: dict[str, list[str]] = field(default_factory=dict)  # claim -> the consumers it is reserved for
     claims: list[str] = field(default_factory=list)  # every claim the container uses, GPU or not
+    # GPU claim -> how its CPUs were selected with its GPUs: (True, the constraint) or (False, why not)
+    coselection: dict[str, tuple[bool, str]] = field(default_factory=dict)
 
 
 class DraReader:
@@ -283,8 +285,11 @@ class DraReader:
             raise got
         return got
 
-    def containers(self, pod: Any, node: str, drivers: tuple[str, ...]) -> dict[str, ContainerDra]:
-        """Container name -> its DRA GPUs, for a running pod object of the client."""
+    def containers(
+        self, pod: Any, node: str, drivers: tuple[str, ...], cpu_drivers: tuple[str, ...] = ()
+    ) -> dict[str, ContainerDra]:
+        """Container name -> its DRA GPUs, for a running pod object of the client; with `cpu_drivers`, how each
+        GPU claim selected CPUs alongside (co_selection)."""
         names, uses = pod_claims(pod)
         ns = pod.metadata.namespace
         out: dict[str, ContainerDra] = {}
@@ -310,6 +315,7 @@ class DraReader:
                 consumers = reserved_for(claim)
                 if len(consumers) > 1:
                     got.shared[claim_name] = consumers
+                got.coselection[claim_name] = co_selection(claim, drivers, cpu_drivers)
                 try:
                     slices = self.slices(node, drivers)
                 except FactUnavailable as e:
@@ -319,3 +325,30 @@ class DraReader:
                     published = slices.find(driver, pool, device)
                     got.devices.append(ClaimDevice(f"{ns}/{claim_name}", req, driver, pool, device, published))
         return out
+
+
+# The attributes that place a device on a NUMA node or below it: a matchAttribute constraint on one of them
+# across a claim's GPU and CPU requests co-selects them (kubernetes-sigs/dra-driver-cpu README: the standard
+# resource.kubernetes.io/pcieRoot and resource.kubernetes.io/numaNode; its own dra.cpu/numaNodeID).
+LOCALITY_ATTRIBUTES = ("resource.kubernetes.io/pcieRoot", "resource.kubernetes.io/numaNode", "dra.cpu/numaNodeID")
+
+
+def co_selection(claim: dict[str, Any], gpu_drivers: tuple[str, ...], cpu_drivers: tuple[str, ...]) -> tuple[bool, str]:
+    """Whether the claim selected its CPUs with its GPUs: it holds devices of a DRA CPU driver, and one of its
+    `spec.devices.constraints` (ResourceClaimSpec, k8s.io/api/resource/v1) has a matchAttribute on a locality
+    attribute across a GPU request and a CPU request (no `requests`: every request of the claim). The
+    scheduler then allocates only devices that share that attribute's value."""
+    results = allocated(claim, None)
+    gpu_reqs = {r[0].split("/")[0] for r in results if r[1] in gpu_drivers}
+    cpu_reqs = {r[0].split("/")[0] for r in results if r[1] in cpu_drivers}
+    if not cpu_reqs:
+        return False, f"the claim holds no CPUs of a DRA CPU driver ({', '.join(cpu_drivers) or 'none configured'})"
+    for c in ((claim.get("spec") or {}).get("devices") or {}).get("constraints") or []:
+        attr = c.get("matchAttribute")
+        covered = set(c.get("requests") or (gpu_reqs | cpu_reqs))
+        if attr in LOCALITY_ATTRIBUTES and covered & gpu_reqs and covered & cpu_reqs:
+            return (
+                True,
+                f"GPU request(s) {', '.join(sorted(gpu_reqs))} and CPU request(s) {', '.join(sorted(cpu_reqs))} match {attr}",
+            )
+    return False, f"no matchAttribute constraint on {' or '.join(LOCALITY_ATTRIBUTES)} covers its GPU and CPU requests"

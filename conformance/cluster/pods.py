@@ -192,6 +192,7 @@ def gpu_pods(
     namespaces: list[str] | None = None,
     dra: DraReader | None = None,
     dra_drivers: tuple[str, ...] = (),
+    cpu_drivers: tuple[str, ...] = (),
 ) -> list[PodInfo]:
     """The running pods on `node` whose containers request `resource` through the device plugin, hold a
     GPU of `dra_drivers` through a ResourceClaim (or use a claim that could not be read: unknown is not
@@ -226,7 +227,7 @@ def gpu_pods(
             )
         if not p.status or p.status.phase != "Running":
             continue  # nothing to exec into yet (Pending: also a pod whose claims are not allocated) or any more
-        claims = dra.containers(p, node, dra_drivers) if dra is not None else {}
+        claims = dra.containers(p, node, dra_drivers, cpu_drivers) if dra is not None else {}
         for c in containers:
             c["plugin_gpus"] = c["gpus"]
             c["dra"] = claims.get(c["name"], ContainerDra())

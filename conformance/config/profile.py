@@ -199,6 +199,12 @@ def _validate(values: dict[str, Any], source: str) -> None:
     need("runtime.gpu_handlers", isinstance(values["runtime"]["gpu_handlers"], list), "a list of handler names")
     need("pods.acceptance_pod", isinstance(p["acceptance_pod"], bool), "true or false")
     need("pods.numa_alignment", p["numa_alignment"] in ("single", "gpus"), "single or gpus")
+    need("pods.dra_cpu_coselection", isinstance(p["dra_cpu_coselection"], bool), "true or false")
+    need(
+        "pods.dra_cpu_drivers",
+        isinstance(p["dra_cpu_drivers"], list) and all(isinstance(v, str) and v for v in p["dra_cpu_drivers"]),
+        "a list of DRA CPU driver names such as dra.cpu",
+    )
     need(
         "pods.namespaces",
         isinstance(p["namespaces"], list) and all(isinstance(v, str) and v for v in p["namespaces"]),

@@ -52,9 +52,9 @@ class PodView:
                 profile = self.fleet.profile_for(node)
                 resource = spec.gpu_resource if spec else GPU_RESOURCE
                 namespaces = profile.get("pods.namespaces") or None
-                drivers = tuple(profile.get("gpu.dra_drivers"))
+                drivers, cpu = tuple(profile.get("gpu.dra_drivers")), tuple(profile.get("pods.dra_cpu_drivers"))
                 self._pods[node] = gpu_pods(
-                    self.store.kube_api, node, resource, profile.get("pods.selector"), namespaces, self.dra, drivers
+                    self.store.kube_api, node, resource, profile.get("pods.selector"), namespaces, self.dra, drivers, cpu
                 )
             except FactUnavailable as e:
                 self._pods[node] = e
