@@ -305,3 +305,43 @@ def test_a_profile_can_require_cpus_selected_with_dra_gpus(dra_lab, tmp_path):
     assert mig["outcome"] == "failed"
     assert "claim mig-slice: the claim holds no CPUs of a DRA CPU driver (dra.cpu)" in mig["message"]
     assert got["plugin"]["POD-GPU-NUMA-ALIGNED"]["outcome"] == "passed"  # the Topology Manager aligns the device plugin's
+
+
+@pytest.mark.parametrize(
+    "variant",
+    ["claim deleted", "claims forbidden", "slice deleted", "no DRA served", "checkpoint corrupt", "checkpoint empty"],
+)
+def test_unknown_dra_records_never_turn_a_failure_into_a_pass(dra_lab, tmp_path, variant):
+    """Each DRA record the verdicts rest on, made unreadable in turn: the misaligned pods stay failed or
+    become errors, never passed, and the aligned one never passes on what was not read."""
+    api = _cluster(dra_lab, plugin_gpus=0)
+    token = "full-token"
+    checkpoint = next(n for n in dra_lab.nodes if n.spec.name == NODE).dir / "upper" / "var/lib/kubelet/dra_manager_state"
+    before = checkpoint.read_text()
+    if variant == "claim deleted":
+        for key in list(api.claims):
+            del api.claims[key]
+    elif variant == "claims forbidden":
+        token = "scoped-token"
+    elif variant == "slice deleted":
+        api.slices.clear()
+    elif variant == "no DRA served":
+        api.dra_versions = []
+    elif variant == "checkpoint corrupt":
+        checkpoint.write_text(before.replace('"Checksum":', '"Checksum":1'))
+    else:  # the kubelet prepared no claim (as with no checkpoint file at all: it writes one with its first claim)
+        checkpoint.write_text(labpods.dra_checkpoint([]))
+    try:
+        with serve(api) as url:
+            profile = "pods:\n  namespaces: [inference]\n" if token == "scoped-token" else ""
+            _, got = run(dra_lab, url, tmp_path, token=token, select="test_pod_gpu_numa", profile=profile)
+    finally:
+        checkpoint.write_text(before)
+    outcomes = {pod: got[pod]["POD-GPU-NUMA-ALIGNED"]["outcome"] for pod in ("dra-far", "dra-two", "dra-aligned")}
+    assert outcomes["dra-far"] in ("failed", "error") and outcomes["dra-two"] in ("failed", "error"), outcomes
+    if variant != "checkpoint missing":  # a missing checkpoint says the kubelet prepared nothing: API and node disagree
+        assert outcomes["dra-aligned"] == "error", (variant, got["dra-aligned"]["POD-GPU-NUMA-ALIGNED"]["message"])
+    else:
+        assert (
+            outcomes["dra-aligned"] == "error" and "has not prepared it" in got["dra-aligned"]["POD-GPU-NUMA-ALIGNED"]["message"]
+        )
