@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -173,3 +174,15 @@ def test_the_drivers_recovery_action_decides_whether_action_is_still_needed(tmp_
     assert cleared.failures == [] and any("no recovery action needed since" in line for line in cleared.lines)
     asks = Gpu(index=0, uuid="GPU-x", bus_id="00000000:18:00.0", health=GpuHealth(recovery_action=1))
     assert "asks for recovery action 'GPU reset'" in judge_xids(log, [asks], acceptance).failures[0]
+
+
+def test_the_collector_uses_no_posix_character_class():
+    """mawk 1.3.3 (the awk of Debian 10 and Ubuntu 18.04 nodes) has no POSIX character classes: a `[[:space:]]`
+    matches nothing there, and the Xid counter would count no Xid. Neither the node collector nor the script
+    run inside pods may use one (README "Node shells and awks")."""
+    from conformance.cluster.pods import INSIDE
+
+    collector = (Path(__file__).resolve().parent.parent / "conformance" / "collection" / "collector.sh").read_text()
+    for name, text in (("collector.sh", collector), ("cluster/pods.py INSIDE", INSIDE)):
+        found = re.findall(r"\[\[:[a-z]+:\]\]", text)
+        assert not found, f"{name} uses {sorted(set(found))}"

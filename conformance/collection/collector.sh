@@ -386,15 +386,18 @@ fi
 # number is lost to a line limit. Only those counts and the newest 500 Xid lines (512 bytes each) travel.
 if [ -n "$gpus" ]; then
   XMAX=16777216
-  xid_awk='function forget(i) { for (i = 1; i <= keys; i++) { delete c[o[i]]; delete first[o[i]]; delete last[o[i]] } keys = 0; n = 0; dropped = 0 }
+  # No POSIX character class (":space:" in brackets) anywhere in the collector's awk: mawk 1.3.3 (Debian 10, Ubuntu
+  # 18.04) has none and matches nothing with one. The blank set is written out instead.
+  xid_awk='BEGIN { ws = "[ \t\r\f\v]" }
+    function forget(i) { for (i = 1; i <= keys; i++) { delete c[o[i]]; delete first[o[i]]; delete last[o[i]] } keys = 0; n = 0; dropped = 0 }
     { bytes += length($0) + 1 }
     /kernel: Linux version |[]] Linux version |^Linux version / { forget(); boot = 1; next }
     /NVRM: Xid/ {
       line = substr($0, 1, 512); l[n % 500] = line; n++
       if (!match($0, "NVRM: Xid [(](PCI:)?[0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+([.][0-7])?[)]: [0-9]+")) next
       pre = substr($0, 1, RSTART - 1)
-      if (pre !~ "(^|[[:space:]])kernel:[[:space:]]*([[][[:space:]]*[0-9]+[.][0-9]+[]][[:space:]]*)?$" &&
-          pre !~ "^[[:space:]]*([[][[:space:]]*[0-9]+[.][0-9]+[]][[:space:]]*)?$") next
+      if (pre !~ "(^|" ws ")kernel:" ws "*([[]" ws "*[0-9]+[.][0-9]+[]]" ws "*)?$" &&
+          pre !~ "^" ws "*([[]" ws "*[0-9]+[.][0-9]+[]]" ws "*)?$") next
       m = substr($0, RSTART, RLENGTH); sub("^NVRM: Xid [(](PCI:)?", "", m)
       i = index(m, "): "); a = tolower(substr(m, 1, i - 1)); sub("[.][0-7]$", "", a)
       k = a " " (substr(m, i + 3) + 0)
