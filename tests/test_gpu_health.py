@@ -261,6 +261,22 @@ def test_nvidia_smi_nvlink_status_and_errors():
     links = parse_smi_nvlink(SMI_NVLINK_S, SMI_NVLINK_E)
     assert [(x.link, x.active) for x in links[0]] == [(0, True), (1, True), (2, True), (3, False)]
     assert links[0][1].errors == {"replay": 7, "recovery": 0, "crc_flit": 0} and links[1] == []
+    # `nvlink -e` prints no CRC data line: that counter is unread, never 0, and the profile's limit on it errors
+    assert links[0][1].unread == {"crc_data": "not in the output of nvidia-smi nvlink -e"}
+    v = judge_nvlink([gpu(nvlinks=links[0])], GP)
+    assert any("error counter crc_data not read (not in the output of nvidia-smi nvlink -e)" in u for u in v.unknowns)
+
+
+def test_nvlink_counters_never_read_are_unknown_not_clean():
+    """`nvidia-smi nvlink -e` failed or was not run: no counter of any link was read, so GPU-NVLINK cannot pass
+    (it passed before: empty counters and nothing marked unread)."""
+    from tests.lab.gpu_nodes import SMI_NVLINK_S
+
+    links = parse_smi_nvlink(SMI_NVLINK_S, "", "nvidia-smi nvlink -e failed (exit 3)")
+    assert all(x.unread == dict.fromkeys(("replay", "recovery", "crc_flit", "crc_data"), "nvidia-smi nvlink -e failed (exit 3)")
+               for x in links[0])  # fmt: skip
+    v = judge_nvlink([gpu(nvlinks=[x for x in links[0] if x.active])], GP)
+    assert not v.failures and len(v.unknowns) == 3 * 4
 
 
 def test_links_expected_up_can_be_a_number():

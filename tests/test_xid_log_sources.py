@@ -158,20 +158,33 @@ def test_every_xid_number_is_counted_beyond_the_lines_kept(tmp_path, monkeypatch
     assert any("every one counted on the node, the newest 500 kept as lines" in line for line in v.lines)
 
 
-def test_the_drivers_recovery_action_decides_whether_action_is_still_needed(tmp_path, monkeypatch):
-    """Xid 48 (a double-bit ECC error, NVIDIA's catalogue: RESET_GPU) fails an acceptance profile until the
-    driver reports no recovery action needed (NVML field 230 reads NONE after the GPU was reset)."""
+def test_a_reset_class_xid_counts_until_the_log_shows_the_gpu_was_reset(tmp_path, monkeypatch):
+    """Xid 48 (a double-bit ECC error, NVIDIA's catalogue: RESET_GPU) and Xid 119 (a GSP timeout, RESET_GPU) fail an
+    acceptance profile. The driver's recovery action reading NONE clears neither: many reset-class Xids never
+    raise it. Only an Xid 154 after the event that changed the action to none (the reset it asked for was done)
+    clears it; one before the event does not."""
     dbe = (
         "Dec  3 09:06:00 gpu kernel: NVRM: Xid (PCI:0000:18:00): 48, pid=4242, An uncorrectable double bit error "
         "(DBE) has been detected on GPU in the framebuffer at partition 0, subpartition 0."
     )
-    log, _, _ = collect(tmp_path, monkeypatch, {"/var/log/kern.log": lines(BOOT, dbe)})
+    gsp = [f"Dec  3 09:0{i}:30 gpu kernel: NVRM: Xid (PCI:0000:18:00): 119, pid=4242, Timeout after 6s of waiting for RPC "
+           "response from GPU0 GSP!" for i in range(7, 10)]  # fmt: skip
+    to_reset = ("Dec  3 09:06:01 gpu kernel: NVRM: Xid (PCI:0000:18:00): 154, GPU recovery action changed from 0x0 (None) "
+                "to 0x1 (GPU Reset Required)")  # fmt: skip
+    to_none = ("Dec  3 09:20:00 gpu kernel: NVRM: Xid (PCI:0000:18:00): 154, GPU recovery action changed from 0x1 (GPU "
+               "Reset Required) to 0x0 (None)")  # fmt: skip
     acceptance = load_profile("h100-h200-inference").get("gpu")
-    unread = judge_xids(log, [GPU], acceptance)
-    assert unread.failures == ["GPU0 GPU-x (00000000:18:00.0): Xid 48 at Dec  3 09:06:00"]
-    reset = Gpu(index=0, uuid="GPU-x", bus_id="00000000:18:00.0", health=GpuHealth(recovery_action=0))
-    cleared = judge_xids(log, [reset], acceptance)
-    assert cleared.failures == [] and any("no recovery action needed since" in line for line in cleared.lines)
+    none = Gpu(index=0, uuid="GPU-x", bus_id="00000000:18:00.0", health=GpuHealth(recovery_action=0))
+    log, _, _ = collect(tmp_path / "a", monkeypatch, {"/var/log/kern.log": lines(BOOT, dbe, *gsp)})
+    still = judge_xids(log, [none], acceptance)  # NVML says NONE, and nothing in the log shows a reset
+    assert still.failures == ["GPU0 GPU-x (00000000:18:00.0): Xid 48 at Dec  3 09:06:00, Xid 119 at Dec  3 09:09:30 (3 times "
+                              "since boot, first at Dec  3 09:07:30)"]  # fmt: skip
+    log, _, _ = collect(tmp_path / "b", monkeypatch, {"/var/log/kern.log": lines(BOOT, dbe, to_reset, *gsp, to_none)})
+    cleared = judge_xids(log, [none], acceptance)
+    assert cleared.failures == [], cleared.failures
+    assert any("changed its recovery action to none after it, at Dec  3 09:20:00" in line for line in cleared.lines)
+    log, _, _ = collect(tmp_path / "c", monkeypatch, {"/var/log/kern.log": lines(BOOT, to_reset, to_none, dbe)})
+    assert judge_xids(log, [none], acceptance).failures == ["GPU0 GPU-x (00000000:18:00.0): Xid 48 at Dec  3 09:06:00"]
     asks = Gpu(index=0, uuid="GPU-x", bus_id="00000000:18:00.0", health=GpuHealth(recovery_action=1))
     assert "asks for recovery action 'GPU reset'" in judge_xids(log, [asks], acceptance).failures[0]
 

@@ -158,11 +158,33 @@ def _counts_from_lines(events: list[XidEvent]) -> list[XidCount]:
     return list(counts.values())
 
 
+def _cleared_after(c: Any, counts: list[Any]) -> Any:
+    """The Xid 154 event that set the GPU's recovery action to none after `c`'s last occurrence, if the log shows
+    one (its place among the boot's Xid lines comes from the collector; an older collector's record has none,
+    and nothing is cleared then)."""
+    if c.last_at is None:
+        return None
+    for other in counts:
+        if (
+            other.xid == 154
+            and other.pci == c.pci
+            and other.last.cls == "informational"
+            and other.last_at is not None
+            and other.last_at > c.last_at
+        ):
+            return other.last
+    return None
+
+
 def judge_xids(log: XidLog, gpus: list[Gpu], gp: dict[str, Any], shown: int = 20) -> Verdict:
     """Every Xid number of this boot on every GPU (counted on the node), classed by NVIDIA's catalogue; the
     profile's classes fail. The driver's GPU recovery action, where it reports one, says whether action is
-    still needed: anything but "none" fails, and "none" clears reset-class Xids of that GPU (they were dealt
-    with: NVIDIA's error recovery flags). A log that does not reach back to this boot's start is unknown."""
+    still needed: anything but "none" fails. "None" is no evidence that a reset happened: the driver raises the
+    recovery action for uncorrectable memory errors and some GSP faults, and many reset-class Xids (46, 62,
+    109, 119/120, 136, 143, the NVLink 74 and 144-150) leave it at none. A reset-class Xid counts unless the
+    log shows the GPU's recovery action changed to none after it (Xid 154, "GPU recovery action changed from
+    0x1 (GPU Reset Required) to 0x0 (None)", which the driver logs when the action it asked for was carried
+    out; NVIDIA's Xid catalogue, Xid 154). A log that does not reach back to this boot's start is unknown."""
     v = Verdict(applied=1)
     failing = set(gp.get("xid_fail") or ["fatal"])
     by_pci = {pci_key(g.bus_id): g for g in gpus}
@@ -193,8 +215,9 @@ def judge_xids(log: XidLog, gpus: list[Gpu], gp: dict[str, Any], shown: int = 20
         cls = c.last.cls
         fails = cls in failing
         note = ""
-        if fails and cls == "reset" and g is not None and g.health.recovery_action == 0:
-            fails, note = False, " (not failing: the driver reports no recovery action needed since)"
+        cleared = _cleared_after(c, counts) if fails and cls == "reset" else None
+        if cleared is not None:
+            fails, note = False, f" (not failing: the driver changed its recovery action to none after it, at {cleared.when})"
         times = f"{c.count} time(s), first {c.first.when}, last {c.last.when}" if c.count > 1 else f"at {c.last.when}"
         v.lines.append(
             f"{'FAILS: ' if fails else ''}Xid {c.xid} [{cls}: {c.last.meaning}] on "

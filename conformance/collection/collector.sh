@@ -389,7 +389,7 @@ if [ -n "$gpus" ]; then
   # No POSIX character class (":space:" in brackets) anywhere in the collector's awk: mawk 1.3.3 (Debian 10, Ubuntu
   # 18.04) has none and matches nothing with one. The blank set is written out instead.
   xid_awk='BEGIN { ws = "[ \t\r\f\v]" }
-    function forget(i) { for (i = 1; i <= keys; i++) { delete c[o[i]]; delete first[o[i]]; delete last[o[i]] } keys = 0; n = 0; dropped = 0 }
+    function forget(i) { for (i = 1; i <= keys; i++) { delete c[o[i]]; delete first[o[i]]; delete last[o[i]]; delete at[o[i]] } keys = 0; n = 0; dropped = 0 }
     { bytes += length($0) + 1 }
     /kernel: Linux version |[]] Linux version |^Linux version / { forget(); boot = 1; next }
     /NVRM: Xid/ {
@@ -402,11 +402,11 @@ if [ -n "$gpus" ]; then
       i = index(m, "): "); a = tolower(substr(m, 1, i - 1)); sub("[.][0-7]$", "", a)
       k = a " " (substr(m, i + 3) + 0)
       if (!(k in c)) { if (keys >= 1000) { dropped++; next } o[++keys] = k; first[k] = line }
-      c[k]++; last[k] = line
+      c[k]++; last[k] = line; at[k] = n
     }
     END {
       printf "#xid-aggregates %d\n", keys
-      for (i = 1; i <= keys; i++) printf "%s %d\n%s\n%s\n", o[i], c[o[i]], first[o[i]], last[o[i]]
+      for (i = 1; i <= keys; i++) printf "%s %d %d\n%s\n%s\n", o[i], c[o[i]], at[o[i]], first[o[i]], last[o[i]]
       for (i = (n > 500 ? n - 500 : 0); i < n; i++) print l[i % 500]
       printf "#xid total=%d boot-line=%d keys=%d dropped=%d bytes=%d\n", n, boot, keys, dropped, bytes
     }'

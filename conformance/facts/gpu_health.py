@@ -253,8 +253,11 @@ LINK_LINE = re.compile(r"^\s*Link (\d+): (.*)$")
 SMI_COUNTERS = {"replay errors": "replay", "recovery errors": "recovery", "crc errors": "crc_flit", "crc data errors": "crc_data"}
 
 
-def parse_smi_nvlink(status: str, errors: str = "") -> dict[int, list[NvLink]]:
-    """{GPU index: its links} from `nvidia-smi nvlink -s`, with `-e`'s counters where given."""
+def parse_smi_nvlink(status: str, errors: str = "", errors_unread: str | None = None) -> dict[int, list[NvLink]]:
+    """{GPU index: its links} from `nvidia-smi nvlink -s`, with `-e`'s counters where given. Every counter a link
+    should have (NVLINK_COUNTERS) that `-e` did not print for it is unread, with why: `errors_unread` when the
+    command failed or did not run, else that its output lacks it (crc_data: `nvlink -e` of many drivers prints
+    no CRC data line). Unread is never 0."""
     links: dict[int, dict[int, NvLink]] = {}
     gpu = None
     for line in status.splitlines():
@@ -281,4 +284,9 @@ def parse_smi_nvlink(status: str, errors: str = "") -> dict[int, list[NvLink]]:
             key = SMI_COUNTERS.get(name.strip().lower())
             if key and value.strip().isdigit():
                 links[gpu][int(m.group(1))].errors[key] = int(value)
+    for ls in links.values():
+        for x in ls.values():
+            for key in NVLINK_COUNTERS:
+                if key not in x.errors:
+                    x.unread[key] = errors_unread or "not in the output of nvidia-smi nvlink -e"
     return {g: [ls[i] for i in sorted(ls)] for g, ls in links.items()}

@@ -507,7 +507,12 @@ class NodeFacts:
             if nvlink is not None and nvlink.status == "0":
                 errs = b.optional_command("nvidia-smi-nvlink-errors")
                 err_text = errs.data.decode("utf-8", "replace") if errs is not None and errs.status == "0" else ""
-                by_index = parse_smi_nvlink(nvlink.data.decode("utf-8", "replace"), err_text)
+                why = (
+                    "nvidia-smi nvlink -e was not run" if errs is None
+                    else None if errs.status == "0"
+                    else f"nvidia-smi nvlink -e failed (exit {errs.status})"
+                )  # fmt: skip
+                by_index = parse_smi_nvlink(nvlink.data.decode("utf-8", "replace"), err_text, why)
                 for g in facts.gpus:
                     if g.index in by_index:
                         g.health.nvlinks = by_index[g.index]

@@ -76,6 +76,7 @@ class XidCount:
     count: int
     first: XidEvent
     last: XidEvent  # its class decides (Xid 154: the latest recovery action)
+    last_at: int | None = None  # the last one's place among this boot's Xid lines (None: an older collector)
 
 
 @dataclass
@@ -132,11 +133,12 @@ def parse_xid_lines(text: str) -> list[XidEvent]:
 
 
 # The collector's record (collector.sh, "Xid events of this boot"): "#xid-aggregates N", then N times
-# "ADDR XID COUNT", the first line and the last line; then the newest Xid lines; then the trailer
+# "ADDR XID COUNT AT" (AT: the last one's place among the boot's Xid lines; older collectors wrote no AT),
+# the first line and the last line; then the newest Xid lines; then the trailer
 # "#xid total=T boot-line=B keys=K dropped=D bytes=Y". Collectors before the counts sent only the lines and
 # "#xid total=T boot-line=B".
 TRAILER = re.compile(r"total=(\d+) boot-line=([01])(?: keys=(\d+) dropped=(\d+) bytes=(\d+))?$")
-AGGREGATE = re.compile(r"([0-9a-f]{1,8}:[0-9a-f]{1,2}:[0-9a-f]{1,2}) (\d{1,5}) (\d{1,12})$")
+AGGREGATE = re.compile(r"([0-9a-f]{1,8}:[0-9a-f]{1,2}:[0-9a-f]{1,2}) (\d{1,5}) (\d{1,12})(?: (\d{1,12}))?$")
 
 
 class XidRecordError(ValueError):
@@ -178,9 +180,14 @@ def parse_xid_record(text: str) -> tuple[list[XidEvent], list[XidCount] | None, 
             if not a:
                 raise XidRecordError(f"a count of the collector's Xid record is malformed: {head[:80]!r}")
             pci, xid = pci_key(a.group(1)), int(a.group(2))
-            c = XidCount(xid, pci, int(a.group(3)), _event(first, xid, pci), _event(last, xid, pci))
+            at = int(a.group(4)) if a.group(4) is not None else None
+            c = XidCount(xid, pci, int(a.group(3)), _event(first, xid, pci), _event(last, xid, pci), at)
             old = merged.get((pci, xid))  # 0000:2b:00 and 00000000:2b:00 name one GPU
-            merged[(pci, xid)] = c if old is None else XidCount(xid, pci, old.count + c.count, old.first, c.last)
+            if old is not None:
+                newer = c if (c.last_at or 0) >= (old.last_at or 0) else old
+                at = None if old.last_at is None or c.last_at is None else max(old.last_at, c.last_at)
+                c = XidCount(xid, pci, old.count + c.count, old.first, newer.last, at)
+            merged[(pci, xid)] = c
         counts = list(merged.values())
         body = body[1 + 3 * n :]
     return parse_xid_lines("\n".join(body)), counts, numbers
