@@ -134,7 +134,7 @@ def test_smi_xml_of_older_drivers():
     assert g.health.ecc_pending is False
     assert g.health.retired_pages == {"sbe": 3, "dbe": 1, "pending": 1}
     assert g.health.active_clock_reasons() == ["hw_slowdown"]
-    assert g.health.fabric == {"state": 2, "status": 0}
+    assert g.health.fabric == {"state": 2, "status": None}  # N/A is no success
 
 
 def test_nvml_probe_health_fields_and_what_the_driver_lacks():
@@ -211,6 +211,30 @@ def test_fabric_judge():
     assert v.failures == ["GPU0 GPU-x (0000:18:00.0): fabric registration completed with status GPU_IS_LOST"]
     v = judge_fabric([gpu(fabric={"state": 0, "status": 0})], [], [])
     assert not v.applied and "no NVSwitch" in v.why_not
+
+
+def test_fabric_state_not_read_is_unknown_even_without_a_local_nvswitch():
+    """GB200 NVL: the NVSwitches sit in other trays, so this node's PCI bus shows none; a GPU whose fabric state
+    could not be read is then unknown (it was skipped before), and a completed registration without a status
+    (a missing <status>) is unknown, not success."""
+    v = judge_fabric([gpu(unread={"fabric": "Unknown Error"})], [], [])
+    assert v.unknowns == ["GPU0 GPU-x (0000:18:00.0): NVLink fabric state not read (Unknown Error)"] and not v.why_not
+    v = judge_fabric([gpu(fabric={"state": 3})], [], [])
+    assert v.unknowns == ["GPU0 GPU-x (0000:18:00.0): fabric registration completed, but its status was not read"]
+    assert not v.failures
+    xml = (
+        "<nvidia_smi_log><gpu id='00000000:18:00.0'><uuid>GPU-1</uuid><pci><pci_bus_id>00000000:18:00.0</pci_bus_id></pci>"
+        "<fabric><state>Completed</state></fabric></gpu></nvidia_smi_log>"
+    )
+    (g,) = parse_smi_xml(xml).gpus
+    assert g.health.fabric == {"state": 3, "status": None}
+    assert judge_fabric([g], [], []).unknowns
+    # no <fabric> at all: a driver before the fabric API, which predates multi-node NVLink; the fabric manager
+    # decides where NVSwitches are on the bus
+    no_fabric = parse_smi_xml(xml.replace("<fabric><state>Completed</state></fabric>", "")).gpus[0]
+    assert not judge_fabric([no_fabric], [], []).unknowns and judge_fabric([no_fabric], [], []).why_not
+    blank = parse_smi_xml(xml.replace("Completed", "")).gpus[0]  # an element with nothing in it: not read
+    assert judge_fabric([blank], [], []).unknowns
 
 
 @pytest.mark.parametrize(

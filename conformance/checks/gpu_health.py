@@ -10,7 +10,7 @@ from typing import Any
 
 from conformance.config.gpu_health_terms import CLASSES
 from conformance.facts.gpu import Gpu
-from conformance.facts.gpu_health import FABRIC_STATES, NOT_SUPPORTED, RECOVERY_ACTIONS
+from conformance.facts.gpu_health import FABRIC_STATES, NO_FABRIC_API, NOT_SUPPORTED, RECOVERY_ACTIONS
 from conformance.facts.xid import XID_LINES_KEPT, XidCount, XidEvent, XidLog, pci_key
 
 # nvmlReturn_t values a fabric registration reports in `status` (nvml.h)
@@ -286,9 +286,17 @@ def judge_nvlink(gpus: list[Gpu], gp: dict[str, Any]) -> Verdict:
 
 
 def judge_fabric(gpus: list[Gpu], nvswitches: list[str], fabric_manager: list[int]) -> Verdict:
+    """NVLink fabric registration. A GPU whose fabric state could not be read is unknown even where this node's
+    PCI bus shows no NVSwitch: on multi-node NVLink systems (GB200 NVL72) the NVSwitches sit in other trays, and
+    only the GPU's own fabric state tells. A registration that completed without a readable status is unknown
+    too (a missing <status> is no success). Not supported by the GPU, or a driver that predates the fabric
+    API (nvmlDeviceGetGpuFabricInfo) with no NVSwitch here: not applicable."""
     v = Verdict()
     supported = [g for g in gpus if g.health.fabric is not None and g.health.fabric.get("state") != 0]
-    if not nvswitches and not supported:
+    # a driver without the fabric API (before R525; A100 systems): the fabric manager decides, and where no NVSwitch
+    # is on the bus it predates multi-node NVLink altogether
+    unread = [g for g in gpus if g.health.fabric is None and _unread(g, "fabric") not in (NOT_SUPPORTED, *NO_FABRIC_API)]
+    if not nvswitches and not supported and not unread:
         v.why_not = "no NVSwitch on this node's PCI bus and no GPU reports an NVLink fabric"
         return v
     v.applied = len(supported) or 1
@@ -301,16 +309,23 @@ def judge_fabric(gpus: list[Gpu], nvswitches: list[str], fabric_manager: list[in
     for g in gpus:
         f = g.health.fabric
         if f is None:
-            v.lines.append(f"{g.label}: fabric registration not reported ({_unread(g, 'fabric')})")
+            why = _unread(g, "fabric")
+            v.lines.append(f"{g.label}: fabric registration not reported ({why})")
+            if g in unread:
+                v.unknowns.append(f"{g.label}: NVLink fabric state not read ({why})")
             continue
         state = FABRIC_STATES.get(int(f.get("state", -1)), f"state {f.get('state')}")
-        status = f.get("status", 0)
-        status_name = NVML_RETURNS.get(status, str(status)) if isinstance(status, int) else str(status)
+        status = f.get("status")
+        status_name = (
+            "not read" if status is None else NVML_RETURNS.get(status, str(status)) if isinstance(status, int) else str(status)
+        )
         v.lines.append(f"{g.label}: fabric {state}, status {status_name}, clique {f.get('clique', '?')}")
         if f.get("state") == 0:
             continue
         if f.get("state") != 3:
             v.failures.append(f"{g.label}: fabric registration {state}")
+        elif status is None:
+            v.unknowns.append(f"{g.label}: fabric registration completed, but its status was not read")
         elif status not in (0, "0"):
             v.failures.append(f"{g.label}: fabric registration completed with status {status_name}")
     return v

@@ -26,6 +26,8 @@ from conformance.config.gpu_health_terms import CLOCK_REASONS, NVLINK_COUNTERS
 
 FABRIC_STATES = {0: "not supported", 1: "not started", 2: "in progress", 3: "completed"}
 NOT_SUPPORTED = "not supported on this GPU"  # as the NVML probe names NVML_ERROR_NOT_SUPPORTED
+# a driver older than the fabric API (nvmlDeviceGetGpuFabricInfo; nvidia-smi -q -x then prints no <fabric>)
+NO_FABRIC_API = ("function not in this driver's NVML", "nvidia-smi -q -x prints no <fabric> (a driver before the fabric API)")
 # nvidia-smi prints "N/A" where NVML answers NOT_SUPPORTED (or the value does not apply to the GPU)
 SMI_NA = "N/A"
 # nvmlDeviceGpuRecoveryAction_t (nvml.h; NVML field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, 230): what the driver says
@@ -215,11 +217,18 @@ def health_from_smi(g: ET.Element) -> GpuHealth:
     else:
         h.unread["retired_pages_sbe"] = _smi_unread(sbe_text)
     h.unread["nvlinks"] = "nvidia-smi -q -x does not report NVLink state (NVML probe needed)"
-    state = (g.findtext("fabric/state") or "").strip().lower()
+    state_text = g.findtext("fabric/state")
+    state = (state_text or "").strip().lower()
     codes = {v: k for k, v in FABRIC_STATES.items()}
     if state in codes:
+        # the status is success only where nvidia-smi says so: a missing or N/A status of a registration that
+        # ran is not read (None), never taken for success
         status = (g.findtext("fabric/status") or "").strip()
-        h.fabric = {"state": codes[state], "status": 0 if status.lower() in ("success", "n/a", "") else status}
+        h.fabric = {"state": codes[state], "status": 0 if status.lower() == "success" else status or None}
+        if h.fabric["status"] is not None and status.upper() == SMI_NA:
+            h.fabric["status"] = None
+    else:
+        h.unread["fabric"] = NO_FABRIC_API[1] if state_text is None else _smi_unread(state_text)
     h.persistence = _yes(g.findtext("persistence_mode"))
     reasons = g.find("clocks_event_reasons")
     prefix = "clocks_event_reason_"
