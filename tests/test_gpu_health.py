@@ -333,3 +333,34 @@ def test_nvlink_links_are_judged_each_on_its_own():
     # every link answering NOT_SUPPORTED: the probe lists none, and the GPU has no NVLink
     none = judge_nvlink([gpu(nvlinks=health_from_nvml({"nvlinks": []}, {}).nvlinks)], GP)
     assert none.applied == 0 and none.why_not == "no GPU on this node has NVLink"
+
+
+def test_row_remap_before_r450_and_without_page_retirement_does_not_apply():
+    """A GeForce RTX 2080 Ti under driver 410 (Turing, before R450): nvidia-smi -q -x has no <remapped_rows> and
+    prints page retirement as N/A. Neither mechanism exists there: GPU-ROW-REMAP skips, saying why (it errored).
+    The same document from a driver that does report row remapping, with the element missing, stays unknown."""
+    xml = (
+        "<nvidia_smi_log><driver_version>410.79</driver_version><gpu id='00000000:01:00.0'><product_name>GeForce RTX 2080 Ti"
+        "</product_name><uuid>GPU-2080</uuid><pci><pci_bus_id>00000000:01:00.0</pci_bus_id></pci>"
+        "<retired_pages><multiple_single_bit_retirement><retired_count>N/A</retired_count></multiple_single_bit_retirement>"
+        "<double_bit_retirement><retired_count>N/A</retired_count></double_bit_retirement>"
+        "<pending_retirement>N/A</pending_retirement></retired_pages></gpu></nvidia_smi_log>"
+    )
+    (old,) = parse_smi_xml(xml).gpus
+    v = judge_row_remap([old], GP)
+    assert not v.unknowns and not v.failures and v.why_not == "no GPU on this node remaps rows or retires pages"
+    assert any("neither row remapping nor page retirement is supported" in line for line in v.lines)
+    (new,) = parse_smi_xml(xml.replace("410.79", "535.154.05")).gpus
+    assert judge_row_remap([new], GP).unknowns
+
+
+def test_an_empty_xid_fail_list_fails_no_class_and_a_pending_remap_says_what_nvml_says():
+    from conformance.facts.xid import XidCount, XidEvent, XidLog
+
+    e = XidEvent(79, "0000:18:00", "Dec  3 09:00:00", "GPU has fallen off the bus.", "fatal", "fell off")
+    log = XidLog("file /var/log/kern.log", "whole boot", [e], 1, [XidCount(79, "0000:18:00", 1, e, e, 1)])
+    assert judge_xids(log, [gpu()], {**GP, "xid_fail": []}).failures == []  # as the profile says: nothing fails
+    assert judge_xids(log, [gpu()], {**GP, "xid_fail": None}).failures  # the default: fatal
+    pending = gpu(remapped_rows={"corrected": 0, "uncorrected": 1, "pending": 1, "failure": 0})
+    (msg,) = judge_row_remap([pending], GP).failures
+    assert "takes effect at the next GPU reset" in msg and "before its memory is used" not in msg

@@ -93,7 +93,7 @@ def test_messages_name_the_gpu_and_the_cause(gpu_audit):
         "GPU0 GPU-6a4c5e1c-0000-4000-8000-000000000018 (0000:18:00.0): 2 uncorrected ECC error(s) since the driver loaded"
         in (bad["GPU-ECC-ERRORS"]["message"])
     )
-    assert "a row remap is pending: reset the GPU" in bad["GPU-ROW-REMAP"]["message"]
+    assert "a row remap is pending: it takes effect at the next GPU reset" in bad["GPU-ROW-REMAP"]["message"]
     assert "(0000:18:00.0): Xid 79 at May 18 19:02:39" in bad["GPU-XID-EVENTS"]["message"]
     nvlink = bad["GPU-NVLINK"]["message"]
     assert (

@@ -110,7 +110,15 @@ def judge_row_remap(gpus: list[Gpu], gp: dict[str, Any]) -> Verdict:
             if r["failure"]:
                 v.failures.append(f"{g.label}: a row remapping failed: the memory cannot be repaired (replace the GPU)")
             if r["pending"]:
-                v.failures.append(f"{g.label}: a row remap is pending: reset the GPU before its memory is used")
+                # NVML (nvmlDeviceGetRemappedRows): "A reset will be required to actually remap the row ... A pending
+                # remapping won't affect future work on the GPU since error-containment and dynamic page
+                # blacklisting will take care of that"; NVIDIA's memory error management guide: unaffected
+                # applications keep running and new workloads can be launched.
+                v.failures.append(
+                    f"{g.label}: a row remap is pending: it takes effect at the next GPU reset (running and new work are "
+                    "kept off the bad row until then by error containment and page blacklisting); reset the GPU "
+                    "(nvidia-smi -r) in a maintenance window so that the spare row is used"
+                )
         elif h.retired_pages is not None:
             v.applied += 1
             p = h.retired_pages
@@ -186,7 +194,7 @@ def judge_xids(log: XidLog, gpus: list[Gpu], gp: dict[str, Any], shown: int = 20
     0x1 (GPU Reset Required) to 0x0 (None)", which the driver logs when the action it asked for was carried
     out; NVIDIA's Xid catalogue, Xid 154). A log that does not reach back to this boot's start is unknown."""
     v = Verdict(applied=1)
-    failing = set(gp.get("xid_fail") or ["fatal"])
+    failing = set(gp["xid_fail"] if gp.get("xid_fail") is not None else ["fatal"])  # [] fails no class: as written
     by_pci = {pci_key(g.bus_id): g for g in gpus}
     counts = log.counts if log.counts is not None else _counts_from_lines(log.events)
     per_class = dict.fromkeys(CLASSES, 0)

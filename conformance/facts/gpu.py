@@ -197,7 +197,7 @@ def parse_smi_xml(text: str) -> GpuFacts:
                 mig_pending={"enabled": True, "disabled": False}.get(pending),
                 processes=procs,
                 errors=errors,
-                health=health_from_smi(g),
+                health=health_from_smi(g, (root.findtext("driver_version") or "").strip() or None),
                 vbios=(g.findtext("vbios_version") or "").strip() or None,
                 inforom=(g.findtext("inforom_version/img_version") or "").strip() or None,
             )

@@ -176,9 +176,11 @@ def _smi_unread(text: str | None) -> str:
     return NOT_SUPPORTED if text.strip() == SMI_NA else f"nvidia-smi printed {text.strip()[:40]!r}"
 
 
-def health_from_smi(g: ET.Element) -> GpuHealth:
+def health_from_smi(g: ET.Element, driver: str | None = None) -> GpuHealth:
     """Health from one <gpu> of `nvidia-smi -q -x`. A value nvidia-smi prints as N/A is recorded as not
-    supported (as NVML's NOT_SUPPORTED), one it leaves out or prints otherwise as unread: never as 0 or no."""
+    supported (as NVML's NOT_SUPPORTED), one it leaves out or prints otherwise as unread: never as 0 or no.
+    Row remapping came with the R450 drivers (NVML nvmlDeviceGetRemappedRows, "Ampere or newer", driver 450):
+    a driver before it prints no <remapped_rows>, and that is not supported, not unread."""
     h = GpuHealth()
     h.ecc_enabled = _yes(g.findtext("ecc_mode/current_ecc"))
     h.ecc_pending = _yes(g.findtext("ecc_mode/pending_ecc"))
@@ -206,6 +208,9 @@ def health_from_smi(g: ET.Element) -> GpuHealth:
         h.unread["remapped_rows"] = _smi_unread(
             None if rows is None else rows.text if len(rows) == 0 else rows.findtext("remapped_row_pending")
         )
+        major = int(driver.split(".")[0]) if driver and driver.split(".")[0].isdigit() else None
+        if rows is None and major is not None and major < 450:
+            h.unread["remapped_rows"] = NOT_SUPPORTED  # the driver predates row remapping
     sbe_text = g.findtext("retired_pages/multiple_single_bit_retirement/retired_count")
     sbe, dbe = _num(sbe_text), _num(g.findtext("retired_pages/double_bit_retirement/retired_count"))
     if sbe is not None and dbe is not None:
