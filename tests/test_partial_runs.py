@@ -104,3 +104,22 @@ def test_results_before_nodes_in_a_hand_edited_document_are_read(runs, tmp_path)
     conformance("report", str(tmp_path / "edited.json"), "--output", str(tmp_path / "out"))
     node, rows = node_of(tmp_path / "out")
     assert len(rows) == len(doc["results"]) and node["verdict"] == doc["nodes"][0]["verdict"]
+
+
+def test_control_characters_from_nodes_leave_every_output_valid(runs, tmp_path):
+    """An os-release PRETTY_NAME with an escape byte, a message with a NUL: junit.xml stays parseable XML (XML 1.0
+    forbids those characters even escaped), the report's own markup holds none, and they are shown, not lost."""
+    import xml.etree.ElementTree as ET
+
+    d, _, _ = runs
+    doc = json.loads((d / "monday" / "results.json").read_text())
+    doc["nodes"][0].setdefault("identity", {})["os"] = "Evil\x1b[31mLinux\x00"
+    doc["results"][0]["message"] = "bad \x1b[2J value\x07 here"
+    doc["results"][0]["evidence"] = ["line with \x0c form feed"]
+    (tmp_path / "ctl.json").write_text(json.dumps(doc))
+    conformance("report", str(tmp_path / "ctl.json"), "--output", str(tmp_path / "out"))
+    junit = (tmp_path / "out" / "junit.xml").read_bytes()
+    ET.fromstring(junit)  # parses
+    assert b"bad \\x1b[2J value\\x07 here" in junit
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "\x1b" not in html and "\x07" not in html and "\x00" not in html

@@ -15,6 +15,7 @@ from typing import Any
 
 from conformance.config.fleet import IDENTITY_ATTRIBUTES, group_label, group_of, pools
 from conformance.outputs import FAILING
+from conformance.outputs.safe_text import xml_safe
 
 # Above this many nodes the report shows the fleet view and drops the node x check matrix and the
 # per-node verdict rows of accepted nodes (each node stays in the fleet view's node list).
@@ -25,7 +26,7 @@ VERDICTS = tuple(VERDICT_COLOURS)
 
 def e(value: Any) -> str:
     """Escaped for HTML text and (quoted) attribute values: every value in the report passes here."""
-    return escape(str(value), quote=True)
+    return escape(xml_safe(str(value)), quote=True)
 
 
 def _counts_table(title: str, rows: dict[str, Counter[str]]) -> str:

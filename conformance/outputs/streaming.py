@@ -15,6 +15,8 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import IO, Any
 
+from conformance.outputs.safe_text import xml_safe
+
 
 def subject_text(subject: dict[str, Any]) -> str:
     if "endpoint" in subject:
@@ -43,12 +45,12 @@ def _case_details(r: dict[str, Any]) -> str:
 
 def _attr(text: str) -> str:
     """An attribute value escaped as ElementTree escapes it (quotes and line breaks as references)."""
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    text = xml_safe(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
     return text.replace("\r", "&#13;").replace("\n", "&#10;").replace("\t", "&#09;")
 
 
 def _cdata(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return xml_safe(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _open(name: str, attrs: list[tuple[str, str]]) -> str:

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from html import escape
+from html import escape as _escape
+
+from conformance.outputs.safe_text import xml_safe
+
+
+def escape(text: str, quote: bool = True) -> str:
+    return _escape(xml_safe(text), quote=quote)
 
 
 def _open(width: int, height: int, title: str, font_px: int, title_x: int) -> list[str]:

@@ -1,0 +1,15 @@
+"""Text from nodes made valid for XML and HTML. XML 1.0 forbids most C0 control characters even as
+character references (Char ::= #x9 | #xA | #xD | [#x20-#xD7FF] | [#xE000-#xFFFD] | [#x10000-#x10FFFF]), so an
+`os-release` PRETTY_NAME with an escape byte would make a whole fleet's junit.xml unparsable; HTML counts the
+same characters (and DEL) as parse errors. Each is written out visibly instead (`\\x1b`), never dropped."""
+
+from __future__ import annotations
+
+import re
+
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
+
+
+def xml_safe(text: str) -> str:
+    """`text` with every character XML 1.0 (and HTML) cannot hold written as a visible `\\xNN` / `\\uNNNN`."""
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
