@@ -113,7 +113,8 @@ def test_a_conflicting_write_is_read_again_and_retried(cluster):
     labels = api.nodes["gpu-ok"]["metadata"]["labels"]
     assert labels[LABEL] == "default" and "other.example/write-0" in labels and "other.example/write-1" in labels
     api.concurrent_writes["gpu-bad"] = 10
-    plans = gate(client()[0], results(), GateSettings(), apply=True, required=required_of)
+    # a later run (another start time, so another annotation): there is a patch to make, and it keeps conflicting
+    plans = gate(client()[0], results(datetime.now(UTC) + timedelta(minutes=1)), GateSettings(), apply=True, required=required_of)
     assert "409 Conflict 5 times" in (plans[1].refused or "")
 
 
