@@ -270,3 +270,66 @@ def test_memory_only_numa_nodes_are_not_cpu_nodes():
         online=frozenset(range(4)), nodes={0: frozenset(range(4)), 1: frozenset()}, siblings={c: frozenset({c}) for c in range(4)}
     )
     assert t.cpu_nodes == [0] and t.cpuless_nodes == [1] and t.problems() == []
+
+
+# -- CRI-O as CRI-O reads itself (internal/criocli/criocli.go, pkg/config/config.go UpdateFromPath; the same from
+# v1.28.0 to v1.36.0): the command line and CONTAINER_* environment over every file, drop-ins walked recursively
+def _crio_facts(
+    files: dict[str, str], argv: list[str] | None = None, env: str | None = None, walked: list[str] | None = None,
+    missing: tuple[str, ...] = (),
+):  # fmt: skip
+    from conformance.collection.bundle import Bundle, Record
+    from conformance.facts.node_facts import NodeFacts
+
+    records = [Record("M", "start", "ok"), Record("C", "uname", "0", b"6.1.0")]
+    if argv is not None:
+        records += [Record("P", "crio", "77"), Record("F", "/proc/77/cmdline", "ok", "\0".join(argv).encode() + b"\0")]
+        records.append(Record("C", "crio-environ", "0", (env or "").encode()))
+    records.append(Record("F", "/etc/crio/crio.conf", "missing") if "/etc/crio/crio.conf" not in files else
+                   Record("F", "/etc/crio/crio.conf", "ok", files["/etc/crio/crio.conf"].encode()))  # fmt: skip
+    for folder in {"/etc/crio/crio.conf.d", *(p.rsplit("/", 1)[0] for p in walked or [])}:
+        found = [p for p in (walked if walked is not None else files) if p.startswith(folder + "/")]
+        records.append(Record("G", f"walk-all:{folder}", "ok", "\n".join(found).encode()))
+    records += [Record("F", p, "ok", t.encode()) for p, t in files.items() if p != "/etc/crio/crio.conf"]
+    records += [Record("F", p, "missing") for p in missing]
+    records.append(Record("M", "end", "ok"))
+    return NodeFacts(Bundle("crio-node", records))
+
+
+def test_crio_hidden_and_nested_drop_ins_count_in_walk_order():
+    """CRI-O applies every file below crio.conf.d, dotfiles and subfolders too, in filepath.Walk's lexical order:
+    a hidden `.99-cgroupfs.conf` switches the main file's cgroup manager (it passed before: the shell glob skipped
+    it), and a subfolder's file is read, not an error. '.' sorts before digits: the hidden file comes first."""
+    d = "/etc/crio/crio.conf.d"
+    files = {
+        "/etc/crio/crio.conf": '[crio.runtime]\ncgroup_manager = "systemd"\n',
+        f"{d}/10-crun.conf": '[crio.runtime]\ndefault_runtime = "crun"\n',
+        f"{d}/.99-cgroupfs.conf": '[crio.runtime]\ncgroup_manager = "cgroupfs"\n',
+        f"{d}/50-extra/01-nvidia.conf": '[crio.runtime.runtimes.nvidia]\nruntime_path = "/usr/bin/nvidia-container-runtime"\n',
+    }
+    rc = _crio_facts(files, walked=sorted(p for p in files if p.startswith(d))).runtime_config
+    assert rc.cgroup_manager == "cgroupfs" and "nvidia" in rc.handlers
+    assert rc.files == ["/etc/crio/crio.conf", f"{d}/.99-cgroupfs.conf", f"{d}/10-crun.conf", f"{d}/50-extra/01-nvidia.conf"]
+    later = {**files, f"{d}/20-systemd.conf": '[crio.runtime]\ncgroup_manager = "systemd"\n'}
+    assert _crio_facts(later, walked=sorted(p for p in later if p.startswith(d))).runtime_config.cgroup_manager == "systemd"
+    assert rc.handlers["crun"].systemd_cgroup is False
+
+
+def test_crio_command_line_and_environment_override_the_files():
+    files = {"/etc/crio/crio.conf.d/10-systemd.conf": '[crio.runtime]\ncgroup_manager = "systemd"\n'}
+    flag = _crio_facts(files, ["/usr/bin/crio", "--cgroup-manager=cgroupfs"]).runtime_config
+    assert flag.cgroup_manager == "cgroupfs" and flag.handlers["crun"].source == "crio --cgroup-manager"
+    env = _crio_facts(files, ["/usr/bin/crio"], "CONTAINER_CGROUP_MANAGER=cgroupfs").runtime_config
+    assert env.cgroup_manager == "cgroupfs" and "CONTAINER_CGROUP_MANAGER" in env.handlers["crun"].source
+    both = _crio_facts(files, ["/usr/bin/crio", "--cgroup-manager", "systemd"], "CONTAINER_CGROUP_MANAGER=cgroupfs")
+    assert both.runtime_config.cgroup_manager == "systemd"  # a flag given wins over its environment variable
+    other = {"/srv/crio/d/01.conf": '[crio.runtime]\ncgroup_manager = "cgroupfs"\n', **files}
+    moved = _crio_facts(other, ["/usr/bin/crio", "-d", "/srv/crio/d"], walked=["/srv/crio/d/01.conf"]).runtime_config
+    assert moved.cgroup_manager == "cgroupfs" and moved.files == ["/srv/crio/d/01.conf"]
+    named = _crio_facts(files, ["/usr/bin/crio", "--config", "/srv/nope.conf"], missing=("/srv/nope.conf",)).runtime_config
+    assert named.refused and "/srv/nope.conf" in named.refused
+    from conformance.facts.runtime import crio_command_line
+
+    assert crio_command_line(["crio", "-c=/a", "--runtimes", "kata:/usr/bin/kata:/run/kata:oci"], {})["runtimes"][0] == [
+        "kata:/usr/bin/kata:/run/kata:oci"
+    ]

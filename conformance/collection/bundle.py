@@ -119,6 +119,10 @@ class Bundle:
             raise self._unreadable(rec, f"the files matching {pattern}", "listed")
         return sorted(p for p in rec.data.decode("utf-8", "replace").split("\n") if p)
 
+    def listed(self, pattern: str) -> bool:
+        """Whether the collector listed `pattern` at all (a snapshot of an older collector may not have)."""
+        return ("G", pattern) in self._index
+
     def imports_of(self, path: str) -> list[str]:
         found = []
         for r in self.records:

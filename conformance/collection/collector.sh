@@ -120,22 +120,26 @@ arg_value() {  # $1 cmdline file, $2.. flag names: print the value of the last o
       else if (a in w && $0 ~ /^-/) take = 1 }
     END { if (v != "") print v }'
 }
-walk_conf() {  # $1 folder on the node, $2 depth: every *.conf below it, as the kubelet's filepath.WalkDir finds
-  # its --config-dir drop-ins (recursive; folders that are symlinks are not entered)
+walk_conf() {  # $1 folder on the node, $2 depth, $3 the names taken: every such file below it, as Go's
+  # filepath.Walk/WalkDir find them (recursive, dotfiles too; folders that are symlinks are not entered): the
+  # kubelet's --config-dir drop-ins (*.conf), CRI-O's crio.conf.d (every file, pkg/config UpdateFromPath)
   [ "$2" -ge 8 ] && return 0
   set +f
   for f in "$R$1"/* "$R$1"/.[!.]* "$R$1"/..?*; do
     [ -e "$f" ] || [ -L "$f" ] || continue
-    if [ -d "$f" ] && [ ! -L "$f" ]; then walk_conf "${f#"$R"}" $(($2 + 1))
-    else case $f in *.conf) printf '%s\n' "${f#"$R"}" ;; esac
+    if [ -d "$f" ] && [ ! -L "$f" ]; then walk_conf "${f#"$R"}" $(($2 + 1)) "$3"
+    else case $f in $3) printf '%s\n' "${f#"$R"}" ;; esac
     fi
   done
   set -f
 }
-emit_walk() {  # $1 folder on the node: a G record of its drop-ins (walk_conf), then each of them
-  if unlisted "$1/*"; then rec G "walk:$1" denied; echo; return 0; fi
-  m=$(walk_conf "$1" 0)
-  rec G "walk:$1" ok; printf '%s' "$m" | b64; echo
+emit_walk() {  # $1 folder on the node, $2 the names taken (default *.conf): a G record of what walk_conf found,
+  # then each of those files
+  pat=${2:-*.conf}
+  tag=walk; [ "$pat" = "*" ] && tag=walk-all
+  if unlisted "$1/*"; then rec G "$tag:$1" denied; echo; return 0; fi
+  m=$(walk_conf "$1" 0 "$pat")
+  rec G "$tag:$1" ok; printf '%s' "$m" | b64; echo
   for f in $m; do emit_file "$f"; done
 }
 containerd_imports() {
@@ -179,7 +183,7 @@ emit_cmd uname uname -r
 emit_cmd stat-cgroup stat -fc %t "$R/sys/fs/cgroup"  # the magic: BusyBox stat names cgroup2fs "UNKNOWN"
 
 # Processes of interest: kubelet and the container runtimes.
-kpid=; cpid=; cexe=; kcwd=; ccwd=; rexe=
+kpid=; cpid=; cexe=; kcwd=; ccwd=; rexe=; rpid=
 set +f
 for d in "$R"/proc/[0-9]*; do
   c=$(cat "$d/comm" 2>/dev/null) || continue
@@ -192,7 +196,7 @@ for d in "$R"/proc/[0-9]*; do
       rec L "/proc/$pid/cwd" ok; printf '%s' "$w" | tr -d '\n' | b64; echo
       [ "$c" = kubelet ] && [ -z "$kpid" ] && kpid=$pid && kcwd=$w
       [ "$c" = containerd ] && [ -z "$cpid" ] && cpid=$pid && ccwd=$w && cexe=$(readlink "$d/exe" 2>/dev/null)
-      [ "$c" = crio ] && [ -z "$rexe" ] && rexe=$(readlink "$d/exe" 2>/dev/null) ;;
+      [ "$c" = crio ] && [ -z "$rpid" ] && rpid=$pid && rexe=$(readlink "$d/exe" 2>/dev/null) ;;
   esac
 done
 set -f
@@ -278,8 +282,21 @@ if [ -n "$cpid" ]; then
   case $ccfg in ''|/*) ;; *) [ -n "$ccwd" ] && ccfg="${ccwd%/}/$ccfg" ;; esac
 fi
 read_containerd "${ccfg:-/etc/containerd/config.toml}" 0
-emit_file /etc/crio/crio.conf
-emit_glob '/etc/crio/crio.conf.d/*'
+# CRI-O: its --config/-c file and --config-dir/-d drop-ins, or the CONTAINER_CONFIG and CONTAINER_CONFIG_DIR of its
+# environment, else /etc/crio/crio.conf and /etc/crio/crio.conf.d (internal/criocli/criocli.go). Of its
+# environment only the CONTAINER_* names that decide the judged settings leave the node.
+rcfg=/etc/crio/crio.conf; rdir=/etc/crio/crio.conf.d
+if [ -n "$rpid" ]; then
+  renv=$(tr '\0' '\n' < "$R/proc/$rpid/environ" 2>/dev/null | awk '/^CONTAINER_(CONFIG|CONFIG_DIR|CGROUP_MANAGER|DEFAULT_RUNTIME|RUNTIMES)=/')
+  if [ -r "$R/proc/$rpid/environ" ]; then rec C crio-environ 0; else rec C crio-environ 1; fi
+  printf '%s' "$renv" | b64; echo
+  v=$(printf '%s\n' "$renv" | awk -F= '$1 == "CONTAINER_CONFIG" { sub(/^[^=]*=/, ""); print }'); [ -n "$v" ] && rcfg=$v
+  v=$(printf '%s\n' "$renv" | awk -F= '$1 == "CONTAINER_CONFIG_DIR" { sub(/^[^=]*=/, ""); print }'); [ -n "$v" ] && rdir=$v
+  v=$(arg_value "$R/proc/$rpid/cmdline" config c); [ -n "$v" ] && rcfg=$v
+  v=$(arg_value "$R/proc/$rpid/cmdline" config-dir d); [ -n "$v" ] && rdir=$v
+fi
+emit_file "$rcfg"
+case $rdir in /*) emit_walk "$rdir" '*' ;; esac
 
 # Cgroups.
 for d in /sys/fs/cgroup/kubepods.slice /sys/fs/cgroup/kubepods \

@@ -39,9 +39,12 @@ from conformance.facts.kubelet import (
 )
 from conformance.facts.releases import Release, parse_release
 from conformance.facts.runtime import (
+    CRIO_CONFIG,
+    CRIO_CONFIG_DIR,
     ContainerdRelease,
     RuntimeConfig,
     containerd_config,
+    crio_command_line,
     crio_runtime,
     parse_containerd_version,
     path_glob_match,
@@ -277,7 +280,8 @@ class NodeFacts:
                 return name, f"a process named {comm} runs"
         if self.bundle.optional_text("/etc/containerd/config.toml") is not None:
             return "containerd", "/etc/containerd/config.toml exists"
-        if self.bundle.optional_text("/etc/crio/crio.conf") is not None or self.bundle.glob("/etc/crio/crio.conf.d/*"):
+        dropins = f"walk-all:{CRIO_CONFIG_DIR}" if self.bundle.listed(f"walk-all:{CRIO_CONFIG_DIR}") else f"{CRIO_CONFIG_DIR}/*"
+        if self.bundle.optional_text(CRIO_CONFIG) is not None or self.bundle.glob(dropins):
             return "cri-o", "CRI-O configuration exists"
         raise FactUnavailable(f"no container runtime (containerd or CRI-O) found on node {self.name}")
 
@@ -289,13 +293,47 @@ class NodeFacts:
             return containerd_config(
                 main, self.bundle.optional_text, self._expand_import, self.containerd_release, self._containerd_cwd()
             )
+        return self._crio_config()
+
+    def _crio_config(self) -> RuntimeConfig:
+        """CRI-O's configuration as the running CRI-O reads it: its command line and environment name the main
+        file and the drop-in folder (defaults /etc/crio/crio.conf, /etc/crio/crio.conf.d) and may override
+        settings; every file below the folder counts, in filepath.Walk order. What was not collected is unknown
+        (FactUnavailable), never an absent file."""
+        b = self.bundle
+        argv: list[str] = []
+        env: dict[str, str] = {}
+        pids = b.processes("crio")
+        if pids:
+            rec = b.file(f"/proc/{pids[0]}/cmdline")
+            if rec is None or rec.status != "ok":
+                raise FactUnavailable(f"node {self.name}: CRI-O's command line (/proc/{pids[0]}/cmdline) was not read")
+            argv = split_cmdline(rec.data)
+            envrec = b.optional_command("crio-environ")
+            if envrec is not None and envrec.status != "0":
+                raise FactUnavailable(f"node {self.name}: CRI-O's environment (/proc/{pids[0]}/environ) could not be read")
+            if envrec is not None:
+                env = dict(line.split("=", 1) for line in envrec.data.decode("utf-8", "replace").splitlines() if "=" in line)
+        given = crio_command_line(argv, env)
+        main = str(given["config"][0]) if "config" in given else CRIO_CONFIG
+        folder = str(given["config_dir"][0]) if "config_dir" in given else CRIO_CONFIG_DIR
         docs = []
-        main = self.bundle.optional_text("/etc/crio/crio.conf")
-        if main is not None:
-            docs.append(("/etc/crio/crio.conf", main))
-        for path in self.bundle.glob("/etc/crio/crio.conf.d/*"):
-            docs.append((path, self.bundle.text(path)))
-        return crio_runtime(docs)
+        if main:  # --config "" skips the file (criocli mergeConfigFiles)
+            text = b.optional_text(main)
+            if text is None:
+                if b.file(main) is None:
+                    raise FactUnavailable(f"node {self.name}: CRI-O's config file {main} was not collected")
+                if "config" in given:  # an explicit file that does not exist: CRI-O does not start
+                    return RuntimeConfig("cri-o", "", {}, [main], refused=f"{main} ({given['config'][1]}) does not exist")
+            else:
+                docs.append((main, text))
+        if not b.listed(f"walk-all:{folder}") and folder == CRIO_CONFIG_DIR and b.listed(f"{CRIO_CONFIG_DIR}/*"):
+            found = b.glob(f"{CRIO_CONFIG_DIR}/*")  # a snapshot of an older collector: the folder's own files
+        else:
+            found = b.glob(f"walk-all:{folder}")
+        for path in walk_order(folder, found):
+            docs.append((path, b.text(path)))
+        return crio_runtime(docs, given)
 
     @property
     def containerd_release(self) -> ContainerdRelease | None:

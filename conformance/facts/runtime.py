@@ -551,10 +551,57 @@ def _q(plugin_id: str) -> str:
     return f'"{plugin_id}"' if "." in plugin_id else plugin_id
 
 
-def crio_runtime(docs: list[tuple[str, str]]) -> RuntimeConfig:
-    """CRI-O: `/etc/crio/crio.conf` then `crio.conf.d/*` in name order; later files win per key.
+# CRI-O's command line and environment (internal/criocli/criocli.go, the same from v1.28 to v1.36): flags, and
+# for each the environment variable urfave/cli reads when the flag is not given; either overrides every file.
+CRIO_FLAGS = {  # flag (and its short alias) -> (environment variable, the config key it sets)
+    "config": ("CONTAINER_CONFIG", None),
+    "c": ("CONTAINER_CONFIG", None),
+    "config-dir": ("CONTAINER_CONFIG_DIR", None),
+    "d": ("CONTAINER_CONFIG_DIR", None),
+    "cgroup-manager": ("CONTAINER_CGROUP_MANAGER", "cgroup_manager"),
+    "default-runtime": ("CONTAINER_DEFAULT_RUNTIME", "default_runtime"),
+    "runtimes": ("CONTAINER_RUNTIMES", "runtimes"),
+}
+CRIO_CONFIG, CRIO_CONFIG_DIR = "/etc/crio/crio.conf", "/etc/crio/crio.conf.d"
 
-    `cgroup_manager` defaults to "systemd" in CRI-O."""
+
+def crio_command_line(argv: list[str], env: dict[str, str]) -> dict[str, tuple[str | list[str], str]]:
+    """What CRI-O's command line and environment set: {"config" | "config_dir" | "cgroup_manager" |
+    "default_runtime" | "runtimes": (value, where it came from)}. urfave/cli takes `--name value`, `--name=value`,
+    `-c value` and `-c=value`; a flag given wins over its environment variable; `--runtimes` repeats."""
+    found: dict[str, tuple[str | list[str], str]] = {}
+    runtimes: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        i += 1
+        if not a.startswith("-") or a in ("-", "--"):
+            continue
+        name, eq, value = a.lstrip("-").partition("=")
+        if name not in CRIO_FLAGS:
+            continue
+        if not eq:
+            if i >= len(argv):
+                break
+            value = argv[i]
+            i += 1
+        key = CRIO_FLAGS[name][1] or ("config" if name in ("config", "c") else "config_dir")
+        if key == "runtimes":
+            runtimes.append(value)
+            found["runtimes"] = (list(runtimes), "crio --runtimes")
+        else:
+            found[key] = (value, f"crio --{name}")
+    for name, (var, key) in CRIO_FLAGS.items():
+        key = key or ("config" if name in ("config", "c") else "config_dir")
+        if key not in found and var in env:
+            found[key] = ([env[var]] if key == "runtimes" else env[var], f"crio's environment {var}")
+    return found
+
+
+def crio_runtime(docs: list[tuple[str, str]], overrides: dict[str, tuple[str | list[str], str]] | None = None) -> RuntimeConfig:
+    """CRI-O: its main file, then every file of its drop-in folder in filepath.Walk order (recursive, dotfiles
+    too: pkg/config/config.go UpdateFromPath); later files win per key, and the command line or environment
+    (`overrides`, crio_command_line) wins over every file. `cgroup_manager` defaults to "systemd"."""
     manager = "systemd"
     source = "CRI-O default"
     default_runtime = "crun"
@@ -576,6 +623,15 @@ def crio_runtime(docs: list[tuple[str, str]]) -> RuntimeConfig:
         rts = runtime.get("runtimes", {})
         if isinstance(rts, dict):
             names.update(rts)
+    o = overrides or {}
+    if "cgroup_manager" in o:
+        manager, source = str(o["cgroup_manager"][0]), o["cgroup_manager"][1]
+    if "default_runtime" in o:
+        default_runtime = str(o["default_runtime"][0])
+    for spec in o.get("runtimes", ([], ""))[0] if "runtimes" in o else []:
+        names.update(x.split(":", 1)[0] for x in str(spec).split(",") if x)  # name:path:root:type:...
     names.add(default_runtime)
     handlers = {n: RuntimeHandler(n, "oci", manager == "systemd", source) for n in sorted(names)}
-    return RuntimeConfig("cri-o", default_runtime, handlers, files, cgroup_manager=manager, effective=digest(parsed))
+    flags = {k: v for k, (v, _) in o.items() if k in ("cgroup_manager", "default_runtime", "runtimes")}
+    layers: list[Any] = [*parsed, ("command line", flags)] if flags else parsed
+    return RuntimeConfig("cri-o", default_runtime, handlers, files, cgroup_manager=manager, effective=digest(layers))
