@@ -156,6 +156,13 @@ def cases(default_config: str) -> dict[str, Case]:
             },
             "the toolkit's drop-in replaces the CRI section in 1.x; nvidia is the default",
         ),
+        "hidden-drop-in": Case(
+            {
+                MAIN: 'version = 2\nimports = ["{root}/etc/containerd/conf.d/*.toml"]\n' + RUNC_SYSTEMD,
+                "etc/containerd/conf.d/.99-cgroupfs.toml": "version = 2\n" + RUNC_SYSTEMD.replace("true", "false"),
+            },
+            "Go's filepath.Glob matches a dot file with '*': the hidden drop-in is imported and runc is on cgroupfs",
+        ),
         "options-only-import": Case(
             {
                 MAIN: 'version = 2\nimports = ["{root}/etc/containerd/conf.d/*.toml"]\n' + RUNC_SYSTEMD,

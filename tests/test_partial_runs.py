@@ -123,3 +123,25 @@ def test_control_characters_from_nodes_leave_every_output_valid(runs, tmp_path):
     assert b"bad \\x1b[2J value\\x07 here" in junit
     html = (tmp_path / "out" / "report.html").read_text()
     assert "\x1b" not in html and "\x07" not in html and "\x00" not in html
+
+
+def test_containerd_imports_match_dotfiles_as_go_does(tmp_path):
+    """containerd expands `imports` with Go's filepath.Glob, whose '*' matches a leading dot: a hidden drop-in that
+    switches runc to cgroupfs is applied by the daemon, so it must be collected and judged (the shell glob of the
+    collector skipped it, and RUNTIME-SYSTEMD-CGROUP passed). '.' and '..' are never imports."""
+    root = sample_host_root(tmp_path / "host")
+    cfg = root / "etc" / "containerd" / "config.toml"
+    cfg.write_text('imports = ["/etc/containerd/conf.d/*.toml"]\n' + cfg.read_text())
+    (root / "etc" / "containerd" / "conf.d").mkdir()
+    (root / "etc" / "containerd" / "conf.d" / ".99-cgroupfs.toml").write_text(
+        'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\nruntime_type = "io.containerd.runc.v2"\n'
+        '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\nSystemdCgroup = false\n'
+    )
+    conformance("run", "--host-root", str(root), "--output", str(tmp_path / "out"), "--", "-k", "test_runtime_systemd")
+    (r,) = [
+        r
+        for r in json.loads((tmp_path / "out" / "results.json").read_text())["results"]
+        if r["check"] == "RUNTIME-SYSTEMD-CGROUP"
+    ]
+    assert r["outcome"] == "failed", r["message"]
+    assert ".99-cgroupfs.toml" in json.dumps(r)

@@ -164,8 +164,15 @@ read_containerd() {  # $1 path, $2 depth; $ccwd: the daemon's working directory 
     esac
     for ip in $pats; do
       if unlisted "$ip"; then printf '%s\n' "-denied $ip"; continue; fi
+      # Go's filepath.Glob matches a leading dot with '*' and '?' (path/filepath.Match), the shell does not: the
+      # file name's pattern is also expanded with the dot written out (.*.toml for *.toml), never '.' and '..'
+      last=${ip##*/}; dotp=
+      case $last in '*'*) dotp="${ip%/*}/.$last" ;; '?'*) dotp="${ip%/*}/.${last#?}" ;; esac
       set +f
-      for f in $R$ip; do [ -e "$f" ] && printf '%s\n' "${f#"$R"}"; done  # not echo: dash's expands backslashes
+      for f in $R$ip ${dotp:+$R$dotp}; do
+        case ${f##*/} in .|..) continue ;; esac
+        [ -e "$f" ] && printf '%s\n' "${f#"$R"}"  # not echo: dash's expands backslashes
+      done
       set -f
     done
   done | while IFS= read -r f; do
