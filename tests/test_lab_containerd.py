@@ -97,3 +97,23 @@ def test_the_release_is_read_from_the_running_binary(lab):
     assert str(facts.containerd_release) == "2.0.0"
     assert facts.runtime_config.rules == "containerd 2.0.0: 2.0-2.2 merge rules (containerd 2.0-2.2)"
     assert facts.runtime_config.handlers["runc"].systemd_cgroup is True
+
+
+def test_an_upgraded_binary_on_disk_does_not_answer_for_the_running_daemon(containerd_lab):
+    """A package upgrade replaces containerd's file under the running daemon (a rename over it: the daemon's
+    executable is now deleted). The release is asked of the running process's own executable (/proc/PID/exe),
+    as the kubelet's is: it answers with the release that runs, not the new file's (and not "no answer", which
+    asking the path `readlink /proc/PID/exe` prints, "... (deleted)", gave)."""
+    lab = containerd_lab
+    name = "deb-cwd-root"
+    q = "/opt/gnc-lab"
+    running = _collect(lab, name)
+    before = str(NodeFacts(running).containerd_release)
+    swap = (
+        f"cp {q}/containerd.version '{q}/containerd (deleted).version' && cp {q}/containerd {q}/containerd.new && "
+        f"mv {q}/containerd.new {q}/containerd && echo 'containerd github.com/containerd/containerd v1.7.99 abc' > "
+        f"{q}/containerd.version"
+    )
+    subprocess.run(["nsenter", "-t", str(lab.node_pid(name)), "-m", "--", "sh", "-c", swap], check=True, timeout=60)
+    after = NodeFacts(_collect(lab, name)).containerd_release
+    assert str(after) == before and before.startswith("1.6"), (before, after)

@@ -190,7 +190,7 @@ emit_cmd uname uname -r
 emit_cmd stat-cgroup stat -fc %t "$R/sys/fs/cgroup"  # the magic: BusyBox stat names cgroup2fs "UNKNOWN"
 
 # Processes of interest: kubelet and the container runtimes.
-kpid=; cpid=; cexe=; kcwd=; ccwd=; rexe=; rpid=
+kpid=; cpid=; kcwd=; ccwd=; rpid=
 set +f
 for d in "$R"/proc/[0-9]*; do
   c=$(cat "$d/comm" 2>/dev/null) || continue
@@ -202,8 +202,8 @@ for d in "$R"/proc/[0-9]*; do
       w=$(readlink "$d/cwd" 2>/dev/null)
       rec L "/proc/$pid/cwd" ok; printf '%s' "$w" | tr -d '\n' | b64; echo
       [ "$c" = kubelet ] && [ -z "$kpid" ] && kpid=$pid && kcwd=$w
-      [ "$c" = containerd ] && [ -z "$cpid" ] && cpid=$pid && ccwd=$w && cexe=$(readlink "$d/exe" 2>/dev/null)
-      [ "$c" = crio ] && [ -z "$rpid" ] && rpid=$pid && rexe=$(readlink "$d/exe" 2>/dev/null) ;;
+      [ "$c" = containerd ] && [ -z "$cpid" ] && cpid=$pid && ccwd=$w
+      [ "$c" = crio ] && [ -z "$rpid" ] && rpid=$pid ;;
   esac
 done
 set -f
@@ -269,16 +269,18 @@ emit_glob "$root_dir/plugins_registry/*"  # the plugins registered with the kube
 
 # Runtime configuration. The running containerd's release decides how its config files merge: ask the
 # binary itself, bounded in time (a binary that hangs must not hang the collection).
-if [ -n "${cexe:-}" ]; then
+# The running process's own executable (/proc/PID/exe), as for the kubelet: a binary replaced or deleted on disk
+# after the daemon started (an upgrade without a restart) would answer for the new release, or not at all.
+if [ -n "${cpid:-}" ]; then
   if command -v timeout >/dev/null 2>&1; then
-    emit_cmd containerd-version timeout -s KILL 5 "$R$cexe" --version
+    emit_cmd containerd-version timeout -s KILL 5 "$R/proc/$cpid/exe" --version
   else
     rec C containerd-version 127; echo
   fi
 fi
-if [ -n "${rexe:-}" ]; then  # the running CRI-O's release, for the node's identity record
+if [ -n "${rpid:-}" ]; then  # the running CRI-O's release, for the node's identity record
   if command -v timeout >/dev/null 2>&1; then
-    emit_cmd crio-version timeout -s KILL 5 "$R$rexe" --version
+    emit_cmd crio-version timeout -s KILL 5 "$R/proc/$rpid/exe" --version
   else
     rec C crio-version 127; echo
   fi

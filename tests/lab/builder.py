@@ -60,15 +60,20 @@ int main(int argc, char **argv) {
   for (;;) pause();
 }
 """
-# A stand-in containerd: `--version` prints what <its own path>.version holds (or never answers when that
-# says "hang"); otherwise it waits forever, as the daemon would. Its file name makes its comm 'containerd'.
+# A stand-in containerd: `--version` prints what <its own executable's path>.version holds (the path
+# /proc/self/exe names, so that asking /proc/PID/exe of the running daemon gets its answer; "<path> (deleted)"
+# once the file was replaced on disk), or never answers when that says "hang"; otherwise it waits forever, as
+# the daemon would. Its file name makes its comm 'containerd'.
 CONTAINERD_C = r"""#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--version") == 0) {
-    char path[4096], buf[512];
-    snprintf(path, sizeof path, "%s.version", argv[0]);
+    char self[4000], path[4096], buf[512];
+    ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (k < 0) return 1;
+    self[k] = 0;
+    snprintf(path, sizeof path, "%s.version", self);
     FILE *f = fopen(path, "r");
     size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
     buf[n] = 0;
