@@ -333,3 +333,30 @@ def test_crio_command_line_and_environment_override_the_files():
     assert crio_command_line(["crio", "-c=/a", "--runtimes", "kata:/usr/bin/kata:/run/kata:oci"], {})["runtimes"][0] == [
         "kata:/usr/bin/kata:/run/kata:oci"
     ]
+
+
+def test_a_containerd_import_the_collector_did_not_return_is_unknown_not_missing():
+    """An import the collector did not follow (deeper than its bound) has no record at all: its content is unknown
+    (an error), not a missing file, which would read as "containerd refuses to start"; a file the node reported
+    missing still does."""
+    import pytest as _pytest
+
+    from conformance.collection.bundle import Bundle, Record
+    from conformance.errors import FactUnavailable
+    from conformance.facts.node_facts import NodeFacts
+
+    main = 'version = 2\nimports = ["/etc/containerd/deep.toml"]\n'
+
+    def facts(*extra: Record) -> NodeFacts:
+        version = b"containerd github.com/containerd/containerd/v2 v2.0.0 207ad711\n"
+        records = [
+            Record("M", "start", "ok"), Record("P", "containerd", "9"), Record("F", "/proc/9/cmdline", "ok", b"containerd\0"),
+            Record("L", "/proc/9/cwd", "ok", b"/"), Record("C", "containerd-version", "0", version),
+            Record("F", "/etc/containerd/config.toml", "ok", main.encode()), *extra, Record("M", "end", "ok"),
+        ]  # fmt: skip
+        return NodeFacts(Bundle("n", records))
+
+    with _pytest.raises(FactUnavailable, match=r"deep\.toml was not collected"):
+        facts().runtime_config  # noqa: B018
+    refused = facts(Record("F", "/etc/containerd/deep.toml", "missing")).runtime_config
+    assert refused.refused and "containerd refuses to start" in refused.refused

@@ -291,9 +291,20 @@ class NodeFacts:
         if runtime == "containerd":
             main = self._containerd_main()
             return containerd_config(
-                main, self.bundle.optional_text, self._expand_import, self.containerd_release, self._containerd_cwd()
+                main, self._collected_text, self._expand_import, self.containerd_release, self._containerd_cwd()
             )
         return self._crio_config()
+
+    def _collected_text(self, path: str) -> str | None:
+        """A runtime config file's text, None where the node has no such file. A file the collector did not
+        return at all (an import deeper than it follows, an `imports` it could not read) is unknown, an error,
+        never "missing", which would read as containerd refusing to start."""
+        if self.bundle.file(path) is None:
+            raise FactUnavailable(
+                f"node {self.name}: {path} was not collected (an import deeper than the collector follows, or an "
+                "`imports` form it did not read): its content is unknown"
+            )
+        return self.bundle.optional_text(path)
 
     def _crio_config(self) -> RuntimeConfig:
         """CRI-O's configuration as the running CRI-O reads it: its command line and environment name the main
