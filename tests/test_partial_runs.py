@@ -145,3 +145,26 @@ def test_containerd_imports_match_dotfiles_as_go_does(tmp_path):
     ]
     assert r["outcome"] == "failed", r["message"]
     assert ".99-cgroupfs.toml" in json.dumps(r)
+
+
+def test_host_root_containerd_config_links_resolve_inside_the_root(tmp_path):
+    """In-cluster (host root /host): Flatcar's /etc/containerd/config.toml is an absolute link into /usr/share, and
+    its imports name folders through links too. They resolve inside the root as on the node, so the imports are
+    followed and judged (they were not: the link resolved in the pod's own filesystem, and no import was read)."""
+    root = sample_host_root(tmp_path / "host")
+    real = root / "usr" / "share" / "containerd"
+    real.mkdir(parents=True)
+    cfg = root / "etc" / "containerd" / "config.toml"
+    (real / "config.toml").write_text('imports = ["/etc/containerd/conf.d/*.toml"]\n' + cfg.read_text())
+    cfg.unlink()
+    cfg.symlink_to("/usr/share/containerd/config.toml")
+    (real / "drop-ins").mkdir()
+    (root / "etc" / "containerd" / "conf.d").symlink_to("/usr/share/containerd/drop-ins")
+    (real / "drop-ins" / "99-cgroupfs.toml").write_text(
+        'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\nruntime_type = "io.containerd.runc.v2"\n'
+        '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\nSystemdCgroup = false\n'
+    )
+    conformance("run", "--host-root", str(root), "--output", str(tmp_path / "out"), "--", "-k", "test_runtime_systemd")
+    rows = json.loads((tmp_path / "out" / "results.json").read_text())["results"]
+    (r,) = [r for r in rows if r["check"] == "RUNTIME-SYSTEMD-CGROUP"]
+    assert r["outcome"] == "failed" and "/etc/containerd/conf.d/99-cgroupfs.toml" in json.dumps(r), r

@@ -153,8 +153,12 @@ containerd_imports() {
 read_containerd() {  # $1 path, $2 depth; $ccwd: the daemon's working directory (empty: unknown)
   emit_file "$1"
   [ "$2" -ge 4 ] && return 0
-  [ -f "$R$1" ] || return 0
-  for pat in $(containerd_imports "$1"); do
+  # Below a host root every link resolves inside it, as on the node (Flatcar's /etc/containerd/config.toml is an
+  # absolute link into /usr/share): the file read for its imports, and the folders the import globs match in.
+  rp=$1
+  if [ -n "$R" ]; then rp=$(in_root "$1") || return 0; fi
+  [ -f "$R$rp" ] || return 0
+  for pat in $(containerd_imports "$rp"); do
     # A relative path is joined with the file's folder; a relative glob too from containerd 1.6.29/1.7.16,
     # matched against the daemon's working directory before (resolveImports): expand it both ways.
     case $pat in
@@ -166,12 +170,14 @@ read_containerd() {  # $1 path, $2 depth; $ccwd: the daemon's working directory 
       if unlisted "$ip"; then printf '%s\n' "-denied $ip"; continue; fi
       # Go's filepath.Glob matches a leading dot with '*' and '?' (path/filepath.Match), the shell does not: the
       # file name's pattern is also expanded with the dot written out (.*.toml for *.toml), never '.' and '..'
-      last=${ip##*/}; dotp=
-      case $last in '*'*) dotp="${ip%/*}/.$last" ;; '?'*) dotp="${ip%/*}/.${last#?}" ;; esac
+      last=${ip##*/}; dir=${ip%/*}; rdir=$dir
+      if [ -n "$R" ]; then case $dir in *[][*?]*) ;; *) rdir=$(in_root "$dir/") || continue; rdir=${rdir%/} ;; esac; fi
+      dotp=
+      case $last in '*'*) dotp=".$last" ;; '?'*) dotp=".${last#?}" ;; esac
       set +f
-      for f in $R$ip ${dotp:+$R$dotp}; do
+      for f in "$R$rdir"/$last ${dotp:+"$R$rdir"/$dotp}; do
         case ${f##*/} in .|..) continue ;; esac
-        [ -e "$f" ] && printf '%s\n' "${f#"$R"}"  # not echo: dash's expands backslashes
+        [ -e "$f" ] && printf '%s\n' "$dir/${f##*/}"  # as the node names it; not echo: dash's expands backslashes
       done
       set -f
     done
