@@ -223,10 +223,17 @@ def test_reserved_cpus(node, kubelet_config, topology, profile, evidence):
             raise FactUnavailable(f"{e} ({explicit.source})") from None
         cores = topology.whole_cores(cpus)
         evidence.add(f"whole cores in it: {[format_cpulist(c) for c in cores]} ({tpc} threads per core)")
-        assert len(cores) >= need, (
-            f"reservedSystemCPUs {explicit.value!r} holds {len(cores)} whole physical core(s); "
-            f"at least {need} expected ({explicit.source})"
-        )
+        offline = cpus - topology.online
+        problems = []
+        if offline:  # the kubelet reserves what the node does not have: nothing runs there
+            problems.append(f"reservedSystemCPUs names CPU(s) {format_cpulist(offline)} that are not online "
+                            f"(online: {format_cpulist(topology.online)})")  # fmt: skip
+        if len(cores) < need:
+            problems.append(
+                f"reservedSystemCPUs {explicit.value!r} holds {len(cores)} whole physical core(s) of online CPUs; "
+                f"at least {need} expected ({explicit.source})"
+            )
+        assert not problems, "; ".join(problems)
         return
     kube = kubelet_config.get("kubeReserved")
     system = kubelet_config.get("systemReserved")

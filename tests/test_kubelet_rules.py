@@ -26,8 +26,9 @@ TOPOLOGY = {
 HEAD = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
 
 
-def verdicts(tmp_path: Path, argv: list[str], files: dict[str, str], **process: str) -> dict[str, tuple[str, str]]:
-    root = make_host_root(tmp_path / "root", argv, {**TOPOLOGY, **files}, **process)
+def verdicts(tmp_path: Path, argv: list[str], files: dict[str, str | None], **process: str) -> dict[str, tuple[str, str]]:
+    merged = {k: v for k, v in {**TOPOLOGY, **files}.items() if v is not None}  # None: the node has no such file
+    root = make_host_root(tmp_path / "root", argv, merged, **process)
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "conformance", "run", "--host-root", str(root), "--output", str(out), "--", "-k", "KUBELET"]
     p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
@@ -195,3 +196,30 @@ def test_no_kubelet_process_says_where_it_looked(tmp_path):
     v = verdicts(tmp_path, [], {}, comm="sleep", exe="/bin/sleep")
     outcome, message = v["KUBELET-CPU-POLICY"]
     assert outcome == "error" and "nor k3s (whose process holds its kubelet)" in message
+
+
+# hwloc's tests/hwloc/linux/16em64t-4s2c2t-offlines (open-mpi/hwloc, its .output): 16 CPUs on 4 packages of 2
+# cores x 2 threads, CPUs 2, 5, 13 and 14 offline (mask 0x6024). The kernel removes an offline CPU's topology
+# folder and lists only online siblings; cores: 0+8, 4+12, 1+9, 3+11, 7+15, and 6 and 10 alone.
+OFFLINES = {
+    "/sys/devices/system/cpu/online": "0-1,3-4,6-12,15\n",
+    "/sys/devices/system/node/online": "0\n",
+    "/sys/devices/system/node/node0/cpulist": "0-1,3-4,6-12,15\n",
+    "/sys/devices/system/node/node1/cpulist": None,
+    **{f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list": None for c in (2, 5, 13, 14)},
+    **{f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list": f"{s}\n"
+       for c, s in {0: "0,8", 8: "0,8", 4: "4,12", 12: "4,12", 1: "1,9", 9: "1,9", 3: "3,11", 11: "3,11", 7: "7,15",
+                    15: "7,15", 6: "6", 10: "10"}.items()},
+}  # fmt: skip
+
+
+def test_reserved_cpus_that_are_offline_are_no_cores(tmp_path):
+    """reservedSystemCPUs 2,10: CPU 2 is offline (no topology folder) and 10's sibling is offline. Two 'cores' of
+    one thread each passed before; only online CPUs count, and the offline one is named."""
+    config = HEAD + 'reservedSystemCPUs: "2,10"\n'
+    got, message = verdicts(tmp_path, ["--config=/c.yaml"], {"/c.yaml": config, **OFFLINES})["KUBELET-RESERVED-CPUS"]
+    assert got == "failed"
+    assert "names CPU(s) 2 that are not online" in message and "holds 1 whole physical core(s) of online CPUs" in message
+    config = HEAD + 'reservedSystemCPUs: "0,8,1,9"\n'
+    got, _ = verdicts(tmp_path / "b", ["--config=/c.yaml"], {"/c.yaml": config, **OFFLINES})["KUBELET-RESERVED-CPUS"]
+    assert got == "passed"

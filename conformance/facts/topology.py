@@ -65,6 +65,7 @@ class Topology:
         return max((len(s) for s in self.siblings.values()), default=1)
 
     def whole_cores(self, cpus: frozenset[int]) -> list[frozenset[int]]:
-        """The physical cores all of whose SMT siblings are in `cpus`."""
-        cores = {self.siblings.get(c, frozenset({c})) for c in cpus}
+        """The physical cores all of whose SMT siblings are in `cpus`. Only online CPUs count: an offline CPU's
+        topology folder is removed by the kernel (and a CPU that does not exist has none), so it is no core."""
+        cores = {self.siblings.get(c, frozenset({c})) for c in cpus & self.online if c in self.siblings}
         return sorted((c for c in cores if c <= cpus), key=min)
