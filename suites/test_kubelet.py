@@ -287,6 +287,52 @@ def test_cgroups_per_qos(node, kubelet_config, evidence):
     assert s.value is True, f"cgroupsPerQOS is {s.value!r} ({s.source}); true expected"
 
 
+def _static_start_rules(st, kubelet_config, facts, evidence) -> list[str]:
+    """What the static policy checks of its checkpoint when the kubelet starts, and refuses to start on
+    (pkg/kubelet/cm/cpumanager/policy_static.go validateState): a default set that is empty while CPUs are
+    assigned; reserved CPUs missing from the default set (with strict-cpu-reservation: present in it); and the
+    default set with every assignment not being exactly the CPUs there are (the online ones; without the
+    reserved ones under strict-cpu-reservation). A rule whose input is not known here is said, not judged."""
+    problems: list[str] = []
+    assigned = frozenset(c for entries in st.entries.values() for cpus in entries.values() for c in cpus)
+    if not st.default_cpus:
+        if assigned:
+            problems.append("defaultCpuSet is empty while CPUs are assigned: the kubelet refuses to start on this checkpoint")
+        return problems
+    options = kubelet_config.get("cpuManagerPolicyOptions").value or {}
+    strict = str(options.get("strict-cpu-reservation", "false")).lower() == "true"
+    setting = kubelet_config.get("reservedSystemCPUs")
+    reserved = None
+    if setting.value:
+        try:
+            reserved = parse_cpulist(str(setting.value), what="reservedSystemCPUs")
+        except ParseError as e:
+            raise FactUnavailable(f"{e} ({setting.source})") from None
+    else:
+        evidence.add("reserved CPUs: picked by the kubelet from kubeReserved + systemReserved (not known here): "
+                     "their place in defaultCpuSet is not judged")  # fmt: skip
+    if reserved is not None:
+        if strict and reserved & st.default_cpus:
+            problems.append(f"strictly reserved CPUs {format_cpulist(reserved & st.default_cpus)} are in defaultCpuSet "
+                            f"{format_cpulist(st.default_cpus)}: the kubelet refuses to start on this checkpoint")  # fmt: skip
+        elif not strict and not reserved <= st.default_cpus:
+            problems.append(f"reserved CPUs {format_cpulist(reserved - st.default_cpus)} are not in defaultCpuSet "
+                            f"{format_cpulist(st.default_cpus)}: the kubelet refuses to start on this checkpoint")  # fmt: skip
+    if strict and reserved is None:
+        return problems
+    online = facts.topology.online
+    want = online - reserved if strict and reserved is not None else online
+    known = st.default_cpus | assigned
+    evidence.add(f"CPUs in the checkpoint {format_cpulist(known)}; CPUs the kubelet has {format_cpulist(want)} (online"
+                 f"{', less the strictly reserved' if strict else ''})")  # fmt: skip
+    if known != want:
+        problems.append(
+            f"the checkpoint's CPUs {format_cpulist(known)} are not the CPUs the node has {format_cpulist(want)}: the kubelet "
+            "refuses to start on this checkpoint (CPUs went offline or online since it was written)"
+        )
+    return problems
+
+
 @check(
     "KUBELET-CPU-STATE",
     "high",
@@ -295,9 +341,9 @@ def test_cgroups_per_qos(node, kubelet_config, evidence):
     kubelet was not restarted cleanly; overlapping exclusive sets mean two pods share 'exclusive' CPUs.""",
     remediation="Drain the node, stop the kubelet, remove /var/lib/kubelet/cpu_manager_state, start the "
     "kubelet; investigate any pod whose CPUs overlap another's.",
-    source="<kubelet root dir>/cpu_manager_state",
+    source="<kubelet root dir>/cpu_manager_state; the kubelet's reservedSystemCPUs; /sys/devices/system/cpu/online",
 )
-def test_cpu_manager_state(node, cpu_manager_state, kubelet_config, evidence):
+def test_cpu_manager_state(node, cpu_manager_state, kubelet_config, facts, evidence):
     st = cpu_manager_state
     policy = kubelet_config.get("cpuManagerPolicy")
     evidence.source = "cpu_manager_state"
@@ -327,6 +373,8 @@ def test_cpu_manager_state(node, cpu_manager_state, kubelet_config, evidence):
             owner.setdefault(cpu, (pod, ""))
     if st.version == 1:
         evidence.add("V1 checkpoint: entries are keyed by container id, overlap between pods not judged")
+    if st.policy == "static":
+        problems += _static_start_rules(st, kubelet_config, facts, evidence)
     assert not problems, "; ".join(problems[:10]) + (f" (+{len(problems) - 10} more)" if len(problems) > 10 else "")
 
 

@@ -223,3 +223,30 @@ def test_reserved_cpus_that_are_offline_are_no_cores(tmp_path):
     config = HEAD + 'reservedSystemCPUs: "0,8,1,9"\n'
     got, _ = verdicts(tmp_path / "b", ["--config=/c.yaml"], {"/c.yaml": config, **OFFLINES})["KUBELET-RESERVED-CPUS"]
     assert got == "passed"
+
+
+def _state(default: str, entries: dict[str, str]) -> str:
+    return json.dumps({"policyName": "static", "defaultCpuSet": default,
+                       "entries": {"uid-1": entries} if entries else {}, "checksum": 1})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("options", "default", "entries", "outcome", "says"),
+    [
+        ("", "0-11,14-15", {"app": "12-13"}, "passed", ""),
+        ("", "1-7,9-11,14-15", {"app": "12-13"}, "failed", "reserved CPUs 0,8 are not in defaultCpuSet"),
+        ("", "0-11", {"app": "12-13"}, "failed", "are not the CPUs the node has 0-15"),
+        ("", "", {"app": "12-13"}, "failed", "defaultCpuSet is empty while CPUs are assigned"),
+        ('cpuManagerPolicyOptions: {strict-cpu-reservation: "true"}\n', "0-11,14-15", {"app": "12-13"}, "failed",
+         "strictly reserved CPUs 0,8 are in defaultCpuSet"),
+        ('cpuManagerPolicyOptions: {strict-cpu-reservation: "true"}\n', "1-7,9-11,14-15", {"app": "12-13"}, "passed", ""),
+    ],
+)  # fmt: skip
+def test_the_static_policys_own_start_up_rules_for_its_checkpoint(tmp_path, options, default, entries, outcome, says):
+    """pkg/kubelet/cm/cpumanager/policy_static.go validateState: the kubelet refuses to start on a checkpoint whose
+    reserved CPUs are not in the default set (under strict-cpu-reservation: are in it), or whose default set and
+    assignments are not exactly the node's CPUs; KUBELET-CPU-STATE passed such checkpoints before."""
+    config = HEAD + 'cpuManagerPolicy: static\nreservedSystemCPUs: "0,8"\n' + options
+    files = {"/c.yaml": config, "/var/lib/kubelet/cpu_manager_state": _state(default, entries)}
+    got, message = verdicts(tmp_path, ["--config=/c.yaml"], files)["KUBELET-CPU-STATE"]
+    assert got == outcome and says in message, message
