@@ -51,6 +51,9 @@ NODE_FILES = {
     ),
     # Delegate=yes: the service's own cgroup.procs is empty, its processes are in a child; populated covers it
     "/sys/fs/cgroup/system.slice/containerd.service/cgroup.events": "populated 1\nfrozen 0\n",
+    # moved out of system.slice with Slice= (EKS AL2023 puts its container runtime in runtime.slice), and nested
+    "/sys/fs/cgroup/runtime.slice/crio.service/cgroup.events": "populated 1\nfrozen 0\n",
+    "/sys/fs/cgroup/gpu.slice/gpu-monitor.slice/dcgm.service/cgroup.events": "populated 1\nfrozen 0\n",
     "/sys/fs/cgroup/system.slice/containerd.service/cgroup.procs": "",
     # cgroup v1 (name=systemd): a Delegate=yes unit with its process in a child cgroup, and an idle one
     "/sys/fs/cgroup/systemd/system.slice/docker.service/cgroup.procs": "",
@@ -118,6 +121,9 @@ RULES = "checks:\n" + "".join(
         rule("SITE-DELEGATED-V1", "low", "systemd: {unit: docker.service, running: true}"),
         rule("SITE-IDLE-V1", "low", "systemd: {unit: v1idle.service, running: true}"),
         rule("SITE-IDLE-NOT-RUNNING", "low", "systemd: {unit: idle.service, running: false, enabled: false}"),
+        rule("SITE-OWN-SLICE", "low", "systemd: {unit: crio.service, running: true}"),
+        rule("SITE-OWN-SLICE-STOPPED", "low", "systemd: {unit: crio.service, running: false}"),
+        rule("SITE-NESTED-SLICE", "low", "systemd: {unit: dcgm.service, running: true}"),
         rule("SITE-ONDEMAND-MASKED", "low", "systemd: {unit: ondemand.service, masked: true}"),
         rule("SITE-THERMALD-RUNTIME-MASK", "low", "systemd: {unit: thermald.service, masked: false}"),
         rule("SITE-EMPTY-UNIT-MASKED", "low", "systemd: {unit: irqbalance.service, masked: true}"),
@@ -159,6 +165,9 @@ EXPECTED = {
     "SITE-DELEGATED-V1": "passed",  # its process is in a child cgroup
     "SITE-IDLE-V1": "failed",
     "SITE-IDLE-NOT-RUNNING": "passed",
+    "SITE-OWN-SLICE": "passed",  # it failed: only system.slice was looked at
+    "SITE-OWN-SLICE-STOPPED": "failed",  # it passed: "not running" for a unit that runs elsewhere
+    "SITE-NESTED-SLICE": "passed",
     "SITE-ONDEMAND-MASKED": "passed",
     "SITE-THERMALD-RUNTIME-MASK": "failed",  # masked in /run, which comes before /usr/lib
     "SITE-EMPTY-UNIT-MASKED": "passed",  # an empty unit file masks it

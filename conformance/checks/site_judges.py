@@ -30,6 +30,7 @@ from conformance.config.site_rules import (
     SYSTEMD_WANTS,
     UNIT_CGROUPS,
     UNIT_PATH,
+    UNIT_SLICE_CGROUPS,
     UNIT_V1_CHILDREN,
     SiteRule,
     sysctl_path,
@@ -294,7 +295,10 @@ def unit_running(b: Bundle, unit: str) -> tuple[bool, str]:
     v2, v1 = (c.format(group) for c in UNIT_CGROUPS)
     found = _first_present(b.file, (v2, v1), f"whether {unit} runs")
     if found is None:
-        return False, f"no cgroup {group} (not running)"
+        found = _in_another_slice(b, unit)
+        if found is None:
+            return False, f"no cgroup {group} nor {unit} in any other slice (not running)"
+        v2 = found[0] if found[0].endswith("/cgroup.events") else v2
     path, rec = found
     text = rec.data.decode("utf-8", "replace")
     if path == v2:
@@ -310,6 +314,19 @@ def unit_running(b: Bundle, unit: str) -> tuple[bool, str]:
             if [x for x in b.text(child).split() if x.isdigit()]:
                 return True, f"{path}: no process of its own, but {child} has some (a delegated subtree)"
     return False, f"{path} and its child cgroups (three levels): no process"
+
+
+def _in_another_slice(b: Bundle, unit: str) -> tuple[str, Record] | None:
+    """The unit's cgroup file where Slice= put it (site_rules.UNIT_SLICE_CGROUPS), v2 first; None when no slice
+    holds it. A listing the collector did not make (an older snapshot) or could not make is unknown."""
+    for pattern in (c.format(unit) for c in UNIT_SLICE_CGROUPS):
+        if not b.listed(pattern):
+            raise FactUnavailable(f"{pattern}: not listed (an older snapshot): whether {unit} runs in another slice is unknown")
+        for path in b.glob(pattern):
+            found = _first_present(b.file, (path,), f"whether {unit} runs")
+            if found is not None:
+                return found
+    return None
 
 
 def _first_present(get: Callable[[str], Record | None], paths: Iterable[str], what: str) -> tuple[str, Record] | None:

@@ -73,6 +73,13 @@ UNIT_CGROUPS = ("/sys/fs/cgroup/{}/cgroup.events", "/sys/fs/cgroup/systemd/{}/cg
 # cgroup v1 has no "populated": a Delegate= unit's processes may sit in child cgroups of its own, so those
 # are read too, three levels down (systemd.resource-control(5) Delegate=; cgroup-v1/cgroups.rst cgroup.procs)
 UNIT_V1_CHILDREN = tuple("/sys/fs/cgroup/systemd/{}" + "/*" * depth + "/cgroup.procs" for depth in (1, 2, 3))
+# A unit moved to another slice with Slice= (EKS AL2023 runs containerd in runtime.slice) has its cgroup there
+# (systemd.resource-control(5) Slice=; a slice a-b.slice nests as a.slice/a-b.slice, systemd.slice(5)): looked
+# for in every slice one and two levels down.
+UNIT_SLICE_CGROUPS = (
+    "/sys/fs/cgroup/*.slice/{}/cgroup.events", "/sys/fs/cgroup/*.slice/*.slice/{}/cgroup.events",
+    "/sys/fs/cgroup/systemd/*.slice/{}/cgroup.procs", "/sys/fs/cgroup/systemd/*.slice/*.slice/{}/cgroup.procs",
+)  # fmt: skip
 
 
 def unit_cgroup(unit: str) -> str:
@@ -137,6 +144,7 @@ def needs_of(rule: SiteRule) -> Needs:
     elif rule.kind == "systemd":
         n.read.update(c.format(unit_cgroup(p["unit"])) for c in UNIT_CGROUPS)
         n.glob.update(c.format(unit_cgroup(p["unit"])) for c in UNIT_V1_CHILDREN)
+        n.glob.update(c.format(p["unit"]) for c in UNIT_SLICE_CGROUPS)
         n.glob.update(w + p["unit"] for w in (*SYSTEMD_WANTS, *SYSTEMD_VENDOR_WANTS))
         for d in UNIT_PATH:  # where the unit's file is, and whether it is masked (a /dev/null link, or empty)
             n.stat.add(f"{d}/{p['unit']}")
