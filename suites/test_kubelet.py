@@ -496,10 +496,21 @@ def test_system_cpus_isolated(node, facts, kubelet_config, topology, evidence):
         + ("effective_affinity_list" if any(i.effective for i in device_irqs.values()) else "smp_affinity_list")
         + f"; kernel-managed IRQs told by {sc.managed_source}"
     )
-    on_exclusive = {n: irq for n, irq in device_irqs.items() if irq.cpus & exclusive}
+
+    # A movable IRQ is judged on its configured mask too: the effective target is one CPU the kernel picked from
+    # smp_affinity_list, and it may pick an exclusive one at the next migration or CPU hotplug event
+    # (Documentation/core-api/irq/irq-affinity.rst). Kernel-managed IRQs are judged where they are delivered.
+    def reach(i) -> frozenset[int]:
+        return i.cpus if i.managed else i.cpus | i.configured
+
+    on_exclusive = {n: irq for n, irq in device_irqs.items() if reach(irq) & exclusive}
 
     def listed(irqs: dict) -> str:
-        shown = [f"{n} ({', '.join(i.handlers)}) -> {format_cpulist(i.cpus & exclusive)}" for n, i in list(irqs.items())[:10]]
+        shown = []
+        for n, i in list(irqs.items())[:10]:
+            where = f"{format_cpulist(i.cpus & exclusive)}" if i.cpus & exclusive else "none now"
+            mask = f", smp_affinity_list {format_cpulist(i.configured)}" if not i.managed and i.configured & exclusive else ""
+            shown.append(f"{n} ({', '.join(i.handlers)}) -> {where}{mask}")
         return "; ".join(shown) + (f" and {len(irqs) - 10} more" if len(irqs) > 10 else "")
 
     movable = {n: i for n, i in on_exclusive.items() if not i.managed}

@@ -250,3 +250,30 @@ def test_the_static_policys_own_start_up_rules_for_its_checkpoint(tmp_path, opti
     files = {"/c.yaml": config, "/var/lib/kubelet/cpu_manager_state": _state(default, entries)}
     got, message = verdicts(tmp_path, ["--config=/c.yaml"], files)["KUBELET-CPU-STATE"]
     assert got == outcome and says in message, message
+
+
+def test_an_irq_whose_configured_mask_reaches_exclusive_cpus_fails(tmp_path):
+    """A NIC queue's effective target is reserved cpu0, but its smp_affinity_list still allows CPUs the CPU manager
+    hands out exclusively (all but the reserved 0 and 8): the kernel may move it there at the next migration or
+    hotplug event (irq-affinity.rst). It passed when
+    only the effective target was judged. A kernel-managed NVMe queue is still judged where it is delivered."""
+    state = json.dumps({"policyName": "static", "defaultCpuSet": "0-3,8-15", "entries": {"uid-1": {"app": "4-7"}},
+                        "checksum": 1})  # fmt: skip
+    files = {
+        "/c.yaml": HEAD + 'cpuManagerPolicy: static\nreservedSystemCPUs: "0,8"\n',
+        "/var/lib/kubelet/cpu_manager_state": state,
+        "/proc/1/status": "Name:\tsystemd\nCpus_allowed_list:\t0,8\n",
+        "/proc/cmdline": "BOOT_IMAGE=/vmlinuz quiet\n",
+        "/proc/irq/31/smp_affinity_list": "0-7\n",
+        "/proc/irq/31/effective_affinity_list": "0\n",
+        "/proc/irq/31/mlx5_comp0@pci:0000:17:00.0/.keep": "",
+        "/proc/irq/40/smp_affinity_list": "0-7\n",  # kernel-managed (an NVMe I/O queue): judged where it is delivered
+        "/proc/irq/40/effective_affinity_list": "8\n",
+        "/proc/irq/40/nvme0q1/.keep": "",
+    }
+    got, message = verdicts(tmp_path, ["--config=/c.yaml"], files)["NODE-SYSTEM-CPUS-ISOLATED"]
+    assert got == "failed", message
+    assert (
+        "31 (mlx5_comp0@pci:0000:17:00.0) -> none now, smp_affinity_list 0-7" in message
+        and "nvme0q1" not in message.split("|")[0]
+    )

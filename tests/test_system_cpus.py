@@ -49,9 +49,9 @@ def test_irq_affinities_handlers_effective_and_managed():
     )
     # without debugfs: NVMe I/O queues are managed by their driver; the admin queue (q0) and others unknown
     assert irqs == {
-        24: Irq(frozenset({1}), ["nvme0q1", "nvme0q2"], True, True),
-        9: Irq(frozenset(), [], True, None),
-        40: Irq(frozenset({2, 3}), ["nvme0q0"], False, None),
+        24: Irq(frozenset({1}), ["nvme0q1", "nvme0q2"], True, True, frozenset({0, 1})),
+        9: Irq(frozenset(), [], True, None, frozenset({0})),
+        40: Irq(frozenset({2, 3}), ["nvme0q0"], False, None, frozenset({2, 3})),
     }
     told = parse_irqs({"/proc/irq/40/smp_affinity_list": "2-3\n"}, ["/proc/irq/40/nvme0q0/"], {}, managed={7})
     assert told[40].managed is False
@@ -148,7 +148,7 @@ def test_host_root_pid1_mask_cmdline_and_effective_irq_affinity(tmp_path):
     bundle = collect_node(NodeSpec(name="n1", transport="local", host_root=str(root)), retries=0)
     sc = NodeFacts(bundle).system_cpus
     assert sc.pid1 == ("systemd", frozenset(os.sched_getaffinity(0)))
-    assert sc.irqs[24] == Irq(frozenset({2}), ["nvme0q1"], True, True)
+    assert sc.irqs[24] == Irq(frozenset({2}), ["nvme0q1"], True, True, frozenset({0, 1, 2, 3}))
     assert sc.isolated_managed == frozenset({1, 2, 3})
     assert sc.managed_source.startswith("driver names")
 

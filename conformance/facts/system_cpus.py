@@ -40,6 +40,7 @@ class Irq:
     handlers: list[str]
     effective: bool  # cpus came from effective_affinity_list
     managed: bool | None  # kernel-managed affinity; None: cannot tell
+    configured: frozenset[int] = frozenset()  # smp_affinity_list: where it may be delivered (the kernel picks in it)
 
 
 @dataclass
@@ -159,6 +160,7 @@ def parse_irqs(
             is_managed: bool | None = irq in managed
         else:
             is_managed = True if any(NVME_IO_QUEUE.fullmatch(n) for n in names) else None
-        cpus = eff[irq] if irq in eff else parse_cpulist(text, what=path)
-        out[irq] = Irq(cpus, names, irq in eff, is_managed)
+        configured = parse_cpulist(text, what=path)
+        cpus = eff.get(irq, configured)
+        out[irq] = Irq(cpus, names, irq in eff, is_managed, configured)
     return out
