@@ -30,6 +30,11 @@ def replayed(every_node_collected, tmp_path_factory):
     for base in c.bases:  # the dash and mawk collection of each base node, under the base node's name
         doc = dict(c.snaps[node_name(base, DEBIAN)], node=base)
         (bases / f"{base}.json").write_text(json.dumps(doc))
+    # bases that fail GPU health through one record each, so that losing that record would show: NVLink error
+    # counters over the limit on the nvidia-smi path (every link up), and a fabric registration that completed
+    # with an error status
+    for name, derive in (("gpu-nvlink-counters", _counters_only), ("gpu-fabric-status", _fabric_status_only)):
+        (bases / f"{name}.json").write_text(json.dumps(derive(dict(c.snaps[node_name(derive.base, DEBIAN)], node=name))))
     # the local transport's sample host root (tests/test_cli_local.py), collected as users collect it
     local = subprocess.run(
         [sys.executable, "-m", "conformance", "collect", "--host-root", str(sample_host_root(tmp / "host")),
@@ -49,10 +54,42 @@ def test_every_record_of_every_node_was_taken_away(replayed, every_node_collecte
     made, run, doc = replayed
     assert run.returncode in (0, 1), run.stderr
     bases = {b for b, _ in made.values()}
-    assert bases == {*every_node_collected.bases, "host-root"}
+    assert bases == {*every_node_collected.bases, "host-root", "gpu-nvlink-counters", "gpu-fabric-status"}
+    assert {what.rsplit(" ", 1)[-1] for _, what in made.values()} >= {"denied", "absent", "empty", "truncated"}
     assert len(made) > 600  # one variant per record: some 60 records on each of 15 nodes
     judged = {r["node"] for r in doc["results"]}
     assert set(made) <= judged and bases <= judged
+
+
+def _record(doc: dict, kind: str, name: str) -> dict:
+    (rec,) = [r for r in doc["records"] if r["kind"] == kind and r["name"] == name]
+    return rec
+
+
+def _counters_only(doc: dict) -> dict:
+    doc = json.loads(json.dumps(doc))
+    status = _record(doc, "C", "nvidia-smi-nvlink")
+    status["text"] = status["text"].replace("<inactive>", "26.562 GB/s")
+    errors = _record(doc, "C", "nvidia-smi-nvlink-errors")
+    errors["text"] = errors["text"].replace("Link 1: Replay Errors: 7", "Link 1: Replay Errors: 500")
+    return doc
+
+
+_counters_only.base = "gpu-smi"  # type: ignore[attr-defined]
+
+
+def _fabric_status_only(doc: dict) -> dict:
+    doc = json.loads(json.dumps(doc))
+    probe = _record(doc, "C", "nvml-probe")
+    data = json.loads(probe["text"])
+    for g in data.get("gpus") or []:
+        if isinstance(g.get("fabric"), dict):
+            g["fabric"].update(state=3, status=15)  # completed, NVML_ERROR_GPU_IS_LOST
+    probe["text"] = json.dumps(data)
+    return doc
+
+
+_fabric_status_only.base = "gpu-good"  # type: ignore[attr-defined]
 
 
 # Checks a snapshot replay cannot fail or error, so the offline invariant cannot show them flip: pods are read
@@ -81,6 +118,15 @@ def test_less_information_never_makes_a_pass(replayed):
     found = violations(doc, made)
     summary = Counter(f"{v.check} {v.before}->{v.after}" for v in found)
     assert not found, f"{len(found)} flips ({dict(summary)}):\n" + "\n".join(str(v) for v in found[:40])
+
+
+def test_the_derived_gpu_bases_fail_through_their_one_record(replayed):
+    _, _, doc = replayed
+    got = {(r["node"], r["check"]): r for r in doc["results"]}
+    assert got[("gpu-nvlink-counters", "GPU-NVLINK")]["outcome"] == "failed"
+    assert "replay 500 > 100" in got[("gpu-nvlink-counters", "GPU-NVLINK")]["message"]
+    assert got[("gpu-fabric-status", "GPU-FABRIC")]["outcome"] == "failed"
+    assert "completed with status GPU_IS_LOST" in got[("gpu-fabric-status", "GPU-FABRIC")]["message"]
 
 
 def test_the_witness_fails_where_unknown_used_to_pass(replayed):

@@ -1,8 +1,11 @@
 """Less information never makes a pass: the variants and the comparison behind
 tests/test_unknown_never_passes.py.
 
-From each base snapshot (a node as the collector returned it), one variant per record: that record made
-unreadable (status `denied`, no data), everything else as it was. All variants are judged offline in one
+From each base snapshot (a node as the collector returned it), variants of each record, everything else as
+it was: the record made unreadable (status `denied`, no data) and absent (not returned at all); a record that
+holds data also empty and cut short (half its data, marked truncated). And variants that take away, at once,
+every record of a fact that has several sources (NVML and nvidia-smi for the GPUs; the kernel log's Xid lines
+with where they came from), so that one source cannot stand in for another that was lost. All variants are judged offline in one
 `conformance run --snapshot`; a (check, subject) that failed or errored on the base node must still fail or
 error on every variant of it, and the node's verdict must never improve."""
 
@@ -16,7 +19,31 @@ from dataclasses import dataclass
 from pathlib import Path
 
 BAD = ("failed", "error")
-VERDICT_RANK = {"accepted": 0, "rejected": 1, "unreachable": 2}
+VERDICT_RANK = {"accepted": 0, "incomplete": 1, "rejected": 1, "unreachable": 2}
+# The records one fact is read from, in any order of preference: all of them go at once in one variant.
+SOURCES = (
+    ("C nvml-probe", "C nvidia-smi-q", "C nvidia-smi-topo", "C nvidia-smi-nvlink", "C nvidia-smi-nvlink-errors"),
+    ("C nvidia-smi-nvlink", "C nvidia-smi-nvlink-errors"),
+    ("C xid-lines", "M kernel-log", "M kernel-log-tried"),
+)
+
+
+def _data(rec: dict) -> str | None:
+    return rec.get("text") if "text" in rec else rec.get("base64")
+
+
+def mutations(rec: dict) -> list[tuple[str, dict | None]]:
+    """(mode, the record as the variant holds it; None: left out) for one record."""
+    out: list[tuple[str, dict | None]] = [("denied", {"kind": rec["kind"], "name": rec["name"], "status": "denied"}),
+                                          ("absent", None)]  # fmt: skip
+    data = _data(rec)
+    if data and len(data) > 1 and rec["kind"] in ("F", "C"):
+        key = "text" if "text" in rec else "base64"
+        empty = {k: v for k, v in rec.items() if k not in ("text", "base64")}
+        out.append(("empty", empty))
+        cut = data[: len(data) // 2] if key == "text" else data[: (len(data) // 8) * 4]
+        out.append(("truncated", {**empty, key: cut, "truncated": True}))
+    return out
 
 
 @dataclass(frozen=True)
@@ -30,7 +57,7 @@ class Violation:
     message: str  # the variant's message
 
     def __str__(self) -> str:
-        where = f"{self.node}: {self.record} unreadable: {self.check} {self.subject}"
+        where = f"{self.node}: {self.record}: {self.check} {self.subject}"
         return f"{where} {self.before} -> {self.after} ({self.message[:160]})"
 
 
@@ -39,20 +66,32 @@ def variant_name(base: str, index: int) -> str:
 
 
 def write_variants(bases: list[Path], out: Path) -> dict[str, tuple[str, str]]:
-    """Write every base snapshot and its variants to `out`; returns variant node -> (base node, record)."""
+    """Write every base snapshot and its variants to `out`; returns variant node -> (base node, what was changed)."""
     out.mkdir(parents=True, exist_ok=True)
     made: dict[str, tuple[str, str]] = {}
+
+    def write(doc: dict, records: list[dict], name: str, what: str) -> None:
+        variant = dict(doc, node=name, records=records)
+        (out / f"{name}.json").write_text(json.dumps(variant))
+        made[name] = (doc["node"], what)
+
     for path in bases:
         doc = json.loads(path.read_text())
         if doc.get("error"):
             continue  # a node that was not collected has no records to take away
         (out / path.name).write_text(json.dumps(doc))
-        for i, rec in enumerate(doc["records"]):
-            variant = dict(doc, node=variant_name(doc["node"], i))
-            variant["records"] = [*doc["records"][:i], {"kind": rec["kind"], "name": rec["name"], "status": "denied"}]
-            variant["records"] += doc["records"][i + 1 :]
-            (out / f"{variant['node']}.json").write_text(json.dumps(variant))
-            made[variant["node"]] = (doc["node"], f"{rec['kind']} {rec['name']}")
+        records = doc["records"]
+        for i, rec in enumerate(records):
+            for mode, changed in mutations(rec):
+                kept = [*records[:i], *([changed] if changed is not None else []), *records[i + 1 :]]
+                write(doc, kept, f"{variant_name(doc['node'], i)}{mode[0]}", f"{rec['kind']} {rec['name']} {mode}")
+        have = {f"{r['kind']} {r['name']}" for r in records}
+        for g, group in enumerate(SOURCES):
+            if len(have & set(group)) < 2:
+                continue
+            kept = [r if f"{r['kind']} {r['name']}" not in group else {"kind": r["kind"], "name": r["name"], "status": "denied"}
+                    for r in records]  # fmt: skip
+            write(doc, kept, f"{doc['node']}--rg{g}", f"{' + '.join(sorted(have & set(group)))} denied")
     return made
 
 
