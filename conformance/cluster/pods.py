@@ -26,46 +26,76 @@ MAX_OUTPUT = 4 * 1024 * 1024
 # Runs as `sh -c SCRIPT sh VAR...`: the variable names arrive as arguments, never as script text.
 INSIDE = r"""
 set -f
+names=$*  # the thread-pool variables to read (the profile's pods.thread_env), as arguments: never script text
 printf '@self\n'
 while IFS= read -r l; do case $l in Cpus_allowed_list:*|Mems_allowed_list:*) printf '%s\n' "$l";; esac; done < /proc/self/status
 me=$$
-cg=
-while IFS= read -r l; do cg="$cg$l;"; done < /proc/$$/cgroup
 printf '@shm\n'
 df -kP /dev/shm 2>/dev/null | awk 'NR == 2 { print $2 }'
 printf '@dev\n'
 set +f
 for d in /dev/nvidia[0-9]*; do [ -e "$d" ] && printf '%s\n' "${d#/dev/nvidia}"; done
-for t in /proc/[0-9]*/task/[0-9]*; do
-  p=${t#/proc/}; p=${p%%/*}; k=${t##*/}
-  [ "$p" = "$me" ] && continue
-  pp=
-  while IFS= read -r l; do case $l in PPid:*) pp=${l#PPid:};; esac; done < "/proc/$p/status" 2>/dev/null
-  [ "$(echo $pp)" = "$me" ] && continue
-  pc=
-  while IFS= read -r l; do pc="$pc$l;"; done < "/proc/$p/cgroup" 2>/dev/null
-  [ "$pc" = "$cg" ] || continue  # another container's process (shareProcessNamespace) or the sandbox's
-  printf '@task %s %s\n' "$p" "$k"
-  while IFS= read -r l; do case $l in Name:*|Cpus_allowed_list:*) printf '%s\n' "$l";; esac; done < "$t/status" 2>/dev/null
-  IFS= read -r st < "$t/stat" 2>/dev/null && printf 'stat %s\n' "$st"
+# The container's processes: those in this shell's cgroup, less the shell and its own children. One head reads
+# every process's status and cgroup (its "==> FILE <==" headers mark where each file starts: no line of these
+# files can begin so), one awk decides: no program per process or thread, whatever the container runs. This
+# shell's helpers (the command substitution and what it runs) are its children and grandchildren: left out.
+members=$(head -n 200 /proc/[0-9]*/status /proc/[0-9]*/cgroup 2>/dev/null | awk -v me="$me" '
+  /^==> \/proc\/[0-9]+\/(status|cgroup) <==$/ {
+    split($2, f, "/"); pid = f[3]; kind = f[4]
+    if (kind == "cgroup") cg[pid] = ""  # a file read twice counts once
+    next }
+  kind == "status" && /^PPid:/ { ppid[pid] = $2 + 0; next }
+  kind == "cgroup" && $0 != "" { cg[pid] = cg[pid] $0 ";"; seen[pid] = 1 }
+  END { for (p in seen) if (p != me && ppid[p] != me && ppid[ppid[p]] != me && cg[p] == cg[me]) print p }')
+tasks=; envs=
+for p in $members; do
+  tasks="$tasks /proc/$p/task/[0-9]*/status /proc/$p/task/[0-9]*/stat"
+  envs="$envs /proc/$p/environ"
 done
-for e in /proc/[0-9]*/environ; do
-  p=${e#/proc/}; p=${p%%/*}
-  [ "$p" = "$me" ] && continue
-  pc=
-  while IFS= read -r l; do pc="$pc$l;"; done < "/proc/$p/cgroup" 2>/dev/null
-  [ "$pc" = "$cg" ] || continue
-  printf '@env %s\n' "$p"
-  tr '\0' '\n' < "$e" 2>/dev/null | while IFS= read -r kv; do
-    for v in "$@"; do case $kv in "$v="*) printf '%s\n' "$kv";; esac; done
-  done
+IFS=' '
+# every thread's status (Name, Cpus_allowed_list) and stat (the CPU it last ran on): one head, one awk
+[ -n "$tasks" ] && head -n 200 $tasks 2>/dev/null | awk '
+  /^==> \/proc\/[0-9]+\/task\/[0-9]+\/(status|stat) <==$/ {
+    split($2, f, "/"); key = f[3] " " f[5]; kind = f[6]
+    if (!(key in known)) { known[key] = 1; order[++n] = key }
+    next }
+  kind == "status" && (/^Name:/ || /^Cpus_allowed_list:/) { lines[key] = lines[key] $0 "\n"; next }
+  kind == "stat" && $0 != "" && !(key in st) { st[key] = $0 }
+  END { for (i = 1; i <= n; i++) { k = order[i]; printf "@task %s\n%s", k, lines[k]; if (k in st) printf "stat %s\n", st[k] } }'
+set -f
+# The listed variables of every process of the container, by one grep: "FILE:NAME=VALUE" records ended by NUL
+# (a value can hold a newline, never a NUL), so nothing in a value can pass for another record; the section
+# ends with a NUL and a line no record can start with. Without grep (or -z), one tr per process, as before.
+pats=
+for v in $names; do
+  case $v in ''|[0-9]*|*[!A-Za-z0-9_]*) continue ;; esac  # a variable's name, nothing a pattern could read
+  pats="$pats^$v=
+"
 done
+if [ -n "$envs" ] && [ -n "$pats" ]; then
+  if printf 'a\0' | grep -a -z -e '^a' >/dev/null 2>&1; then
+    printf '@environ\n'
+    grep -a -z -H -e "${pats%?}" $envs 2>/dev/null
+    printf '\000@endenv\n'
+  else
+    for e in $envs; do
+      p=${e#/proc/}; p=${p%%/*}
+      printf '@env %s\n' "$p"
+      tr '\0' '\n' < "$e" 2>/dev/null | while IFS= read -r kv; do
+        for v in $names; do case $kv in "$v="*) printf '%s\n' "$kv";; esac; done
+      done
+    done
+  fi
+fi
+unset IFS
 printf '@sysctl\n'
+# one awk reads the four values: procfs serves a sysctl in one read (a shell's byte-by-byte read sees its first
+# byte only: a read past the start of an integer sysctl returns nothing)
+set --
 for s in net/ipv4/tcp_tw_reuse net/core/somaxconn net/ipv4/ip_local_port_range net/ipv4/ip_local_reserved_ports; do
-  [ -r "/proc/sys/$s" ] || continue
-  v=$(cat "/proc/sys/$s" 2>/dev/null) || continue  # cat: one read of the whole value, as procfs serves it
-  printf '%s=%s\n' "$s" "$v"
+  [ -r "/proc/sys/$s" ] && set -- "$@" "/proc/sys/$s"
 done
+[ $# -eq 0 ] || awk 'FNR == 1 { name = FILENAME; sub("^/proc/sys/", "", name); print name "=" $0 }' "$@" 2>/dev/null
 printf '@cpu\n'
 while IFS=: read -r _ ctrl path; do
   case ",$ctrl," in
@@ -320,7 +350,29 @@ def _exec_failure(e: Exception, ref: ContainerRef, where: str) -> str:
     return explain(e, "create", "pods/exec", f"{ref.namespace}/{ref.pod}")
 
 
+ENVIRON = re.compile(r"/proc/(\d+)/environ:([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.S)
+
+
+def _environ_section(text: str) -> tuple[str, dict[int, dict[str, str]]]:
+    """The text less its `@environ` section, and that section's records: "/proc/PID/environ:NAME=VALUE", each
+    ended by a NUL (grep -z -H), the section by a NUL and "@endenv". A value may hold newlines, never a NUL."""
+    start = text.find("\n@environ\n")
+    if start < 0:
+        return text, {}
+    body_at = start + len("\n@environ\n")
+    end = text.find("\0@endenv\n", body_at - 1)
+    if end < 0:
+        raise FactUnavailable("the environment section of the exec's output is not closed (output cut short)")
+    env: dict[int, dict[str, str]] = {}
+    for record in text[body_at:end].split("\0"):
+        m = ENVIRON.fullmatch(record)
+        if m:
+            env.setdefault(int(m.group(1)), {})[m.group(2)] = m.group(3)
+    return text[: start + 1] + text[end + len("\0@endenv\n") :], env
+
+
 def parse_inside(text: str, where: str) -> InsideFacts:
+    text, environ = _environ_section(text)
     section, cpus, mems, shm = "", None, None, None
     sysctls: dict[str, str] = {}
     cpu: dict[str, str] = {}
@@ -370,6 +422,8 @@ def parse_inside(text: str, where: str) -> InsideFacts:
         elif section == "@env" and cur_env is not None and "=" in line:
             k, v = line.split("=", 1)
             cur_env[k] = env_value(k, v)  # only the profile's names are read; a secret-looking one is still masked
+    for pid, found in environ.items():  # only the profile's names were asked for; a secret-looking one is masked
+        env.setdefault(pid, {}).update({k: env_value(k, v) for k, v in found.items()})
     if cpus is None or mems is None:
         raise FactUnavailable(f"{where}: /proc/self/status gave no Cpus_allowed_list/Mems_allowed_list")
     return InsideFacts(cpus, mems, shm, sorted(minors), tasks, env, sysctls, _cfs(cpu, cpu_stat))

@@ -25,6 +25,41 @@ if [ -n "$miss" ]; then
 fi
 IFS=$NL
 if printf x | base64 -w0 >/dev/null 2>&1; then b64() { base64 -w0; }; else b64() { base64 | tr -d '\n'; }; fi
+# A short text of printable ASCII, tabs and newlines is encoded by the shell itself, exactly as base64 -w0 does
+# (RFC 4648, padded): most records' data are such (paths, lists, versions), and a process each would make the
+# collection's cost grow with what it reads. Anything else goes through base64.
+TAB='	'
+PRINTABLE=' -~'  # a bracket range taken from a variable: quoted, its '-' would be a plain character
+ASC=' !"#$%&'"'"'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\]^_`abcdefghijklmnopqrstuvwxyz{|}~'
+b64c() {  # $1 0..63: the digit, appended to _b
+  case $1 in
+    0) _b=${_b}A;; 1) _b=${_b}B;; 2) _b=${_b}C;; 3) _b=${_b}D;; 4) _b=${_b}E;; 5) _b=${_b}F;; 6) _b=${_b}G;; 7) _b=${_b}H;;
+    8) _b=${_b}I;; 9) _b=${_b}J;; 10) _b=${_b}K;; 11) _b=${_b}L;; 12) _b=${_b}M;; 13) _b=${_b}N;; 14) _b=${_b}O;; 15) _b=${_b}P;;
+    16) _b=${_b}Q;; 17) _b=${_b}R;; 18) _b=${_b}S;; 19) _b=${_b}T;; 20) _b=${_b}U;; 21) _b=${_b}V;; 22) _b=${_b}W;; 23) _b=${_b}X;;
+    24) _b=${_b}Y;; 25) _b=${_b}Z;; 26) _b=${_b}a;; 27) _b=${_b}b;; 28) _b=${_b}c;; 29) _b=${_b}d;; 30) _b=${_b}e;; 31) _b=${_b}f;;
+    32) _b=${_b}g;; 33) _b=${_b}h;; 34) _b=${_b}i;; 35) _b=${_b}j;; 36) _b=${_b}k;; 37) _b=${_b}l;; 38) _b=${_b}m;; 39) _b=${_b}n;;
+    40) _b=${_b}o;; 41) _b=${_b}p;; 42) _b=${_b}q;; 43) _b=${_b}r;; 44) _b=${_b}s;; 45) _b=${_b}t;; 46) _b=${_b}u;; 47) _b=${_b}v;;
+    48) _b=${_b}w;; 49) _b=${_b}x;; 50) _b=${_b}y;; 51) _b=${_b}z;; 52) _b=${_b}0;; 53) _b=${_b}1;; 54) _b=${_b}2;; 55) _b=${_b}3;;
+    56) _b=${_b}4;; 57) _b=${_b}5;; 58) _b=${_b}6;; 59) _b=${_b}7;; 60) _b=${_b}8;; 61) _b=${_b}9;; 62) _b=${_b}+;; *) _b=${_b}/;;
+  esac
+}
+b64o() {  # $1 one character of the text: its code in _n
+  case $1 in "$NL") _n=10 ;; "$TAB") _n=9 ;; *) _t=${ASC%%"$1"*}; _n=$((${#_t} + 32)) ;; esac
+}
+b64s() {  # $1 a text: printed in base64 as base64 -w0 prints it
+  case $1 in *[!$PRINTABLE"$TAB$NL"]*) printf '%s' "$1" | b64; return ;; esac
+  [ "${#1}" -le 2048 ] || { printf '%s' "$1" | b64; return; }
+  _s=$1; _b=
+  while [ -n "$_s" ]; do
+    _r=${_s#?}; _c1=${_s%"$_r"}; _s=$_r; b64o "$_c1"; _x=$_n; _k=1
+    if [ -n "$_s" ]; then _r=${_s#?}; _c2=${_s%"$_r"}; _s=$_r; b64o "$_c2"; _x=$((_x * 256 + _n)); _k=2; else _x=$((_x * 256)); fi
+    if [ -n "$_s" ] && [ "$_k" = 2 ]; then _r=${_s#?}; _c3=${_s%"$_r"}; _s=$_r; b64o "$_c3"; _x=$((_x * 256 + _n)); _k=3; else _x=$((_x * 256)); fi
+    b64c $((_x >> 18)); b64c $((_x >> 12 & 63))
+    if [ "$_k" -ge 2 ]; then b64c $((_x >> 6 & 63)); else _b=$_b=; fi
+    if [ "$_k" -ge 3 ]; then b64c $((_x & 63)); else _b=$_b=; fi
+  done
+  printf '%s' "$_b"
+}
 # A name made only of safe characters travels as "=name" (no process started); others in base64.
 rec() {
   case $2 in
@@ -33,10 +68,10 @@ rec() {
   esac
 }
 
-in_root() {  # $1 an absolute path on the node: print it with every symlink in it resolved as the node
+resolve_in_root() {  # $1 an absolute path on the node: set IR to it with every symlink in it resolved as the node
   # resolves it, inside the host root $R (an absolute target starts again at $R, `..` stops at it; in a
   # pod, /host/etc/x -> /etc/y must not read the pod's own /etc/y). Fails after 40 links, as the kernel
-  # does (MAXSYMLINKS, ELOOP), or on a link it cannot read.
+  # does (MAXSYMLINKS, ELOOP), or on a link it cannot read. No process is started (only a link's readlink).
   _ir_rest=${1#/}; _ir_out=; _ir_n=0
   while [ -n "$_ir_rest" ]; do
     _ir_c=${_ir_rest%%/*}
@@ -51,13 +86,17 @@ in_root() {  # $1 an absolute path on the node: print it with every symlink in i
       _ir_out=$_ir_out/$_ir_c
     fi
   done
-  printf '%s\n' "${_ir_out:-/}"
+  IR=${_ir_out:-/}
+}
+in_root() {  # the same, printed (for callers that take it in a command substitution)
+  resolve_in_root "$1" || return 1
+  printf '%s\n' "$IR"
 }
 emit_file() {
   p=$R$1
   if [ -n "$R" ]; then
-    p=$(in_root "$1") || { rec F "$1" loop; echo; return 0; }
-    p=$R$p
+    resolve_in_root "$1" || { rec F "$1" loop; echo; return 0; }
+    p=$R$IR
   fi
   if [ -n "$R" ] && [ "$p" = "$R/dev/null" ]; then rec F "$1" ok; echo  # /dev/null reads empty: a masked file
   elif [ -d "$p" ]; then rec F "$1" dir; echo
@@ -81,23 +120,22 @@ emit_glob() {  # $1 pattern on the node; emits G with the matches (symlinks too:
   m=
   for f in $R$1; do { [ -e "$f" ] || [ -L "$f" ]; } && m="$m${f#"$R"}$NL"; done
   set -f
-  rec G "$1" ok; printf '%s' "$m" | b64; echo
+  rec G "$1" ok; b64s "$m"; echo
   for f in $m; do emit_file "$f"; done
 }
 emit_lines() {  # $1 pattern of one-line sysfs text files: one awk reads them all (no process per file)
   if unlisted "$1"; then rec G "$1" denied; echo; return 0; fi
+  pat=$1
   set +f
-  m=
-  for f in $R$1; do [ -e "$f" ] && m="$m${f#"$R"}$NL"; done
+  set -- $R$1  # the glob's matches as arguments: no list rebuilt file by file (2,000 IRQs, 384 CPUs)
   set -f
-  rec G "$1" ok; printf '%s' "$m" | b64; echo
-  emit_texts "$m"
+  [ $# -gt 1 ] || [ -e "$1" ] || set --  # no match: the pattern itself is not a file
+  m=
+  for f do m="$m${f#"$R"}$NL"; done
+  rec G "$pat" ok; b64s "$m"; echo
+  [ $# -eq 0 ] || texts_awk "$@"
 }
-emit_texts() {  # $1 newline-separated paths (on the node) of one-line text files, read by one awk
-  m=$1
-  [ -n "$m" ] || return 0
-  set --
-  for f in $m; do set -- "$@" "$R$f"; done
+texts_awk() {  # "$@": one-line text files (with the root's prefix), each one T record, read by one awk
   # Patterns as strings, with ']' first in a bracket and no backslash in one: a POSIX bracket expression
   # takes '\' literally and ends at the first ']' that is not first (BusyBox's regcomp does exactly that).
   awk -v r="$R" 'FNR == 1 {
@@ -106,10 +144,17 @@ emit_texts() {  # $1 newline-separated paths (on the node) of one-line text file
       if ($0 ~ "^[][A-Za-z0-9,. _:/-]*$") printf "T =%s ok %s\n", name, $0
       else printf "T =%s unreadable \n", name }' "$@" 2>/dev/null
 }
+emit_texts() {  # $1 newline-separated paths (on the node) of one-line text files, read by one awk
+  m=$1
+  [ -n "$m" ] || return 0
+  set --
+  for f in $m; do set -- "$@" "$R$f"; done
+  texts_awk "$@"
+}
 emit_cmd() {  # $1 label, rest: the command
   label=$1; shift
   out=$("$@" 2>/dev/null); rc=$?
-  rec C "$label" "$rc"; printf '%s' "$out" | b64; echo
+  rec C "$label" "$rc"; b64s "$out"; echo
 }
 arg_value() {  # $1 cmdline file, $2.. flag names: print the value of the last occurrence
   tr '\0' '\n' < "$1" 2>/dev/null | awk -v names="$(printf '%s ' "$@" | cut -d' ' -f2-)" '
@@ -139,7 +184,7 @@ emit_walk() {  # $1 folder on the node, $2 the names taken (default *.conf): a G
   tag=walk; [ "$pat" = "*" ] && tag=walk-all
   if unlisted "$1/*"; then rec G "$tag:$1" denied; echo; return 0; fi
   m=$(walk_conf "$1" 0 "$pat")
-  rec G "$tag:$1" ok; printf '%s' "$m" | b64; echo
+  rec G "$tag:$1" ok; b64s "$m"; echo
   for f in $m; do emit_file "$f"; done
 }
 containerd_imports() {
@@ -182,14 +227,14 @@ read_containerd() {  # $1 path, $2 depth; $ccwd: the daemon's working directory 
       set -f
     done
   done | while IFS= read -r f; do
-    case $f in -denied\ *) rec G "import:$1" denied; printf '%s' "${f#-denied }" | b64; echo; continue ;; esac
-    rec G "import:$1" ok; printf '%s' "$f" | b64; echo
+    case $f in -denied\ *) rec G "import:$1" denied; b64s "${f#-denied }"; echo; continue ;; esac
+    rec G "import:$1" ok; b64s "$f"; echo
     read_containerd "$f" $(($2 + 1))
   done
 }
 
-rec M version ok; printf '1' | b64; echo
-rec M root ok; printf '%s' "$R" | b64; echo
+rec M version ok; b64s 1; echo
+rec M root ok; b64s "$R"; echo
 emit_file /proc/sys/kernel/hostname
 emit_file /etc/os-release  # the OS image, for the node's identity record
 emit_cmd uname uname -r
@@ -199,14 +244,15 @@ emit_cmd stat-cgroup stat -fc %t "$R/sys/fs/cgroup"  # the magic: BusyBox stat n
 kpid=; cpid=; kcwd=; ccwd=; rpid=
 set +f
 for d in "$R"/proc/[0-9]*; do
-  c=$(cat "$d/comm" 2>/dev/null) || continue
+  c=; { IFS= read -r c < "$d/comm"; } 2>/dev/null || [ -n "$c" ] || continue  # the shell's read: no process each
   case $c in
     kubelet|containerd|crio|dockerd|k3s|k3s-server|k3s-agent|nv-fabricmanage|nvidia-persiste)
       pid=${d##*/}
       rec P "$c" "$pid"; echo
       emit_file "/proc/$pid/cmdline"
       w=$(readlink "$d/cwd" 2>/dev/null)
-      rec L "/proc/$pid/cwd" ok; printf '%s' "$w" | tr -d '\n' | b64; echo
+      rec L "/proc/$pid/cwd" ok
+      case $w in *"$NL"*) printf '%s' "$w" | tr -d '\n' | b64 ;; *) b64s "$w" ;; esac; echo
       [ "$c" = kubelet ] && [ -z "$kpid" ] && kpid=$pid && kcwd=$w
       [ "$c" = containerd ] && [ -z "$cpid" ] && cpid=$pid && ccwd=$w
       [ "$c" = crio ] && [ -z "$rpid" ] && rpid=$pid ;;
@@ -235,7 +281,8 @@ fi
 if [ -z "$kpid" ]; then
   set +f
   for d in "$R"/proc/[0-9]*; do
-    case $(cat "$d/comm" 2>/dev/null) in k3s|k3s-server|k3s-agent) kpid_k3s=${d##*/}; break ;; esac
+    c=; { IFS= read -r c < "$d/comm"; } 2>/dev/null || [ -n "$c" ] || continue
+    case $c in k3s|k3s-server|k3s-agent) kpid_k3s=${d##*/}; break ;; esac
   done
   set -f
   if [ -n "${kpid_k3s:-}" ]; then
@@ -304,7 +351,7 @@ rcfg=/etc/crio/crio.conf; rdir=/etc/crio/crio.conf.d
 if [ -n "$rpid" ]; then
   renv=$(tr '\0' '\n' < "$R/proc/$rpid/environ" 2>/dev/null | awk '/^CONTAINER_(CONFIG|CONFIG_DIR|CGROUP_MANAGER|DEFAULT_RUNTIME|RUNTIMES)=/')
   if [ -r "$R/proc/$rpid/environ" ]; then rec C crio-environ 0; else rec C crio-environ 1; fi
-  printf '%s' "$renv" | b64; echo
+  b64s "$renv"; echo
   v=$(printf '%s\n' "$renv" | awk -F= '$1 == "CONTAINER_CONFIG" { sub(/^[^=]*=/, ""); print }'); [ -n "$v" ] && rcfg=$v
   v=$(printf '%s\n' "$renv" | awk -F= '$1 == "CONTAINER_CONFIG_DIR" { sub(/^[^=]*=/, ""); print }'); [ -n "$v" ] && rdir=$v
   v=$(arg_value "$R/proc/$rpid/cmdline" config c); [ -n "$v" ] && rcfg=$v
@@ -349,7 +396,7 @@ if [ -d "$dbg" ] && [ -r "$dbg" ] && [ -x "$dbg" ]; then
   set +f
   managed=$(awk '/IRQD_AFFINITY_MANAGED/ { print FILENAME }' "$dbg"/[0-9]* 2>/dev/null)
   set -f
-  rec M managed-irqs ok; printf '%s' "$managed" | b64; echo
+  rec M managed-irqs ok; b64s "$managed"; echo
 else
   rec M managed-irqs missing; echo
 fi
@@ -357,7 +404,7 @@ acts=
 set +f
 for d in "$R"/proc/irq/[0-9]*/*/; do [ -d "$d" ] && acts="$acts${d#"$R"}$NL"; done
 set -f
-rec M irq-actions ok; printf '%s' "$acts" | b64; echo
+rec M irq-actions ok; b64s "$acts"; echo
 
 # NUMA topology and SMT siblings.
 emit_file /sys/devices/system/node/online
@@ -376,8 +423,8 @@ for d in "$R"/sys/bus/pci/devices/*; do
   case $c in 0x03*) gpus="$gpus${d##*/}$NL" ;; 0x0680*) nvsw="${nvsw:-}${d##*/}$NL" ;; esac
 done
 set -f
-rec M gpus ok; printf '%s' "$gpus" | b64; echo
-rec M nvswitches ok; printf '%s' "${nvsw:-}" | b64; echo  # NVIDIA bridge-class functions: NVSwitches
+rec M gpus ok; b64s "$gpus"; echo
+rec M nvswitches ok; b64s "${nvsw:-}"; echo  # NVIDIA bridge-class functions: NVSwitches
 if [ -n "$gpus" ]; then
   m=
   for g in $gpus; do
@@ -390,7 +437,7 @@ if [ -n "$gpus" ]; then
   if command -v python3 >/dev/null 2>&1; then
     out=$(printf '%s' "$GNC_NVML_PROBE" | python3 -c "$GNC_UNPACK" "$R" 2>/dev/null); rc=$?
   fi
-  rec C nvml-probe "$rc"; printf '%s' "$out" | b64; echo
+  rec C nvml-probe "$rc"; b64s "$out"; echo
   if [ "$rc" -ne 0 ]; then
     smi=
     for s in "$(command -v nvidia-smi 2>/dev/null)" "$R/run/nvidia/driver/usr/bin/nvidia-smi" "$R/usr/bin/nvidia-smi"; do
@@ -505,9 +552,9 @@ if [ -n "$gpus" ]; then
     fi
   fi
   dm=
-  rec M kernel-log ok; printf '%s' "${xsrc:-none}" | b64; echo
-  rec M kernel-log-tried ok; printf '%s' "$xtried" | b64; echo
-  rec C xid-lines 0; printf '%s' "$xout" | b64; echo
+  rec M kernel-log ok; b64s "${xsrc:-none}"; echo
+  rec M kernel-log-tried ok; b64s "$xtried"; echo
+  rec C xid-lines 0; b64s "$xout"; echo
 fi
 
 # An RPM database (rpm's %_dbpath: /var/lib/rpm on RHEL 8/9 and Amazon Linux, /usr/lib/sysimage/rpm on
@@ -530,7 +577,7 @@ in_parent() {  # $1 a path on the node: its folder resolved inside the root, and
 emit_stat() {  # $1 record name, $2 the path on the node to stat (not followed if a link)
   if [ -e "$R$2" ] || [ -L "$R$2" ]; then
     st=$(stat -c '%a %u %g %U %G %F' -- "$R$2" 2>/dev/null)
-    if [ -n "$st" ]; then rec S "$1" ok; printf '%s' "$st" | b64; echo; else rec S "$1" denied; echo; fi
+    if [ -n "$st" ]; then rec S "$1" ok; b64s "$st"; echo; else rec S "$1" denied; echo; fi
   else rec S "$1" missing; echo
   fi
 }
@@ -551,7 +598,7 @@ if [ -n "$GNC_SITE" ]; then
         fi ;;
       'target '*)  # what the path names once its links are followed inside the root: the file a rule judges
         if at=$(in_root "$p"); then
-          rec L "target:$p" ok; printf '%s' "$at" | b64; echo
+          rec L "target:$p" ok; b64s "$at"; echo
           emit_stat "target:$p" "$at"
         else rec L "target:$p" loop; echo
         fi ;;
