@@ -69,13 +69,13 @@ class Footprint:
 CLONE = re.compile(r"\b(clone3?|fork|vfork)\(")
 
 
-def measure(script: bytes, argv: list[str], trace: Path) -> Footprint:
+def measure(script: bytes, argv: list[str], trace: Path, env: dict[str, str] | None = None) -> Footprint:
     """Run `sh -s -- ARGV` with `script` on stdin twice: under strace, counting what it creates, and alone, timing
     it (strace's own cost is not the collector's)."""
     strace = shutil.which("strace")
     assert strace, "strace is needed to count process creation (apt-get install strace)"
     subprocess.run([strace, "-f", "-qq", "-e", "trace=process", "-o", str(trace), "sh", "-s", "--", *argv],
-                   input=script, capture_output=True, timeout=600, check=False)  # fmt: skip
+                   input=script, capture_output=True, timeout=600, check=False, env=env)  # fmt: skip
     processes = programs = 0
     for line in trace.read_text().splitlines():
         m = CLONE.search(line)
@@ -84,7 +84,7 @@ def measure(script: bytes, argv: list[str], trace: Path) -> Footprint:
         elif " execve(" in line and line.rstrip().endswith("= 0"):  # a PATH search's failed tries are not programs
             programs += 1
     before, t0 = _children_cpu(), time.monotonic()
-    p = subprocess.run(["sh", "-s", "--", *argv], input=script, capture_output=True, timeout=600, check=False)
+    p = subprocess.run(["sh", "-s", "--", *argv], input=script, capture_output=True, timeout=600, check=False, env=env)
     return Footprint(processes, programs, _children_cpu() - before, time.monotonic() - t0, len(p.stdout))
 
 

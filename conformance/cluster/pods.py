@@ -31,7 +31,9 @@ printf '@self\n'
 while IFS= read -r l; do case $l in Cpus_allowed_list:*|Mems_allowed_list:*) printf '%s\n' "$l";; esac; done < /proc/self/status
 me=$$
 printf '@shm\n'
-df -kP /dev/shm 2>/dev/null | awk 'NR == 2 { print $2 }'
+out=$(df -kP /dev/shm 2>/dev/null) && case $out in *"
+"*) set -- ${out#*"
+"}; printf '%s\n' "$2" ;; esac  # the second line's second field: the size in KiB
 printf '@dev\n'
 set +f
 for d in /dev/nvidia[0-9]*; do [ -e "$d" ] && printf '%s\n' "${d#/dev/nvidia}"; done
@@ -73,11 +75,10 @@ for v in $names; do
 "
 done
 if [ -n "$envs" ] && [ -n "$pats" ]; then
-  if printf 'a\0' | grep -a -z -e '^a' >/dev/null 2>&1; then
-    printf '@environ\n'
-    grep -a -z -H -e "${pats%?}" $envs 2>/dev/null
-    printf '\000@endenv\n'
-  else
+  printf '@environ\n'
+  grep -a -z -H -e "${pats%?}" $envs 2>/dev/null; rc=$?  # 0 found, 1 none, more: no grep, no -z, or unreadable
+  printf '\000@endenv\n'
+  if [ "$rc" -gt 1 ]; then
     for e in $envs; do
       p=${e#/proc/}; p=${p%%/*}
       printf '@env %s\n' "$p"
