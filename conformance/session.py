@@ -325,7 +325,8 @@ class Run:
             "tool": {"name": "gpu-node-conformance", "version": __version__},
             "started_at": self.ledger.started_at,
             "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "complete": not self.ledger.interrupted,
+            # a replay of an interrupted run stays incomplete: what it did not collect is still missing
+            "complete": not self.ledger.interrupted and bool((self.ledger.replay or {}).get("complete", True)),
             "inventory": self.inventory.path,
         }
 

@@ -168,3 +168,22 @@ def test_host_root_containerd_config_links_resolve_inside_the_root(tmp_path):
     rows = json.loads((tmp_path / "out" / "results.json").read_text())["results"]
     (r,) = [r for r in rows if r["check"] == "RUNTIME-SYSTEMD-CGROUP"]
     assert r["outcome"] == "failed" and "/etc/containerd/conf.d/99-cgroupfs.toml" in json.dumps(r), r
+
+
+def test_the_report_opens_with_its_scope_and_the_nodes_not_accepted(runs, tmp_path):
+    """A run narrowed with --select says so first: totals, the node not accepted and why (the checks not judged), how
+    many checks were judged out of how many, complete or interrupted; the tab's title carries the date and counts."""
+    d, _, _ = runs
+    html = (d / "rerun" / "report.html").read_text()
+    scope = html[html.index("<section aria-label='Scope and verdicts'") :]
+    scope = scope[: scope.index("</section>")]
+    assert html.index("Scope and verdicts") < html.index("Node verdicts")
+    assert "1 incomplete" in scope and "not judged: " in scope and "KUBELET-" in scope
+    assert "checks judged: " in scope and "of the " in scope and "built-in checks" in scope and "run: complete" in scope
+    day = json.loads((d / "rerun" / "results.json").read_text())["started_at"][:10]
+    assert f">GPU node conformance report {day}: 1 incomplete</title>" in html
+    doc = json.loads((d / "monday" / "results.json").read_text())
+    doc["complete"] = False
+    (tmp_path / "cut.json").write_text(json.dumps(doc))
+    conformance("report", str(tmp_path / "cut.json"), "--output", str(tmp_path / "out"))
+    assert "interrupted (Ctrl-C or SIGTERM)" in (tmp_path / "out" / "report.html").read_text()

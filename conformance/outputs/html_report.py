@@ -4,8 +4,10 @@ pytest-html 4 inserts cells as HTML in the browser: every value from a node is e
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -107,8 +109,21 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     session.config._gnc_items = sum(getattr(i, "result_count", 1) for i in session.items)  # type: ignore[attr-defined]
 
 
+_REPORT: list[Any] = []  # pytest-html's report object; it asks for the title at session start, before any verdict
+
+
 def pytest_html_report_title(report: Any) -> None:
     report.title = "GPU node conformance report"
+    _REPORT[:] = [report]
+
+
+def dated_title(doc: dict[str, Any]) -> str:
+    """The tab's title carries the run's date and its verdict counts, so a tab or a saved file says what it is."""
+    title = "GPU node conformance report"
+    counts = Counter(n["verdict"] for n in doc.get("nodes") or [])
+    shown = ", ".join(f"{counts[v]} {v}" for v in ("rejected", "unreachable", "incomplete", "accepted") if counts[v])
+    day = str(doc.get("started_at") or "")[:10]
+    return " ".join(p for p in (title, day) if p) + (f": {shown}" if shown else "")
 
 
 @dataclass(frozen=True)
@@ -143,6 +158,73 @@ def _view(session: pytest.Session) -> ReportView | None:
     return make() if make is not None else None
 
 
+SCOPE_LISTED = 50  # nodes not accepted listed by name in the scope section (the verdict table has them all)
+
+
+def _reason(n: dict[str, Any]) -> str:
+    """Why a node is not accepted, in one line."""
+    col = n.get("collection") or {}
+    if n["verdict"] in ("unreachable", "incomplete") and col.get("error"):
+        return str(col["error"])
+    if n.get("blocking"):
+        return "failed or errored: " + ", ".join(n["blocking"])
+    if n.get("not_judged"):
+        more = len(n["not_judged"]) - 6
+        return "not judged: " + ", ".join(n["not_judged"][:6]) + (f" and {more} more" if more > 0 else "")
+    return ""
+
+
+def _duration(doc: dict[str, Any]) -> str:
+    try:
+        took = datetime.fromisoformat(str(doc["finished_at"])) - datetime.fromisoformat(str(doc["started_at"]))
+    except (KeyError, TypeError, ValueError):
+        return "not recorded"
+    return f"{took.total_seconds():.0f} s"
+
+
+def scope_section(run: ReportView) -> str:
+    """What was judged, first: the totals, the nodes not accepted and why, the profiles, how many checks out of how
+    many, complete or interrupted, the tool version, inventory, start and duration."""
+    doc, nodes = run.doc, run.doc["nodes"]
+    counts = Counter(n["verdict"] for n in nodes)
+    total = doc.get("node_count", len(nodes))
+    totals = " ".join(
+        f"<span class='verdict v-{v}'>{counts[v]} {v}</span>" for v in ("rejected", "unreachable", "incomplete", "accepted")
+    )
+    judged = {r["check"] for r in run.results}
+    known = {c for c, spec in REGISTRY.items() if spec.origin == "built-in"}
+    checks = f"{len(judged & known)} of the {len(known)} built-in checks" + (
+        f" and {len(judged - known)} site check(s)" if judged - known else ""
+    )
+    narrowed = [n for n in nodes if n.get("not_judged")]
+    state = (
+        "<b>interrupted (Ctrl-C or SIGTERM): what was not collected is incomplete</b>" if not doc.get("complete", True)
+        else "complete"
+    )  # fmt: skip
+    facts = [
+        f"profile(s): {e(', '.join(sorted({str(n.get('profile', '-')) for n in nodes})) or '-')}",
+        f"checks judged: {checks}",
+        f"run: {state}",
+        f"nodes with checks that block not judged: {len(narrowed)}"
+        if narrowed
+        else "every node judged on every check that blocks",
+        f"tool version {e(__version__)}",
+        f"inventory {e(doc.get('inventory') or '-')}",
+        f"started {e(doc.get('started_at') or '-')}, took {_duration(doc)}",
+    ]
+    bad = [n for n in nodes if n["verdict"] != "accepted"][:SCOPE_LISTED]
+    items = "".join(
+        f"<li><a href='#gnc-node-{e(n['name'])}'>{e(n['name'])}</a> <span class='verdict v-{e(n['verdict'])}'>"
+        f"{e(n['verdict'])}</span> {e(_reason(n))}</li>"
+        for n in bad
+    )
+    listed = f"<p>Not accepted ({total - counts['accepted']} of {total}):</p><ul>{items}</ul>" if bad else ""
+    return (
+        f"<section aria-label='Scope and verdicts' id='gnc-scope'><h2>Scope and verdicts</h2>"
+        f"<p class='gnc-totals'>{total} node(s): {totals}</p>{listed}<p>{'; '.join(facts)}.</p></section>"
+    )
+
+
 WROTE = "; <b>this run created acceptance pods (the only write the suite makes to a cluster)</b>"
 
 
@@ -154,7 +236,7 @@ def verdict_table(run: ReportView, summaries: list[dict[str, Any]]) -> str:
             continue  # at fleet scale the fleet view lists every node; here only those that need attention
         c = n["counts"]
         col = n.get("collection") or {}
-        why = col.get("error") if n["verdict"] in ("unreachable", "incomplete") else ", ".join(n["blocking"])
+        why = _reason(n)
         notes = list(col.get("notes", []))
         if n.get("discovered"):
             notes.append(f"found through the Kubernetes API: {n['discovered']}")
@@ -170,8 +252,9 @@ def verdict_table(run: ReportView, summaries: list[dict[str, Any]]) -> str:
             else:
                 notes.append(f"acceptance pod not created: {made.get('error')}")
         why = "; ".join([why or "", *notes]).strip("; ")
+        anchor = "" if fleet else f" id='gnc-node-{e(n['name'])}'"  # at fleet scale the fleet view holds the anchor
         rows.append(
-            f"<tr><td>{e(n['name'])}</td><td><span class='verdict' style='background:"
+            f"<tr{anchor}><td>{e(n['name'])}</td><td><span class='verdict' style='background:"
             f"{VERDICT_COLOURS.get(n['verdict'], '#999')}'>{e(n['verdict'])}</span></td><td>{e(n['profile'])}</td>"
             f"<td>{c['passed']}</td><td>{c['failed']}</td><td>{c['error']}</td><td>{c['skipped']}</td>"
             f"<td>{c['waived']}</td><td>{e(why)}</td></tr>"
@@ -350,6 +433,8 @@ def bandwidth_section(run: ReportView) -> str:
 
 def pytest_html_results_summary(prefix: list[str], summary: list[str], postfix: list[str], session: pytest.Session) -> None:
     run = _view(session)
+    if run is not None and _REPORT:
+        _REPORT[0].title = dated_title(run.doc)  # read when the page is written, after this hook
     if run is None or (not run.results and run.fleet is None):
         return
     summaries = run.doc["nodes"]
@@ -357,10 +442,11 @@ def pytest_html_results_summary(prefix: list[str], summary: list[str], postfix: 
         # the fleet first, where the page opens; the matrix would be unreadable at this size
         wanted = session.config.getoption("conformance_group_by")
         fleet = run.fleet or FleetSummary.of(summaries, run.results, wanted)
-        sections = [fleet_view(fleet), verdict_table(run, summaries), waivers_and_diff(run), _left_out(run)]
+        sections = [scope_section(run), fleet_view(fleet), verdict_table(run, summaries), waivers_and_diff(run), _left_out(run)]
     else:
         wanted = session.config.getoption("conformance_group_by")
         sections = [
+            scope_section(run),
             verdict_table(run, summaries),
             waivers_and_diff(run),
             matrix(run),
