@@ -190,6 +190,17 @@ def cases(default_config: str) -> dict[str, Case]:
             },
             "a relative path (no glob) is joined with the file's folder",
         ),
+        "empty-import": Case(
+            {
+                MAIN: 'version = 2\nimports = ["{root}/etc/containerd/conf.d/*.toml"]\n' + RUNC_SYSTEMD,
+                DROP_IN: "",
+            },
+            "an empty imported file is a valid config that sets nothing (tests/unknown_variants.py relies on this)",
+        ),
+        "missing-literal-import": Case(
+            {MAIN: 'version = 2\nimports = ["conf.d/absent.toml"]\n' + RUNC_SYSTEMD},
+            "an import without '*' that does not exist: containerd stops (failed to load TOML)",
+        ),
         "default-handler-missing": Case(
             {MAIN: f'version = 2\n[plugins."{CRI}".containerd]\n  default_runtime_name = "nvidia"\n' + RUNC_SYSTEMD},
             "default_runtime_name names no handler: the CRI plugin does not load",
@@ -305,7 +316,7 @@ def test_every_case_judged_as_the_real_containerd_reads_it(containerd, default_c
             except (FileNotFoundError, IsADirectoryError):
                 return None
 
-        def expand(pattern: str) -> list[str]:
+        def expand(importer: str, pattern: str) -> list[str]:
             return sorted(pyglob.glob(pattern, include_hidden=True))  # Go's Glob matches dot files too
 
         cwd = str(root / (case.cwd or ""))

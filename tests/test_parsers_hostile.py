@@ -167,7 +167,7 @@ def test_deeply_nested_documents(depth):
 
 def test_containerd_imports_loop_terminates():
     files = {"/a.toml": 'imports = ["/b.toml"]\n', "/b.toml": 'imports = ["/a.toml"]\n'}
-    assert merge_containerd("/a.toml", files.get, lambda p: [p], RULES_2_0).files == ["/a.toml", "/b.toml"]
+    assert merge_containerd("/a.toml", files.get, lambda _, p: [p], RULES_2_0).files == ["/a.toml", "/b.toml"]
 
 
 def test_secrets_are_redacted_by_name_and_by_shape():

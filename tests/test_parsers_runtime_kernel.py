@@ -17,7 +17,7 @@ def load(name):
 def containerd_of(files: dict[str, str], release: str | None = None, main: str = "/etc/containerd/config.toml"):
     """The effective containerd runtime config of `files`, merged as `release` would (None: unknown)."""
 
-    def expand(pattern):
+    def expand(importer, pattern):
         return sorted(p for p in files if path_glob_match(pattern, p))
 
     rel = parse_containerd_version(f"containerd github.com/containerd/containerd v{release} abc") if release else None

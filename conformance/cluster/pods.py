@@ -67,7 +67,7 @@ IFS=' '
 set -f
 # The listed variables of every process of the container, by one grep: "FILE:NAME=VALUE" records ended by NUL
 # (a value can hold a newline, never a NUL), so nothing in a value can pass for another record; the section
-# ends with a NUL and a line no record can start with. Without grep (or -z), one tr per process, as before.
+# ends with a NUL and a line no record can start with. Without grep (or -z), one tr per process.
 pats=
 for v in $names; do
   case $v in ''|[0-9]*|*[!A-Za-z0-9_]*) continue ;; esac  # a variable's name, nothing a pattern could read
@@ -75,8 +75,11 @@ for v in $names; do
 "
 done
 if [ -n "$envs" ] && [ -n "$pats" ]; then
+  # can this grep read NUL-ended records? (1: it can and /dev/null holds none; 2 or 127: no -z, or no grep). The
+  # main grep's own status cannot tell: a process that ends before grep reads its environ also makes it 2.
+  grep -a -z -H -e x /dev/null >/dev/null 2>&1; rc=$?
   printf '@environ\n'
-  grep -a -z -H -e "${pats%?}" $envs 2>/dev/null; rc=$?  # 0 found, 1 none, more: no grep, no -z, or unreadable
+  [ "$rc" -gt 1 ] || grep -a -z -H -e "${pats%?}" $envs 2>/dev/null
   printf '\000@endenv\n'
   if [ "$rc" -gt 1 ]; then
     for e in $envs; do

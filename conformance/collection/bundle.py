@@ -123,15 +123,20 @@ class Bundle:
         """Whether the collector listed `pattern` at all (a snapshot of an older collector may not have)."""
         return ("G", pattern) in self._index
 
-    def imports_of(self, path: str) -> list[str]:
-        found = []
-        for r in self.records:
-            if r.kind == "G" and r.name == f"import:{path}":
-                if r.status != "ok":
-                    pattern = r.data.decode("utf-8", "replace") or "a folder"
-                    raise self._unreadable(r, f"the imports of {path}: {pattern}", "listed")
-                found.append(r.data.decode("utf-8", "replace"))
-        return found
+    def import_matches(self, path: str) -> list[str]:
+        """Every file that `path`'s containerd `imports` name or match, as the collector listed them on the node."""
+        rec = self._index.get(("G", f"imports-of:{path}"))
+        if rec is None:
+            raise FactUnavailable(
+                f"the imports of {path}: not listed on node {self.node} (a file deeper than the collector follows, "
+                "or a snapshot taken before imports were listed as a whole)"
+            )
+        if rec.status != "ok":
+            raise self._unreadable(rec, f"the imports of {path}", "listed")
+        lines = [p for p in rec.data.decode("utf-8", "replace").split("\n") if p]
+        if denied := [p[len("-denied ") :] for p in lines if p.startswith("-denied ")]:
+            raise FactUnavailable(f"the imports of {path}: {denied[0]} could not be listed on node {self.node}")
+        return lines
 
     def processes(self, comm: str) -> list[int]:
         pids = []

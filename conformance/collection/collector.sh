@@ -203,7 +203,9 @@ read_containerd() {  # $1 path, $2 depth; $ccwd: the daemon's working directory 
   rp=$1
   if [ -n "$R" ]; then rp=$(in_root "$1") || return 0; fi
   [ -f "$R$rp" ] || return 0
-  for pat in $(containerd_imports "$rp"); do
+  # every file its imports name or match, one per line ("-denied PATH": a folder that could not be listed),
+  # recorded as a whole: a file whose imports were not read is then unknown, never one importing nothing
+  found=$(for pat in $(containerd_imports "$rp"); do
     # A relative path is joined with the file's folder; a relative glob too from containerd 1.6.29/1.7.16,
     # matched against the daemon's working directory before (resolveImports): expand it both ways.
     case $pat in
@@ -213,6 +215,9 @@ read_containerd() {  # $1 path, $2 depth; $ccwd: the daemon's working directory 
     esac
     for ip in $pats; do
       if unlisted "$ip"; then printf '%s\n' "-denied $ip"; continue; fi
+      # containerd globs only a path holding '*' (resolveImports); any other it opens as named, and one that is
+      # missing stops it ("failed to load TOML"): listed whether or not it exists, so its absence is recorded
+      case $ip in *'*'*) ;; *) printf '%s\n' "$ip"; continue ;; esac
       # Go's filepath.Glob matches a leading dot with '*' and '?' (path/filepath.Match), the shell does not: the
       # file name's pattern is also expanded with the dot written out (.*.toml for *.toml), never '.' and '..'
       last=${ip##*/}; dir=${ip%/*}; rdir=$dir
@@ -226,7 +231,10 @@ read_containerd() {  # $1 path, $2 depth; $ccwd: the daemon's working directory 
       done
       set -f
     done
-  done | while IFS= read -r f; do
+  done)
+  rec G "imports-of:$1" ok; b64s "$found"; echo
+  [ -n "$found" ] || return 0
+  printf '%s\n' "$found" | while IFS= read -r f; do
     case $f in -denied\ *) rec G "import:$1" denied; b64s "${f#-denied }"; echo; continue ;; esac
     rec G "import:$1" ok; b64s "$f"; echo
     read_containerd "$f" $(($2 + 1))

@@ -64,6 +64,10 @@ def cgroup_fs_name(stat_output: str) -> str:
         return fs[:40]
 
 
+# the pod cgroup folders the collector looks for (collector.sh, "Cgroups"): cgroup v2, then v1's cpu and cpuset
+KUBEPODS_DIRS = tuple(f"/sys/fs/cgroup{c}/{n}" for c in ("", "/cpu", "/cpuset") for n in ("kubepods.slice", "kubepods"))
+
+
 def kubepods_driver(present: dict[str, bool]) -> tuple[str | None, str]:
     """The cgroup driver the pod cgroup tree shows: `kubepods.slice` is systemd, `kubepods` cgroupfs.
 

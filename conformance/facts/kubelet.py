@@ -240,6 +240,11 @@ def load_yaml_mapping(text: str, path: str, what: str) -> dict[str, Any]:
 
 def load_config_document(text: str, path: str) -> dict[str, Any]:
     """A KubeletConfiguration file (YAML or JSON). Raises ParseError naming the file."""
+    if text == "":
+        # the kubelet refuses an empty config file, --config or drop-in ("kubelet config file %q was empty",
+        # pkg/kubelet/kubeletconfig/configfiles/configfiles.go): a running kubelet did not start from this
+        raise ParseError(f"{path}: empty, and the kubelet refuses an empty config file: the running kubelet was not "
+                         "started from what was read (the file changed since, or was read short)")  # fmt: skip
     doc = load_yaml_mapping(text, path, "a KubeletConfiguration mapping")
     kind = doc.get("kind")
     if kind is not None and kind != "KubeletConfiguration":

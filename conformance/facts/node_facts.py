@@ -22,7 +22,7 @@ from conformance.facts.checkpoints import (
     parse_dra_checkpoint,
     parse_memory_manager_state,
 )
-from conformance.facts.cpulist import parse_cpulist
+from conformance.facts.cpulist import format_cpulist, parse_cpulist
 from conformance.facts.gpu import GpuFacts, parse_nvml_probe, parse_pci_function, parse_smi_xml, parse_topo_matrix
 from conformance.facts.gpu_health import parse_smi_nvlink
 from conformance.facts.kubelet import (
@@ -142,13 +142,24 @@ class NodeFacts:
     @fact
     def kubelet_args(self) -> KubeletArgs:
         pid = self.kubelet_pid
-        rec = self.bundle.file(f"/proc/{pid}/cmdline")
-        if rec is None or rec.status != "ok":
-            raise FactUnavailable(f"/proc/{pid}/cmdline of the kubelet could not be read on node {self.name}")
-        argv = split_cmdline(rec.data)
+        argv = self._argv(pid, "the kubelet")
         if not self.bundle.processes("kubelet"):
             argv = k3s_kubelet_argv(argv, self._k3s_config_docs())
         return parse_kubelet_args(argv, cwd=self.bundle.link(f"/proc/{pid}/cwd"))
+
+    def _argv(self, pid: int, who: str) -> list[str]:
+        """A running process's command line. Never empty for a live process: /proc/PID/cmdline reads empty for
+        a zombie (or a kernel thread), so an empty one says the flags are unknown, not that none were given."""
+        rec = self.bundle.file(f"/proc/{pid}/cmdline")
+        if rec is None or rec.status != "ok":
+            raise FactUnavailable(f"node {self.name}: {who}'s command line (/proc/{pid}/cmdline) could not be read")
+        argv = split_cmdline(rec.data)
+        if not argv:
+            raise FactUnavailable(
+                f"node {self.name}: {who}'s command line (/proc/{pid}/cmdline) reads empty (a process that was "
+                "ending): its flags are unknown"
+            )
+        return argv
 
     def _k3s_config_docs(self) -> list[tuple[str, str]]:
         """k3s's config file and its drop-ins, in the order k3s applies them."""
@@ -316,10 +327,7 @@ class NodeFacts:
         env: dict[str, str] = {}
         pids = b.processes("crio")
         if pids:
-            rec = b.file(f"/proc/{pids[0]}/cmdline")
-            if rec is None or rec.status != "ok":
-                raise FactUnavailable(f"node {self.name}: CRI-O's command line (/proc/{pids[0]}/cmdline) was not read")
-            argv = split_cmdline(rec.data)
+            argv = self._argv(pids[0], "CRI-O")
             envrec = b.optional_command("crio-environ")
             if envrec is not None and envrec.status != "0":
                 raise FactUnavailable(f"node {self.name}: CRI-O's environment (/proc/{pids[0]}/environ) could not be read")
@@ -366,13 +374,12 @@ class NodeFacts:
         return m.group(1) if m else None
 
     def _containerd_main(self) -> str:
-        for pid in self.bundle.processes("containerd"):
-            rec = self.bundle.file(f"/proc/{pid}/cmdline")
-            if rec and rec.status == "ok":
-                args = parse_kubelet_args(split_cmdline(rec.data), cwd=self.bundle.link(f"/proc/{pid}/cwd"))
-                for flag in ("config", "c"):
-                    if args.flags.get(flag) and args.flags[flag][-1]:
-                        return str(args.flags[flag][-1])
+        # the running daemon's --config; an unread command line is unknown, never the default path
+        for pid in self.bundle.processes("containerd")[:1]:
+            args = parse_kubelet_args(self._argv(pid, "containerd"), cwd=self.bundle.link(f"/proc/{pid}/cwd"))
+            for flag in ("config", "c"):
+                if args.flags.get(flag) and args.flags[flag][-1]:
+                    return str(args.flags[flag][-1])
         return "/etc/containerd/config.toml"
 
     def _containerd_cwd(self) -> str | None:
@@ -385,14 +392,10 @@ class NodeFacts:
                 return None
         return None
 
-    def _expand_import(self, pattern: str) -> list[str]:
-        # The collector expanded each import glob on the node (against the file's folder and the daemon's
-        # working directory); match its results as Go's filepath.Match does ('*' never crosses a '/').
-        found = [p for rec_path in self._import_sources() for p in self.bundle.imports_of(rec_path)]
-        return sorted({p for p in found if path_glob_match(pattern, p)})
-
-    def _import_sources(self) -> list[str]:
-        return sorted({r.name[len("import:") :] for r in self.bundle.records if r.kind == "G" and r.name.startswith("import:")})
+    def _expand_import(self, importer: str, pattern: str) -> list[str]:
+        # The collector expanded the importing file's globs on the node (against the file's folder and the
+        # daemon's working directory); match its list as Go's filepath.Match does ('*' never crosses a '/').
+        return sorted({p for p in self.bundle.import_matches(importer) if path_glob_match(pattern, p)})
 
     # -- kernel --------------------------------------------------------------------------------
     @fact
@@ -406,7 +409,11 @@ class NodeFacts:
     @fact
     def kubepods_driver(self) -> tuple[str | None, str]:
         self.require_reachable()
-        return kernel.kubepods_driver(self.bundle.dirs())
+        dirs = self.bundle.dirs()
+        unseen = [d for d in kernel.KUBEPODS_DIRS if d not in dirs]
+        if unseen:  # a layout not looked for is unknown, never "absent" (which would leave the kubelet config to decide)
+            raise FactUnavailable(f"node {self.name}: whether {unseen[0]} exists was not looked at (an older snapshot)")
+        return kernel.kubepods_driver(dirs)
 
     @fact
     def kubelet_cgroup_driver(self) -> tuple[str, str, str]:
@@ -480,7 +487,9 @@ class NodeFacts:
         managed = None
         if managed_rec.status == "ok":
             managed = {int(x.rsplit("/", 1)[-1]) for x in managed_rec.data.decode().split() if x.rsplit("/", 1)[-1].isdigit()}
-        action_dirs = b.meta_lines("irq-actions") or []
+        action_dirs = b.meta_lines("irq-actions")
+        if action_dirs is None:  # which IRQs have a handler is what makes one a device's: not looked at is unknown
+            raise FactUnavailable(f"node {self.name}: the IRQs' handlers (/proc/irq/N/*/) were not listed (an older snapshot)")
         affinities = {p: b.text(p) for p in b.glob("/proc/irq/[0-9]*/smp_affinity_list")}
         effectives = {p: b.text(p) for p in b.glob("/proc/irq/[0-9]*/effective_affinity_list")}
         return SystemCpus(
@@ -498,12 +507,21 @@ class NodeFacts:
         self.require_reachable()
         b = self.bundle
         online = parse_cpulist(b.text("/sys/devices/system/cpu/online"), what="/sys/devices/system/cpu/online")
+        if not online:  # the boot CPU is always online: an empty list was read short
+            raise FactUnavailable(f"node {self.name}: /sys/devices/system/cpu/online reads empty (read short)")
         nodes: dict[int, frozenset[int]] = {}
         for path in b.glob("/sys/devices/system/node/node[0-9]*/cpulist"):
             n = int(path.split("/")[-2][4:])
             nodes[n] = parse_cpulist(b.text(path), what=path)
         if not nodes:
             raise FactUnavailable(f"/sys/devices/system/node/node*/cpulist: none found on node {self.name}")
+        # every online CPU belongs to one NUMA node, and a node's cpulist shows its online CPUs
+        # (drivers/base/node.c node_read_cpulist: cpumask_of_node & cpu_online_mask): a CPU in no list was read short
+        if lost := online - frozenset().union(*nodes.values()):
+            raise FactUnavailable(
+                f"node {self.name}: online CPUs {format_cpulist(lost)} are in no NUMA node's cpulist "
+                "(/sys/devices/system/node/node*/cpulist read short)"
+            )
         siblings: dict[int, frozenset[int]] = {}
         for path in b.glob("/sys/devices/system/cpu/cpu[0-9]*/topology/thread_siblings_list"):
             cpu = int(path.split("/")[-3][3:])

@@ -145,7 +145,7 @@ class ContainerdMerge:
 def merge_containerd(
     main_path: str,
     read: Callable[[str], str | None],
-    expand: Callable[[str], list[str]],
+    expand: Callable[[str, str], list[str]],
     rules: MergeRules,
     cwd: str | None = None,
 ) -> ContainerdMerge:
@@ -182,7 +182,7 @@ def merge_docs(docs: list[tuple[str, dict]], rules: MergeRules) -> ContainerdMer
 
 
 def _load_all(
-    main_path: str, read: Callable[[str], str | None], expand: Callable[[str], list[str]], rules: MergeRules, cwd: str | None
+    main_path: str, read: Callable[[str], str | None], expand: Callable[[str, str], list[str]], rules: MergeRules, cwd: str | None
 ) -> list[tuple[str, dict]]:
     text = read(main_path)
     if text is None:
@@ -220,7 +220,7 @@ def _load_all(
                     pattern = posixpath.join(cwd, pattern)
                 else:
                     pattern = posixpath.join(posixpath.dirname(path), pattern)
-            pending += expand(posixpath.normpath(pattern))
+            pending += expand(path, posixpath.normpath(pattern))
     return out
 
 
@@ -468,7 +468,7 @@ def _handler(name: str, rt: dict[str, Any], where: str, rules: MergeRules, cri_s
 def containerd_config(
     main_path: str,
     read: Callable[[str], str | None],
-    expand: Callable[[str], list[str]],
+    expand: Callable[[str, str], list[str]],
     release: ContainerdRelease | None,
     cwd: str | None = None,
 ) -> RuntimeConfig:

@@ -180,8 +180,9 @@ def specs() -> list[NodeSpec]:
         # an unprivileged account, for which the CPU checkpoint and containerd's drop-in folder are unreadable
         users=["auditor"],
         modes={"/var/lib/kubelet/cpu_manager_state": 0o600, "/etc/containerd/conf.d": 0o700},
-        # a NIC queue allowed anywhere, which the interrupt controller delivers to reserved cpu4 only
-        irqs={**GOOD_IRQS, 26: ("0-15", ["i40e-eth0-TxRx-0"])},
+        # a NIC queue allowed on the reserved CPUs (as irqbalance's banned list leaves it), which the interrupt
+        # controller delivers to cpu4 only
+        irqs={**GOOD_IRQS, 26: ("0,4,8,12", ["i40e-eth0-TxRx-0"])},
         effective_irqs={26: "4"},
         managed_irqs=[],  # debugfs readable: no IRQ is kernel-managed
     )
