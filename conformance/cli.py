@@ -11,6 +11,7 @@ import gc
 import importlib
 import importlib.util
 import json
+import os
 import signal
 import sys
 import textwrap
@@ -474,7 +475,7 @@ def _pytest_args(out: Path, verbose: int) -> list[str]:
 # Quiet by default. pytest's warnings are not shown then, so neither are the plugins that only turn
 # exceptions in threads and in finalizers into warnings: per check they cost about a tenth of a run's
 # CPU (measured on 5,200 checks), and Python still prints such an exception on stderr.
-QUIET = ["-q", "--no-header", "-rN", "--tb=no", "-p", "no:warnings", "-p", "no:unraisableexception", "-p", "no:threadexception"]
+QUIET = ["-qq", "--no-header", "-rN", "--tb=no", "-p", "no:warnings", "-p", "no:unraisableexception", "-p", "no:threadexception"]
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -669,8 +670,9 @@ def _finish(rc: int, out: Path, pushgateway: str | None, verbose: int = 0) -> in
             listed = listed[:LISTED_MAX]
     for n in listed:
         c = n["counts"]
+        badge = _coloured(n["verdict"], f"{n['verdict'].upper():<11}")
         line = (
-            f"{n['name']:<24} {n['verdict'].upper():<11} {c['passed']} passed, {c['failed']} failed, "
+            f"{n['name']:<24} {badge} {c['passed']} passed, {c['failed']} failed, "
             f"{c['error']} errors, {c['skipped']} skipped, {c['waived']} waived (profile {n['profile']})"
         )
         error = (n.get("collection") or {}).get("error")
@@ -687,10 +689,24 @@ def _finish(rc: int, out: Path, pushgateway: str | None, verbose: int = 0) -> in
     if doc.get("diff"):
         print()
         print("\n".join(diff_lines(doc["diff"])))
-    out = out.resolve()
+    # one count, stated once: the nodes' verdicts and their results as results.json counts them (pytest's own
+    # line is not printed: a live run's item holds a node's checks, so its numbers are not the results')
+    shown = ", ".join(f"{counts[v]} {v}" for v in ("rejected", "unreachable", "incomplete", "accepted") if counts.get(v))
+    line = f"\n{total} node(s): {shown or 'none'}"
+    if len(doc["nodes"]) == total:
+        sums = Counter[str]()
+        for n in doc["nodes"]:
+            sums.update(n["counts"])
+        words = {"passed": "passed", "failed": "failed", "error": "errors", "skipped": "skipped", "waived": "waived"}
+        line += "; results: " + ", ".join(f"{sums[k]} {w}" for k, w in words.items())
+    print(line + ("" if doc.get("complete", True) else "; the run was interrupted: what was not collected is incomplete"))
+    from conformance.outputs.markdown_summary import write_summary
+
+    summary = write_summary(results, out)
     print(
-        f"\nreport:     {out / 'report.html'}\nresults:    {out / 'results.json'}\njunit:      {out / 'junit.xml'}"
-        f"\nprometheus: {out / 'results.prom'}"
+        f"\nreport:     {_shown_path(out / 'report.html')}\nresults:    {_shown_path(results)}"
+        f"\njunit:      {_shown_path(out / 'junit.xml')}\nprometheus: {_shown_path(out / 'results.prom')}"
+        f"\nsummary:    {_shown_path(summary)} (Markdown: a CI job summary)"
     )
     if pushgateway:
         try:
@@ -703,6 +719,25 @@ def _finish(rc: int, out: Path, pushgateway: str | None, verbose: int = 0) -> in
     if not total or any(v for k, v in counts.items() if k != "accepted"):
         return EXIT_REJECTED
     return EXIT_OK
+
+
+_ANSI = {"accepted": "32", "rejected": "31;1", "unreachable": "33;1", "incomplete": "33"}
+
+
+def _coloured(verdict: str, text: str) -> str:
+    """The verdict in colour on a terminal (never in a pipe or a CI log file, nor with NO_COLOR set)."""
+    if os.environ.get("NO_COLOR") or not sys.stdout.isatty():
+        return text
+    return f"\033[{_ANSI.get(verdict, '0')}m{text}\033[0m"
+
+
+def _shown_path(p: Path) -> str:
+    """A path as the user would type it from where they stand: relative below the working folder, else absolute."""
+    full = p.resolve()
+    try:
+        return str(full.relative_to(Path.cwd()))
+    except ValueError:
+        return str(full)
 
 
 def _read_summary(results: Path) -> dict[str, Any]:

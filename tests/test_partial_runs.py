@@ -187,3 +187,28 @@ def test_the_report_opens_with_its_scope_and_the_nodes_not_accepted(runs, tmp_pa
     (tmp_path / "cut.json").write_text(json.dumps(doc))
     conformance("report", str(tmp_path / "cut.json"), "--output", str(tmp_path / "out"))
     assert "interrupted (Ctrl-C or SIGTERM)" in (tmp_path / "out" / "report.html").read_text()
+
+
+def test_the_terminal_and_ci_get_one_count_and_a_markdown_summary(runs):
+    """The terminal states one count (the tool's, not pytest's items), paths as typed from where the user
+    stands, and summary.md holds totals, the node not accepted with why, and the blocking checks with their
+    remediation, ranked by severity."""
+    d, rerun, _ = runs
+    full = json.loads((d / "monday" / "results.json").read_text())
+    sums = {k: sum(n["counts"][k] for n in full["nodes"]) for k in ("passed", "failed", "error", "skipped", "waived")}
+    assert " in 0." not in rerun.stdout and " errors in " not in rerun.stdout  # pytest's own line is not printed
+    assert "1 node(s): 1 incomplete; results: " in rerun.stdout
+    assert "summary:    " in rerun.stdout and "(Markdown: a CI job summary)" in rerun.stdout
+    md = (d / "monday" / "summary.md").read_text()
+    assert md.startswith(f"# GPU node conformance {full['started_at'][:10]}\n")
+    assert "1 node(s): **1 rejected**; run complete." in md
+    assert "## Not accepted" in md and "failed or errored: " in md
+    table = md[md.index("## Checks that fail or error") :].splitlines()[4:]
+    severities = [row.split(" | ")[1] for row in table if row.startswith("| ")]
+    rank = {"critical": 0, "high": 1, "medium": 2, "low": 3}
+    assert severities and [rank[s] for s in severities] == sorted(rank[s] for s in severities)
+    blocking = {r["check"] for r in full["results"] if r["outcome"] in ("failed", "error")}
+    assert len(severities) == min(10, len(blocking))
+    assert sum(1 for r in full["results"] if r["outcome"] == "failed") == sums["failed"]
+    rerun_md = (d / "rerun" / "summary.md").read_text()
+    assert "**1 incomplete**" in rerun_md and "not judged: " in rerun_md

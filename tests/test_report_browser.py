@@ -6,11 +6,13 @@ nothing; an `<img onerror>` does run.)"""
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -89,11 +91,11 @@ def test_renders_without_console_errors_and_shows_verdicts_and_matrix(driver, re
 
     driver.get((report / "report.html").as_uri())
     banner = driver.find_element(By.CSS_SELECTOR, ".gnc span.verdict")
-    assert banner.is_displayed() and banner.text in ("accepted", "rejected", "unreachable")
+    assert banner.is_displayed() and banner.text.split()[-1] in ("accepted", "rejected", "unreachable")
     assert driver.find_element(By.CSS_SELECTOR, ".gnc table.m").is_displayed()
     severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
     assert severe == []
-    assert driver.title == "GPU node conformance report"  # onerror never ran
+    assert driver.title.startswith("GPU node conformance report") and "PWNED" not in driver.title  # onerror never ran
     assert driver.find_elements(By.CSS_SELECTOR, "img[src='x']") == []
     assert HOSTILE in driver.find_element(By.TAG_NAME, "body").text  # shown as text
     assert "matching nothing: 1" in driver.find_element(By.CSS_SELECTOR, ".gnc").text
@@ -129,3 +131,57 @@ def test_click_on_a_matrix_cell_reveals_its_row(driver, report):
         )
     )
     assert row.get_attribute("id") in (waived["test"], waived["test"] + "::setup") and row.is_displayed()
+
+
+def test_the_first_screen_says_what_was_judged_and_the_environment_comes_last(driver, report):
+    """Scope and verdicts sit in the first screen (1,000 px), above the runner's environment table."""
+    from selenium.webdriver.common.by import By
+
+    driver.get((report / "report.html").as_uri())
+    scope = driver.find_element(By.ID, "gnc-scope")
+    environment = driver.find_element(By.ID, "environment")
+    assert scope.location["y"] < 1000 and scope.is_displayed()
+    assert environment.location["y"] > driver.find_element(By.ID, "results-table").location["y"]
+    assert driver.find_element(By.TAG_NAME, "html").get_attribute("lang") == "en"
+    assert driver.find_elements(By.CSS_SELECTOR, "th.col-duration, th.col-links") == []  # no "0 ms", no empty links
+    skipped = [r.text for r in driver.find_elements(By.CSS_SELECTOR, "tbody.skipped div.log")]
+    assert all("('" not in t and "suites/" not in t for t in skipped)  # a reason, not pytest's tuple
+
+
+def test_printed_the_controls_go_and_failures_keep_their_evidence(driver, report):
+    """With print media: no filter controls or expanders, each failure's evidence shown, the verdict badges and
+    matrix cells readable without background graphics (black text and a border)."""
+    from selenium.webdriver.common.by import By
+
+    driver.get((report / "report.html").as_uri())
+    driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": "print"})
+    try:
+        assert not driver.find_element(By.CSS_SELECTOR, ".controls").is_displayed()
+        failed = driver.find_elements(By.CSS_SELECTOR, "tbody.failed tr.extras-row, tbody.error tr.extras-row")
+        assert failed and all(r.is_displayed() for r in failed)
+        assert driver.find_elements(By.CSS_SELECTOR, "tbody.failed details[open]")
+        badge = driver.find_element(By.CSS_SELECTOR, ".gnc span.verdict")
+        assert badge.value_of_css_property("color") in ("rgba(0, 0, 0, 1)", "rgb(0, 0, 0)")
+        pdf = base64.b64decode(driver.print_page())
+        assert pdf.startswith(b"%PDF")
+    finally:
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": ""})
+
+
+def test_axe_core_finds_no_serious_accessibility_violation(driver, report):
+    """axe-core (as axe-selenium-python ships it) over the whole page: no serious or critical violation
+    (contrast, names of controls, the page's language, ...)."""
+    import axe_selenium_python
+
+    script = Path(axe_selenium_python.__file__).parent / "node_modules" / "axe-core" / "axe.min.js"
+    driver.get((report / "report.html").as_uri())
+    driver.execute_script(script.read_text(encoding="utf-8"))
+    result = driver.execute_async_script(
+        "var done = arguments[arguments.length - 1];"
+        "axe.run(document, {resultTypes: ['violations']}).then(function (r) { done(r.violations); },"
+        " function (e) { done(String(e)); });"
+    )
+    assert isinstance(result, list), result
+    serious = [(v["id"], v["impact"], [n["target"] for n in v["nodes"][:3]])
+               for v in result if v["impact"] in ("serious", "critical")]  # fmt: skip
+    assert serious == [], serious

@@ -15,12 +15,12 @@ from typing import Any
 
 from conformance.config.fleet import IDENTITY_ATTRIBUTES, group_label, group_of, pools
 from conformance.outputs import FAILING
+from conformance.outputs.palette import VERDICT_COLOURS
 from conformance.outputs.safe_text import xml_safe
 
 # Above this many nodes the report shows the fleet view and drops the node x check matrix and the
 # per-node verdict rows of accepted nodes (each node stays in the fleet view's node list).
 MATRIX_MAX_NODES = 300
-VERDICT_COLOURS = {"accepted": "#2e7d32", "rejected": "#c62828", "unreachable": "#ef6c00", "incomplete": "#9e9e9e"}
 VERDICTS = tuple(VERDICT_COLOURS)
 
 

@@ -14,7 +14,8 @@ import pytest
 
 from conformance import __version__
 from conformance.checks import REGISTRY
-from conformance.outputs.fleet_view import MATRIX_MAX_NODES, VERDICT_COLOURS, FleetSummary, drift_section, e, fleet_view
+from conformance.outputs.fleet_view import MATRIX_MAX_NODES, FleetSummary, drift_section, e, fleet_view
+from conformance.outputs.palette import MUTED, OUTCOME_COLOURS, VERDICT_COLOURS
 from conformance.outputs.svg import heatmap, histogram
 
 SYMBOLS = {"passed": "✓", "failed": "✗", "error": "!", "skipped": "–", "waived": "w", None: ""}
@@ -27,12 +28,27 @@ _STYLE = """<style>
 .gnc .fam{text-align:center;background:#f5f5f5}
 .gnc pre{white-space:pre-wrap;margin:2px 0}
 .gnc .m td.c{cursor:pointer}
-.gnc .o-passed{background:#2e7d32}
-.gnc .o-failed{background:#c62828}
-.gnc .o-error{background:#ef6c00}
-.gnc .o-skipped{background:#9e9e9e}
-.gnc .o-waived{background:#6a1b9a}
-.gnc .o-none{background:#eeeeee}
+/* the page: what was judged and the verdicts first, the runner's environment last */
+body{display:flex;flex-direction:column;color:#222}
+body>#environment-header,body>#environment{order:90}
+body>footer{order:99}
+#results-table{color:#222}
+a{color:#0d47a1}
+p.filter{color:#222}
+.filters button,.collapse button{color:#0d47a1;text-decoration:underline}
+</style>
+<style media="print">
+@page{size:A4 landscape;margin:10mm}
+body{min-width:0;font-size:10px}
+.controls,.summary__reload,p.filter,.collapse,#show_all_details,#hide_all_details,.logexpander,.media,
+.gnc-search,.sortable::after{display:none!important}
+tbody.results-table-row,.gnc tr,.gnc section>table{break-inside:avoid}
+.failed .extras-row,.error .extras-row{display:table-row!important}
+.gnc .verdict,.gnc .m td.c{color:#000!important;background:none!important;border:1px solid #000}
+.gnc .m td.c{width:11px;height:11px;font-size:8px}
+.gnc .m th.r{max-height:120px;font-size:8px}
+</style>
+<style>
 tbody.gnc-target td{outline:2px solid #1565c0}
 .gnc .fleet-total .verdict{font-size:15px;margin-right:6px}
 .gnc table.fleet td.n{text-align:right;min-width:28px}
@@ -82,9 +98,26 @@ document.addEventListener("click", function (ev) {
     if (++ticks < 20) setTimeout(again, 50);
   })();
 });
+</script>
+<script>
+// pytest-html's outcome filters: one labelled group of labelled checkboxes
+document.addEventListener("DOMContentLoaded", function () {
+  var group = document.querySelector(".controls .filters");
+  if (group) { group.setAttribute("role", "group"); group.setAttribute("aria-label", "Show results by outcome"); }
+  document.querySelectorAll("input.filter[data-test-result]").forEach(function (box) {
+    box.setAttribute("aria-label", "show " + box.getAttribute("data-test-result") + " results");
+  });
+});
 </script>"""
-# the fleet view's verdict badges, in the colours of the verdict table
-_STYLE = _STYLE.replace("</style>", "".join(f".gnc .v-{v}{{background:{c}}}\n" for v, c in VERDICT_COLOURS.items()) + "</style>")
+# one palette for the page (conformance.outputs.palette): the matrix, the badges and pytest-html's own table
+_STYLE = _STYLE.replace(
+    "</style>\n<script>",
+    "".join(f".gnc .v-{v}{{background:{c}}}\n" for v, c in VERDICT_COLOURS.items())
+    + "".join(f".gnc .o-{o}{{background:{c}}}\n" for o, c in OUTCOME_COLOURS.items())
+    + "".join(f"span.{o},.{o} .col-result{{color:{c}}}\n" for o, c in OUTCOME_COLOURS.items() if o != "none")
+    + "".join(f"span.{o},.{o} .col-result{{color:{MUTED}}}\n" for o in ("xfailed", "xpassed", "rerun"))  # never used here
+    + "</style>\n<script>",
+)
 
 
 _CONFIG: list[pytest.Config] = []
@@ -92,6 +125,41 @@ _CONFIG: list[pytest.Config] = []
 
 def pytest_configure(config: pytest.Config) -> None:
     _CONFIG[:] = [config]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The environment table's nested values (packages, plugins) as one line each: pytest-html 4.2 writes a
+    list of values as `<ul>…<ul>` (an unclosed list inside a list), which no reader parses as a list."""
+    try:
+        from pytest_metadata.plugin import metadata_key
+    except ImportError:
+        return
+    metadata = session.config.stash.get(metadata_key, None)
+    if metadata is None:
+        return
+    for key, value in list(metadata.items()):
+        if isinstance(value, dict):
+            metadata[key] = ", ".join(f"{k} {v}" for k, v in value.items())
+        elif isinstance(value, list | tuple):
+            metadata[key] = ", ".join(str(v) for v in value)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The page's language, which pytest-html's template leaves out (screen readers and hyphenation use it)."""
+    path = getattr(config.option, "htmlpath", None)
+    if not path:
+        return
+    try:
+        with open(path, "r+b") as f:
+            head = f.read(64)
+            if b"<html>" not in head:
+                return
+            rest = f.read()
+            f.seek(0)
+            f.write(head.replace(b"<html>", b'<html lang="en">', 1) + rest)
+    except OSError:
+        return  # pytest-html reported its own failure to write the page
 
 
 def _passed_rows() -> bool:
@@ -474,10 +542,27 @@ def _left_out(run: ReportView) -> str:
     return f"<p><b>Left out of this page:</b> {' '.join(notes)} {where}</p>"
 
 
+# pytest-html's columns that say nothing to an auditor: a check's duration in milliseconds, and links no check sets
+_DROPPED_COLUMNS = ("col-duration", "col-links")
+
+
+def _keep(cell: str) -> bool:
+    return not any(c in cell for c in _DROPPED_COLUMNS)
+
+
 def pytest_html_results_table_header(cells: list[str]) -> None:
-    cells.insert(1, "<th>Node</th>")
-    cells.insert(2, "<th>Check</th>")
-    cells.insert(3, "<th>Severity</th>")
+    cells[:] = [c for c in cells if _keep(c)]
+    cells.insert(1, "<th scope='col'>Node</th>")
+    cells.insert(2, "<th scope='col'>Check</th>")
+    cells.insert(3, "<th scope='col'>Severity</th>")
+
+
+def pytest_html_results_table_html(report: pytest.TestReport, data: list[str]) -> None:
+    """A skipped result's log is its reason, not pytest's (file, line, reason) tuple."""
+    if report.skipped:
+        r = getattr(report, "conformance_result", None) or {}
+        reason = r.get("message") or (report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr))
+        data[:] = [f"<div class='log'>skipped: {e(str(reason).removeprefix('Skipped: '))}</div>"]
 
 
 PASSED_ROWS_LIMIT = 2000
@@ -494,6 +579,7 @@ def pytest_html_results_table_row(report: pytest.TestReport, cells: list[str]) -
     if not shows_row(r):
         cells.clear()  # pytest-html drops a row without cells; the matrix still shows the result
         return
+    cells[:] = [c for c in cells if _keep(c)]
     cells.insert(1, f"<td>{e(r.get('node', ''))}</td>")
     cells.insert(2, f"<td>{e(r.get('check', ''))}</td>")
     cells.insert(3, f"<td>{e(r.get('severity', ''))}</td>")
@@ -513,7 +599,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         parts.append(f"<p><b>Why it matters:</b> {e(spec.rationale)}</p><p><b>Remediation:</b> {e(spec.remediation)}</p>")
     parts.append(f"<p><b>Source:</b> {e(r['source'])}</p>")
     if r["evidence"]:
-        parts.append("<details><summary>Evidence</summary><pre>" + e("\n".join(r["evidence"])) + "</pre></details>")
+        # open: a failure's evidence is what its reader needs, on screen and on paper (a closed one is not printed)
+        parts.append("<details open><summary>Evidence</summary><pre>" + e("\n".join(r["evidence"])) + "</pre></details>")
     parts.append("</div>")
     extras = getattr(report, "extras", [])
     extras.append(pytest_html.extras.html("".join(parts)))

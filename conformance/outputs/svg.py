@@ -56,7 +56,7 @@ def histogram(
         parts.append(f"<text x='{x(v):.1f}' y='{height - 12}' text-anchor='middle'>{v:.1f}</text>")
     parts.append(f"<text x='{left + plot_w}' y='{height - 1}' text-anchor='end'>latency, ms</text>")
     parts.append(f"<text x='2' y='{top + 8}'>{peak}</text>")
-    colours = ["#2e7d32", "#c62828", "#6a1b9a", "#ef6c00"]
+    colours = ["#222222", "#00695c", "#4e342e", "#455a64"]  # neutral: the outcome colours mean outcomes only
     for n, (label, v) in enumerate(marks.items()):
         colour = colours[n % len(colours)]
         right = x(v) > left + plot_w * 0.75  # keep the label inside the picture

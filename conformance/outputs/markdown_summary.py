@@ -1,0 +1,105 @@
+"""summary.md: the run in a page of Markdown, for a CI job summary (GitHub Actions: append it to
+$GITHUB_STEP_SUMMARY) or a ticket. Totals, nodes per profile, the nodes not accepted with why, the checks that
+block the most nodes with their remediation, and what changed since the baseline. Read from results.json part
+by part (conformance.outputs.documents), so a 50,000-node document costs its results' counts, not its size."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+from conformance.outputs.documents import parts_of_file
+
+VERDICTS = ("rejected", "unreachable", "incomplete", "accepted")
+SEVERITY_RANK = {"critical": 0, "high": 1, "medium": 2, "low": 3}
+NODES_LISTED = 30
+CHECKS_LISTED = 10
+DIFF_LISTED = 20
+
+
+def cell(text: Any) -> str:
+    """One Markdown table cell: one line, pipes escaped, HTML not interpreted."""
+    s = " ".join(str(text).split())
+    s = s.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+    return s[:300] + ("…" if len(s) > 300 else "")
+
+
+def why_not_accepted(n: dict[str, Any]) -> str:
+    col = n.get("collection") or {}
+    if n["verdict"] in ("unreachable", "incomplete") and col.get("error"):
+        return str(col["error"])
+    if n.get("blocking"):
+        return "failed or errored: " + ", ".join(n["blocking"])
+    if n.get("not_judged"):
+        more = len(n["not_judged"]) - 5
+        return "not judged: " + ", ".join(n["not_judged"][:5]) + (f" and {more} more" if more > 0 else "")
+    return ""
+
+
+def summary_markdown(results: Path) -> str:
+    meta: dict[str, Any] = {}
+    verdicts: Counter[str] = Counter()
+    per_profile: dict[str, Counter[str]] = defaultdict(Counter)
+    not_accepted: list[dict[str, Any]] = []
+    blocking_nodes: dict[str, set[str]] = defaultdict(set)  # check -> nodes it blocks
+    for kind, value in parts_of_file(results):
+        if kind == "meta":
+            meta.update(value)
+        elif kind == "node":
+            verdicts[value["verdict"]] += 1
+            per_profile[value.get("profile", "default")][value["verdict"]] += 1
+            if value["verdict"] != "accepted" and len(not_accepted) < NODES_LISTED:
+                not_accepted.append(value)
+        elif kind == "result" and value.get("outcome") in ("failed", "error") and not value.get("waiver"):
+            blocking_nodes[value["check"]].add(value["node"])
+    checks = meta.get("checks") or {}
+    total = sum(verdicts.values())
+    day = str(meta.get("started_at") or "")[:10]
+    lines = [f"# GPU node conformance {day}".rstrip(), ""]
+    shown = ", ".join(f"**{verdicts[v]} {v}**" for v in VERDICTS if verdicts[v])
+    state = "complete" if meta.get("complete", True) else "**interrupted**: what was not collected is incomplete"
+    lines += [f"{total} node(s): {shown or 'none'}; run {state}.", ""]
+    if len(per_profile) > 1 or any(p != "default" for p in per_profile):
+        lines += ["| profile | " + " | ".join(VERDICTS) + " |", "|---|" + "---:|" * len(VERDICTS)]
+        for profile, c in sorted(per_profile.items()):
+            lines.append(f"| {cell(profile)} | " + " | ".join(str(c[v]) for v in VERDICTS) + " |")
+        lines.append("")
+    if not_accepted:
+        count = total - verdicts["accepted"]
+        more = f" (the first {len(not_accepted)} of {count}; results.json lists all)" if count > len(not_accepted) else ""
+        lines += [f"## Not accepted{more}", "", "| node | verdict | why |", "|---|---|---|"]
+        lines += [f"| {cell(n['name'])} | {n['verdict']} | {cell(why_not_accepted(n))} |" for n in not_accepted]
+        lines.append("")
+    if blocking_nodes:
+
+        def rank(check: str) -> tuple[int, int, str]:
+            severity = str((checks.get(check) or {}).get("severity", "low"))
+            return SEVERITY_RANK.get(severity, 9), -len(blocking_nodes[check]), check
+
+        top = sorted(blocking_nodes, key=rank)[:CHECKS_LISTED]
+        lines += ["## Checks that fail or error, by severity then nodes", "",
+                  "| check | severity | nodes | remediation |", "|---|---|---:|---|"]  # fmt: skip
+        for c in top:
+            spec = checks.get(c) or {}
+            severity, remedy = cell(spec.get("severity", "?")), cell(spec.get("remediation", ""))
+            lines.append(f"| {cell(c)} | {severity} | {len(blocking_nodes[c])} | {remedy} |")
+        lines.append("")
+    diff = meta.get("diff")
+    if diff:
+        new = diff.get("new_failures") or []
+        fixed, came, went = (len(diff.get(k) or []) for k in ("fixed", "new_nodes", "vanished_nodes"))
+        lines += [f"## Since the baseline ({cell(diff.get('baseline_started_at'))})", "",
+                  f"{len(new)} new failure(s), {fixed} fixed, {came} new node(s), {went} vanished.", ""]  # fmt: skip
+        lines += [f"- NEW {cell(r['node'])} {cell(r['check'])}: {r['was']} → {r['outcome']}" for r in new[:DIFF_LISTED]]
+        if len(new) > DIFF_LISTED:
+            lines.append(f"- and {len(new) - DIFF_LISTED} more (results.json `diff`)")
+        lines.append("")
+    lines.append("The full record: report.html (open it in a browser), results.json, junit.xml.")
+    return "\n".join(lines) + "\n"
+
+
+def write_summary(results: Path, out: Path) -> Path:
+    path = out / "summary.md"
+    path.write_text(summary_markdown(results), encoding="utf-8")
+    return path
