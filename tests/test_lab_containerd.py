@@ -109,10 +109,9 @@ def test_an_upgraded_binary_on_disk_does_not_answer_for_the_running_daemon(conta
     q = "/opt/gnc-lab"
     running = _collect(lab, name)
     before = str(NodeFacts(running).containerd_release)
-    swap = (
-        f"cp {q}/containerd.version '{q}/containerd (deleted).version' && cp {q}/containerd {q}/containerd.new && "
-        f"mv {q}/containerd.new {q}/containerd && echo 'containerd github.com/containerd/containerd v1.7.99 abc' > "
-        f"{q}/containerd.version"
+    swap = (  # the new file answers for another release (the stand-in prints the last answer appended to it)
+        f"cp {q}/containerd {q}/containerd.new && printf 'GNC-VERSION:%s\\n' "
+        f"'containerd github.com/containerd/containerd v1.7.99 abc' >> {q}/containerd.new && mv {q}/containerd.new {q}/containerd"
     )
     subprocess.run(["nsenter", "-t", str(lab.node_pid(name)), "-m", "--", "sh", "-c", swap], check=True, timeout=60)
     after = NodeFacts(_collect(lab, name)).containerd_release

@@ -60,30 +60,6 @@ int main(int argc, char **argv) {
   for (;;) pause();
 }
 """
-# A stand-in containerd: `--version` prints what <its own executable's path>.version holds (the path
-# /proc/self/exe names, so that asking /proc/PID/exe of the running daemon gets its answer; "<path> (deleted)"
-# once the file was replaced on disk), or never answers when that says "hang"; otherwise it waits forever, as
-# the daemon would. Its file name makes its comm 'containerd'.
-CONTAINERD_C = r"""#include <stdio.h>
-#include <string.h>
-#include <unistd.h>
-int main(int argc, char **argv) {
-  if (argc > 1 && strcmp(argv[1], "--version") == 0) {
-    char self[4000], path[4096], buf[512];
-    ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (k < 0) return 1;
-    self[k] = 0;
-    snprintf(path, sizeof path, "%s.version", self);
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-    buf[n] = 0;
-    if (strncmp(buf, "hang", 4) == 0) for (;;) pause();
-    fputs(buf, stdout);
-    return 0;
-  }
-  for (;;) pause();
-}
-"""
 
 
 @dataclass(frozen=True)
@@ -208,6 +184,17 @@ def _cgroup2_root() -> Path | None:
     return None
 
 
+def _drop_stale_links(net: str) -> None:
+    """A lab killed before its cleanup (SIGKILL) can leave its host-side veth holding NET.0/24, and the route
+    to a new lab's node on that range then goes nowhere: such a link of ours (named gh...) goes first. Labs
+    that run at the same time use distinct ranges, so no live lab's link is touched."""
+    shown = subprocess.run(["ip", "-o", "-4", "addr", "show", "to", f"{net}.0/24"], capture_output=True, text=True)
+    for line in shown.stdout.splitlines():
+        name = line.split()[1].split("@")[0]
+        if name.startswith("gh"):
+            _run("ip", "link", "del", name, check=False)
+
+
 def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(list(argv), check=check, capture_output=True, text=True)
 
@@ -235,8 +222,6 @@ class Lab:
         (root / "kubelet.c").write_text(KUBELET_C)
         _run("cc", "-O1", "-o", str(bindir / "kubelet"), str(root / "kubelet.c"))
         shutil.copy(bindir / "kubelet", bindir / "pause")  # the same do-nothing program, named as a pod sandbox's
-        (root / "containerd.c").write_text(CONTAINERD_C)
-        _run("cc", "-O1", "-o", str(bindir / "containerd"), str(root / "containerd.c"))
         self.known_hosts.write_text("")
         if self.host_ca is not None:
             _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.host_ca))
@@ -452,18 +437,17 @@ class Lab:
         own = d / "upper" / "opt" / "gnc-lab"
         own.mkdir(parents=True, exist_ok=True)
 
-        def stand_in(name: str) -> str:  # a copy of the stand-in per node, its --version answer appended
+        def stand_in(name: str, version: str | None = None) -> str:  # a copy per node, its --version answer appended
             data = (self.root / "bin" / "pause").read_bytes()
-            if name in s.versions:
-                data += b"GNC-VERSION:" + s.versions[name].encode() + b"\n"
+            version = version if version is not None else s.versions.get(name)
+            if version is not None:
+                data += b"GNC-VERSION:" + version.encode() + b"\n"
             (own / name).write_bytes(data)
             (own / name).chmod(0o755)
             return f"/opt/gnc-lab/{name}"
 
-        if s.containerd is not None:
-            own.mkdir(parents=True, exist_ok=True)  # a copy per node, beside its own version file
-            shutil.copy(self.root / "bin" / "containerd", own / "containerd")
-            (own / "containerd.version").write_text(s.containerd + "\n")
+        if s.containerd is not None:  # the stand-in, its --version answer appended; its file name makes its comm
+            stand_in("containerd", s.containerd)
             lines.append(f"(cd {q(s.containerd_cwd)} && exec /opt/gnc-lab/containerd --config /etc/containerd/config.toml) &")
         for name in s.daemons:  # e.g. nv-fabricmanager: the kernel keeps its first 15 characters as comm
             lines.append(f"{q(stand_in(name))} &")
@@ -483,6 +467,7 @@ class Lab:
                 if node.spec.kubepods:
                     (self.cg_dir / node.spec.name / node.spec.kubepods).mkdir()
             host_if, node_if = f"gh{self.id}{node.index}", f"gn{self.id}{node.index}"
+            _drop_stale_links(node.address.rsplit(".", 1)[0])
             _run("ip", "netns", "add", node.netns)
             _run("ip", "link", "add", host_if, "type", "veth", "peer", "name", node_if)
             _run("ip", "link", "set", node_if, "netns", node.netns)
