@@ -248,25 +248,31 @@ emit_file /etc/os-release  # the OS image, for the node's identity record
 emit_cmd uname uname -r
 emit_cmd stat-cgroup stat -fc %t "$R/sys/fs/cgroup"  # the magic: BusyBox stat names cgroup2fs "UNKNOWN"
 
-# Processes of interest: kubelet and the container runtimes.
-kpid=; cpid=; kcwd=; ccwd=; rpid=
+# Processes of interest: kubelet and the container runtimes. Every process's command name is read by one head
+# (its "==> FILE <==" headers say whose; /dev/null first, so that there are headers for a single process too)
+# and picked by one awk: no process per process, and no byte-by-byte read (dash's `read` makes a system call
+# per byte). A name that looks like a header is not one of these.
 set +f
-for d in "$R"/proc/[0-9]*; do
-  c=; { IFS= read -r c < "$d/comm"; } 2>/dev/null || [ -n "$c" ] || continue  # the shell's read: no process each
-  case $c in
-    kubelet|containerd|crio|dockerd|k3s|k3s-server|k3s-agent|nv-fabricmanage|nvidia-persiste)
-      pid=${d##*/}
-      rec P "$c" "$pid"; echo
-      emit_file "/proc/$pid/cmdline"
-      w=$(readlink "$d/cwd" 2>/dev/null)
-      rec L "/proc/$pid/cwd" ok
-      case $w in *"$NL"*) printf '%s' "$w" | tr -d '\n' | b64 ;; *) b64s "$w" ;; esac; echo
-      [ "$c" = kubelet ] && [ -z "$kpid" ] && kpid=$pid && kcwd=$w
-      [ "$c" = containerd ] && [ -z "$cpid" ] && cpid=$pid && ccwd=$w
-      [ "$c" = crio ] && [ -z "$rpid" ] && rpid=$pid ;;
-  esac
-done
+procs=$(head -n 1 /dev/null "$R"/proc/[0-9]*/comm 2>/dev/null | awk '
+  /^==> .* <==$/ { pid = ""; if (match($0, /\/proc\/[0-9]+\/comm <==$/)) { pid = substr($0, RSTART + 6, RLENGTH - 15) }; next }
+  pid != "" && /^(kubelet|containerd|crio|dockerd|k3s|k3s-server|k3s-agent|nv-fabricmanage|nvidia-persiste)$/ { print pid " " $0 }
+  { pid = "" }')
 set -f
+kpid=; cpid=; kcwd=; ccwd=; rpid=
+while IFS=" " read -r pid c; do
+  [ -n "$pid" ] || continue
+  d=$R/proc/$pid
+  rec P "$c" "$pid"; echo
+  emit_file "/proc/$pid/cmdline"
+  w=$(readlink "$d/cwd" 2>/dev/null)
+  rec L "/proc/$pid/cwd" ok
+  case $w in *"$NL"*) printf '%s' "$w" | tr -d '\n' | b64 ;; *) b64s "$w" ;; esac; echo
+  [ "$c" = kubelet ] && [ -z "$kpid" ] && kpid=$pid && kcwd=$w
+  [ "$c" = containerd ] && [ -z "$cpid" ] && cpid=$pid && ccwd=$w
+  [ "$c" = crio ] && [ -z "$rpid" ] && rpid=$pid
+done <<EOF
+$procs
+EOF
 
 # Kubelet: --config file (no default path), --config-dir drop-ins, state files under --root-dir.
 root_dir=/var/lib/kubelet
@@ -287,12 +293,11 @@ fi
 # command line and /etc/rancher/k3s/config.yaml (+ config.yaml.d). Read those, and the files that
 # `config=` / `config-dir=` among them name (a YAML-blind scan: the runner parses the YAML itself).
 if [ -z "$kpid" ]; then
-  set +f
-  for d in "$R"/proc/[0-9]*; do
-    c=; { IFS= read -r c < "$d/comm"; } 2>/dev/null || [ -n "$c" ] || continue
-    case $c in k3s|k3s-server|k3s-agent) kpid_k3s=${d##*/}; break ;; esac
-  done
-  set -f
+  while IFS=" " read -r pid c; do
+    case $c in k3s|k3s-server|k3s-agent) kpid_k3s=$pid; break ;; esac
+  done <<EOF
+$procs
+EOF
   if [ -n "${kpid_k3s:-}" ]; then
     emit_file /etc/rancher/k3s/config.yaml
     emit_glob '/etc/rancher/k3s/config.yaml.d/*.yaml'
