@@ -651,6 +651,7 @@ def _finish(rc: int, out: Path, pushgateway: str | None, verbose: int = 0) -> in
     if not results.is_file():
         print(f"error: pytest ended with exit code {rc} and wrote no results", file=sys.stderr)
         return EXIT_INTERRUPTED if rc == pytest.ExitCode.INTERRUPTED else EXIT_USAGE
+    from conformance.config.verdict import why_not_accepted
     from conformance.plugin import written_summary
 
     doc = written_summary(results) or _read_summary(results)
@@ -675,11 +676,7 @@ def _finish(rc: int, out: Path, pushgateway: str | None, verbose: int = 0) -> in
             f"{n['name']:<24} {badge} {c['passed']} passed, {c['failed']} failed, "
             f"{c['error']} errors, {c['skipped']} skipped, {c['waived']} waived (profile {n['profile']})"
         )
-        error = (n.get("collection") or {}).get("error")
-        reason = error if n["verdict"] in ("unreachable", "incomplete") and error else ", ".join(n["blocking"])
-        if n["verdict"] == "incomplete" and not reason and n.get("not_judged"):
-            more = len(n["not_judged"]) - 5
-            reason = "not judged: " + ", ".join(n["not_judged"][:5]) + (f" and {more} more" if more > 0 else "")
+        reason = why_not_accepted(n, 5).removeprefix("failed or errored: ")
         print(line + (f"  - {reason}" if n["verdict"] != "accepted" and reason else ""))
         for note in (n.get("collection") or {}).get("notes", []):
             print(f"{'':<24} note: {note}")

@@ -1,5 +1,8 @@
 """The exceptions the suite raises. Each carries a message that names what to fix."""
 
+from collections.abc import Callable
+from typing import Any
+
 
 class ConformanceError(Exception):
     """Base class of every error the suite raises on purpose."""
@@ -17,6 +20,19 @@ class FactUnavailable(ConformanceError):
     """A fact could not be obtained (node unreachable, file missing, malformed, unreadable).
 
     A check that needs it reports `error`, never `passed`."""
+
+
+def remembered(cache: dict[Any, Any], key: Any, read: Callable[[], Any]) -> Any:
+    """`read()` once per key: its value, or the FactUnavailable it raised, raised again on every later ask."""
+    if key not in cache:
+        try:
+            cache[key] = read()
+        except FactUnavailable as e:
+            cache[key] = e
+    got = cache[key]
+    if isinstance(got, FactUnavailable):
+        raise got
+    return got
 
 
 class TransportError(ConformanceError):

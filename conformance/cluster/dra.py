@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conformance.cluster.api_errors import explain
-from conformance.errors import FactUnavailable, ParseError
+from conformance.errors import FactUnavailable, ParseError, remembered
 from conformance.facts.gpu import normalise_bus_id
 
 GROUP = "resource.k8s.io"
@@ -259,31 +259,16 @@ class DraReader:
         return self._version
 
     def slices(self, node: str, drivers: tuple[str, ...]) -> NodeSlices:
-        key = (node, drivers)
-        if key not in self._slices:
-            try:
-                self._slices[key] = node_slices(self.api, self.version(), node, drivers)
-            except FactUnavailable as e:
-                self._slices[key] = e
-        got = self._slices[key]
-        if isinstance(got, FactUnavailable):
-            raise got
-        return got
+        return remembered(self._slices, (node, drivers), lambda: node_slices(self.api, self.version(), node, drivers))
 
     def claim(self, namespace: str, name: str) -> dict[str, Any]:
-        key = (namespace, name)
-        if key not in self._claims:
-            try:
-                version = self.version()
-                if version is None:
-                    raise FactUnavailable(f"ResourceClaim {namespace}/{name}: the API server serves no {GROUP} version")
-                self._claims[key] = read_claim(self.api, version, namespace, name)
-            except FactUnavailable as e:
-                self._claims[key] = e
-        got = self._claims[key]
-        if isinstance(got, FactUnavailable):
-            raise got
-        return got
+        def read() -> dict[str, Any]:
+            version = self.version()
+            if version is None:
+                raise FactUnavailable(f"ResourceClaim {namespace}/{name}: the API server serves no {GROUP} version")
+            return read_claim(self.api, version, namespace, name)
+
+        return remembered(self._claims, (namespace, name), read)
 
     def containers(
         self, pod: Any, node: str, drivers: tuple[str, ...], cpu_drivers: tuple[str, ...] = ()

@@ -55,3 +55,17 @@ def gate_verdict(summary: dict[str, Any], rows: list[dict[str, Any]], required: 
     if said != "accepted":
         return said, unjudged
     return again, unjudged
+
+
+def why_not_accepted(summary: dict[str, Any], listed: int = 6) -> str:
+    """Why a node summary (results.json nodes[]) is not accepted, in one line: what stopped its collection,
+    else the checks that block it, else the checks not judged (the first `listed` of them); "" when accepted."""
+    col = summary.get("collection") or {}
+    if summary["verdict"] in ("unreachable", "incomplete") and col.get("error"):
+        return str(col["error"])
+    if summary.get("blocking"):
+        return "failed or errored: " + ", ".join(summary["blocking"])
+    if summary.get("not_judged"):
+        more = len(summary["not_judged"]) - listed
+        return "not judged: " + ", ".join(summary["not_judged"][:listed]) + (f" and {more} more" if more > 0 else "")
+    return ""

@@ -14,6 +14,7 @@ import pytest
 
 from conformance import __version__
 from conformance.checks import REGISTRY
+from conformance.config.verdict import why_not_accepted
 from conformance.outputs.fleet_view import MATRIX_MAX_NODES, FleetSummary, drift_section, e, fleet_view
 from conformance.outputs.palette import MUTED, OUTCOME_COLOURS, VERDICT_COLOURS
 from conformance.outputs.svg import heatmap, histogram
@@ -230,16 +231,7 @@ SCOPE_LISTED = 50  # nodes not accepted listed by name in the scope section (the
 
 
 def _reason(n: dict[str, Any]) -> str:
-    """Why a node is not accepted, in one line."""
-    col = n.get("collection") or {}
-    if n["verdict"] in ("unreachable", "incomplete") and col.get("error"):
-        return str(col["error"])
-    if n.get("blocking"):
-        return "failed or errored: " + ", ".join(n["blocking"])
-    if n.get("not_judged"):
-        more = len(n["not_judged"]) - 6
-        return "not judged: " + ", ".join(n["not_judged"][:6]) + (f" and {more} more" if more > 0 else "")
-    return ""
+    return why_not_accepted(n)
 
 
 def _duration(doc: dict[str, Any]) -> str:

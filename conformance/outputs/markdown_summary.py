@@ -9,6 +9,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from conformance.config.verdict import why_not_accepted
 from conformance.outputs.documents import parts_of_file
 
 VERDICTS = ("rejected", "unreachable", "incomplete", "accepted")
@@ -23,18 +24,6 @@ def cell(text: Any) -> str:
     s = " ".join(str(text).split())
     s = s.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
     return s[:300] + ("…" if len(s) > 300 else "")
-
-
-def why_not_accepted(n: dict[str, Any]) -> str:
-    col = n.get("collection") or {}
-    if n["verdict"] in ("unreachable", "incomplete") and col.get("error"):
-        return str(col["error"])
-    if n.get("blocking"):
-        return "failed or errored: " + ", ".join(n["blocking"])
-    if n.get("not_judged"):
-        more = len(n["not_judged"]) - 5
-        return "not judged: " + ", ".join(n["not_judged"][:5]) + (f" and {more} more" if more > 0 else "")
-    return ""
 
 
 def summary_markdown(results: Path) -> str:
@@ -69,7 +58,7 @@ def summary_markdown(results: Path) -> str:
         count = total - verdicts["accepted"]
         more = f" (the first {len(not_accepted)} of {count}; results.json lists all)" if count > len(not_accepted) else ""
         lines += [f"## Not accepted{more}", "", "| node | verdict | why |", "|---|---|---|"]
-        lines += [f"| {cell(n['name'])} | {n['verdict']} | {cell(why_not_accepted(n))} |" for n in not_accepted]
+        lines += [f"| {cell(n['name'])} | {n['verdict']} | {cell(why_not_accepted(n, 5))} |" for n in not_accepted]
         lines.append("")
     if blocking_nodes:
 

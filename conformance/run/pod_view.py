@@ -14,7 +14,7 @@ from conformance.cluster.dra import DraReader, NodeSlices
 from conformance.cluster.manifests import DEFAULT_IMAGE
 from conformance.cluster.pods import ContainerRef, InsideFacts, PodInfo, exec_inside, gpu_pods
 from conformance.config.kubernetes import GPU_RESOURCE
-from conformance.errors import FactUnavailable
+from conformance.errors import FactUnavailable, remembered
 from conformance.run.facts_store import FactStore
 from conformance.run.fleet import Fleet
 
@@ -46,22 +46,16 @@ class PodView:
 
     def pods_on(self, node: str) -> list[PodInfo]:
         """The node's GPU pods (from the API; listed once)."""
-        if node not in self._pods:
+
+        def listed() -> list[PodInfo]:
             spec = self.fleet.inventory.kubernetes
-            try:
-                profile = self.fleet.profile_for(node)
-                resource = spec.gpu_resource if spec else GPU_RESOURCE
-                namespaces = profile.get("pods.namespaces") or None
-                drivers, cpu = tuple(profile.get("gpu.dra_drivers")), tuple(profile.get("pods.dra_cpu_drivers"))
-                self._pods[node] = gpu_pods(
-                    self.store.kube_api, node, resource, profile.get("pods.selector"), namespaces, self.dra, drivers, cpu
-                )
-            except FactUnavailable as e:
-                self._pods[node] = e
-        got = self._pods[node]
-        if isinstance(got, FactUnavailable):
-            raise got
-        return got
+            profile = self.fleet.profile_for(node)
+            resource = spec.gpu_resource if spec else GPU_RESOURCE
+            namespaces = profile.get("pods.namespaces") or None
+            drivers, cpu = tuple(profile.get("gpu.dra_drivers")), tuple(profile.get("pods.dra_cpu_drivers"))
+            return gpu_pods(self.store.kube_api, node, resource, profile.get("pods.selector"), namespaces, self.dra, drivers, cpu)
+
+        return remembered(self._pods, node, listed)
 
     def pod_targets(self, node: str) -> list[ContainerRef | str | None]:
         """What the pod checks run on for `node`: its GPU containers, or None (nothing to check), or
