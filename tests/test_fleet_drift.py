@@ -371,3 +371,19 @@ def test_snapshots_carry_the_labels_that_group_them(tmp_path):
     conformance("run", "--snapshot", str(folder), "--output", str(tmp_path / "out"))
     rows = [r for r in json.loads((tmp_path / "out" / "results.json").read_text())["results"] if r["check"] == "FLEET-CONSISTENT"]
     assert len(rows) == 3 and all(r["outcome"] == "error" and "carry no labels" in r["message"] for r in rows)
+
+
+def test_a_kubelet_config_read_from_files_is_not_compared_with_configz_readings():
+    """configz gives the kubelet's defaulted object, the files only the keys they set: one configuration digests
+    two ways. A node whose configz read failed (its files decided) is not failed against its configz-read
+    peers, nor passed: the attribute is unknown for it, saying why; peers read alike are still compared."""
+
+    def setting(node: str, key: str):
+        return {"fleet.attributes": ["kubelet_config"], "fleet.pin": {}, "fleet.severity": "medium"}[key]
+
+    values = {"a": "configz:1111", "b": "configz:1111", "c": "configz:1111", "d": "files:2222", "e": "configz:3333"}
+    nodes = [{"name": n, "profile": "default", "labels": {}, "identity": {"kubelet_config": v}} for n, v in values.items()]
+    rows = {r["node"]: r for r in drift_results(nodes, setting)}
+    assert rows["d"]["outcome"] == "error" and "read from the node's files, while 3 of 5" in rows["d"]["message"]
+    assert rows["e"]["outcome"] == "failed" and "while 3 of 5 nodes" in rows["e"]["message"]
+    assert all(rows[n]["outcome"] == "passed" for n in "abc")

@@ -106,6 +106,11 @@ def _judge(n: dict[str, Any], pool: Pool, group: str, setting: Callable[[str, st
         if total < 2:
             alone.append(attr)
             continue
+        if top is not None and reading(value) != reading(top):
+            unknown.append(f"{attr} was read from the node's {reading(value)}, while {top_count} of {total} nodes in {group} "
+                           f"were read from {reading(top)}: the kubelet's defaulted object (configz) and the keys the files "
+                           "set digest differently for one configuration, so they are not compared")  # fmt: skip
+            continue
         compared += 1
         if top is None:
             notes.append(f"no majority for {attr} in {group} ({spread})")
@@ -131,6 +136,13 @@ def _judge(n: dict[str, Any], pool: Pool, group: str, setting: Callable[[str, st
     if problems and notes:
         message += f"; {'; '.join(notes)}"
     return _result(name, outcome, message, evidence, severity)
+
+
+def reading(value: Any) -> str:
+    """Where an identity value was read from, for the values that say so ("configz:DIGEST", "files:DIGEST");
+    "" for the others, and for the records of releases that did not say."""
+    head, sep, _ = str(value).partition(":")
+    return head if sep and head in ("configz", "files") else ""
 
 
 def cannot_group(name: str, why: str, setting: Callable[[str, str], Any]) -> dict[str, Any]:

@@ -158,7 +158,10 @@ def identity(facts: Any) -> tuple[dict[str, Any], dict[str, str]]:
     take("gpu_vbios", lambda: per_gpu("vbios"))
     take("gpu_inforom", lambda: per_gpu("inforom"))
     take("mig", lambda: gpu(mig))
-    take("kubelet_config", lambda: kubelet_digest(facts.kubelet_config.values, facts.name))
+    # which reading the digest is of: configz holds the kubelet's defaulted object, the files only the keys they set,
+    # so the two digest differently for one configuration; drift compares like with like (fleet_drift.reading)
+    take("kubelet_config", lambda: f"{'configz' if facts.configz is not None else 'files'}:"
+                                   + kubelet_digest(facts.kubelet_config.values, facts.name))  # fmt: skip
     take("runtime_config", runtime_config)
     take("sysctls", lambda: digest(facts.sysctls))
     return values, errors
