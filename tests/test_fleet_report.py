@@ -54,7 +54,7 @@ def test_a_large_run_gets_the_fleet_view(tmp_path):
     assert f"{n} nodes: <span class='verdict v-accepted'>{n - len(failing) - 1} accepted</span>" in html
     assert "Nodes grouped by label <code>pool</code>" in html
     # X-1 failed on nodes of both pools: the row counts per pool and expands to each node and its message, escaped
-    row = re.search(r"<tr><td>X-1</td><td>high</td>(.*?)</tr>", html).group(1)
+    row = re.search(r"<tr><td>X-1</td><td><b>high: blocks</b></td>(.*?)</tr>", html).group(1)
     x1 = [*failing, 3]  # the unreachable node errors on every check
     per_pool = [sum(1 for i in x1 if i % 2 == k) for k in (0, 1)]
     assert re.findall(r"<td class='n hot'>(\d+)</td>", row) == [str(c) for c in per_pool]
@@ -84,3 +84,23 @@ def test_prometheus_series_stay_bounded():
     assert counts['check="X-0",severity="high",outcome="passed"'] == len(doc["nodes"]) - 1
     small = prometheus_text(fleet(10))
     assert sum(line.startswith("gpu_node_conformance_check_result{") for line in small.splitlines()) == 20  # all, below the bound
+
+
+def test_the_fleet_view_ranks_what_blocks_before_what_is_widespread(tmp_path):
+    """A low-severity check failing on every node is listed after the high one that rejects a seventh of
+    them; each check's remediation is shown once, on its row."""
+    n = MATRIX_MAX_NODES + 1
+    doc = fleet(n)
+    doc["checks"]["X-0"] = dict(SPEC, id="X-0", severity="low", remediation="tune the low thing")
+    for r in doc["results"]:
+        if r["check"] == "X-0":
+            r.update(severity="low", outcome="failed", message="low")
+    (tmp_path / "results.json").write_text(json.dumps(doc))
+    p = subprocess.run([sys.executable, "-m", "conformance", "report", str(tmp_path / "results.json"), "--output",
+                        str(tmp_path / "out")], capture_output=True, text=True, timeout=300)  # fmt: skip
+    html = (tmp_path / "out" / "report.html").read_text()
+    table = html[html.index("Failed or errored checks by group") :]
+    high, low = table.index("<tr><td>X-1</td>"), table.index("<tr><td>X-0</td>")
+    assert high < low, p.stderr[-2000:]
+    assert table[low : table.index("</tr>", low)].count("tune the low thing") == 1
+    assert "<b>high: blocks</b>" in table[high : table.index("</tr>", high)]

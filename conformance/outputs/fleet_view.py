@@ -13,6 +13,8 @@ from collections import Counter, defaultdict
 from html import escape
 from typing import Any
 
+from conformance.checks import REGISTRY
+from conformance.config.check_contract import BLOCKING
 from conformance.config.fleet import IDENTITY_ATTRIBUTES, group_label, group_of, pools
 from conformance.outputs import FAILING
 from conformance.outputs.palette import VERDICT_COLOURS
@@ -38,6 +40,7 @@ def _counts_table(title: str, rows: dict[str, Counter[str]]) -> str:
     return f"<table class='fleet'><tr><th>{e(title)}</th><th>nodes</th>{head}</tr>{body}</table>"
 
 
+SEVERITY_RANK = {"critical": 0, "high": 1, "medium": 2, "low": 3}
 # Bounded lists, so that the page of 50,000 nodes stays light: the nodes listed, and per failing check the
 # failing results named; the page says how many it leaves out and that results.json and junit.xml have all.
 NODE_LIST_MAX = 2000
@@ -192,18 +195,23 @@ def _check_by_group(summary: FleetSummary) -> str:
     names = sorted(summary.by_group)
     head = "".join(f"<th>{e(g)}</th>" for g in names)
     rows = []
-    for check, f in sorted(summary.failing.items(), key=lambda kv: (-kv[1].nodes, kv[0])):
+    # what blocks acceptance first (critical, then high), then by the nodes it affects
+    for check, f in sorted(summary.failing.items(), key=lambda kv: (SEVERITY_RANK.get(kv[1].severity, 9), -kv[1].nodes, kv[0])):
         cells = "".join(f"<td class='n{' hot' if f.per_group.get(g) else ''}'>{f.per_group.get(g, '')}</td>" for g in names)
         more = f.results.seen - f.results.limit
         tail = f"<li>and {more} more failing result(s): results.json and junit.xml have every one</li>" if more > 0 else ""
+        spec = REGISTRY.get(check)
+        severity = f"<b>{e(f.severity)}: blocks</b>" if f.severity in BLOCKING else e(f.severity)
         rows.append(
-            f"<tr><td>{e(check)}</td><td>{e(f.severity)}</td>{cells}"
-            f"<td><details><summary>{f.nodes} node(s)</summary><ul>{''.join(f.results.texts())}{tail}</ul></details></td></tr>"
+            f"<tr><td>{e(check)}</td><td>{severity}</td>{cells}"
+            f"<td><details><summary>{f.nodes} node(s)</summary><ul>{''.join(f.results.texts())}{tail}</ul></details></td>"
+            f"<td>{e(spec.remediation) if spec else ''}</td></tr>"
         )
     return (
-        "<h3>Failed or errored checks by group</h3><p>Nodes with a failed or errored result, per group; "
-        "open a row for the nodes and their messages.</p>"
-        f"<table class='fleet'><tr><th>check</th><th>severity</th>{head}<th>nodes</th></tr>{''.join(rows)}</table>"
+        "<h3>Failed or errored checks by group</h3><p>Nodes with a failed or errored result, per group, the checks "
+        "that block acceptance first; open a row for the nodes and their messages.</p>"
+        f"<table class='fleet'><tr><th>check</th><th>severity</th>{head}<th>nodes</th><th>remediation</th></tr>"
+        f"{''.join(rows)}</table>"
     )
 
 
