@@ -14,7 +14,7 @@ import pytest
 from conformance import fixtures
 from conformance.checks import Evidence, selects, spec_of
 from conformance.cluster.pods import ContainerRef
-from conformance.config.check_contract import SEVERITIES, CheckSpec
+from conformance.config.check_contract import SEVERITY_RANK, CheckSpec
 from conformance.config.fleet import FLEET_CHECK_ID
 from conformance.config.site_rules import SiteRule
 from conformance.errors import ConformanceError, UsageError
@@ -514,7 +514,7 @@ def _replayed_node_report(item: NodeReplayItem, report: pytest.TestReport) -> py
     run: Run = item.config.stash[RUN_KEY]
     failing = [r for r in rows if r["outcome"] in FAILING]
     worst = "error" if any(r["outcome"] == "error" for r in failing) else "failed" if failing else "passed"
-    rank = {sev: i for i, sev in enumerate(SEVERITIES)}
+    rank = SEVERITY_RANK
     severity = min((r["severity"] for r in failing), key=lambda sev: rank.get(sev, len(rank)), default="")
     # one row in the HTML table for the node; its failing results in the row's extras (html_report)
     report.conformance_result = {  # type: ignore[attr-defined]

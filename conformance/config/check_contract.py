@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 SEVERITIES = ("critical", "high", "medium", "low")
+SEVERITY_RANK = {sev: i for i, sev in enumerate(SEVERITIES)}  # most severe first
 BLOCKING = ("critical", "high")
 OUTCOMES = ("passed", "failed", "error", "skipped", "waived")
 SITE_PREFIX = "SITE-"  # every site check's id starts with it; no built-in id does

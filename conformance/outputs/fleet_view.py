@@ -14,7 +14,7 @@ from html import escape
 from typing import Any
 
 from conformance.checks import REGISTRY
-from conformance.config.check_contract import BLOCKING
+from conformance.config.check_contract import BLOCKING, SEVERITY_RANK
 from conformance.config.fleet import IDENTITY_ATTRIBUTES, group_label, group_of, pools
 from conformance.outputs import FAILING
 from conformance.outputs.palette import VERDICT_COLOURS
@@ -40,7 +40,6 @@ def _counts_table(title: str, rows: dict[str, Counter[str]]) -> str:
     return f"<table class='fleet'><tr><th>{e(title)}</th><th>nodes</th>{head}</tr>{body}</table>"
 
 
-SEVERITY_RANK = {"critical": 0, "high": 1, "medium": 2, "low": 3}
 # Bounded lists, so that the page of 50,000 nodes stays light: the nodes listed, and per failing check the
 # failing results named; the page says how many it leaves out and that results.json and junit.xml have all.
 NODE_LIST_MAX = 2000

@@ -230,10 +230,6 @@ def _view(session: pytest.Session) -> ReportView | None:
 SCOPE_LISTED = 50  # nodes not accepted listed by name in the scope section (the verdict table has them all)
 
 
-def _reason(n: dict[str, Any]) -> str:
-    return why_not_accepted(n)
-
-
 def _duration(doc: dict[str, Any]) -> str:
     try:
         took = datetime.fromisoformat(str(doc["finished_at"])) - datetime.fromisoformat(str(doc["started_at"]))
@@ -275,7 +271,7 @@ def scope_section(run: ReportView) -> str:
     bad = [n for n in nodes if n["verdict"] != "accepted"][:SCOPE_LISTED]
     items = "".join(
         f"<li><a href='#gnc-node-{e(n['name'])}'>{e(n['name'])}</a> <span class='verdict v-{e(n['verdict'])}'>"
-        f"{e(n['verdict'])}</span> {e(_reason(n))}</li>"
+        f"{e(n['verdict'])}</span> {e(why_not_accepted(n))}</li>"
         for n in bad
     )
     listed = f"<p>Not accepted ({total - counts['accepted']} of {total}):</p><ul>{items}</ul>" if bad else ""
@@ -296,7 +292,7 @@ def verdict_table(run: ReportView, summaries: list[dict[str, Any]]) -> str:
             continue  # at fleet scale the fleet view lists every node; here only those that need attention
         c = n["counts"]
         col = n.get("collection") or {}
-        why = _reason(n)
+        why = why_not_accepted(n)
         notes = list(col.get("notes", []))
         if n.get("discovered"):
             notes.append(f"found through the Kubernetes API: {n['discovered']}")

@@ -9,11 +9,11 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from conformance.config.check_contract import SEVERITY_RANK
 from conformance.config.verdict import why_not_accepted
 from conformance.outputs.documents import parts_of_file
 
 VERDICTS = ("rejected", "unreachable", "incomplete", "accepted")
-SEVERITY_RANK = {"critical": 0, "high": 1, "medium": 2, "low": 3}
 NODES_LISTED = 30
 CHECKS_LISTED = 10
 DIFF_LISTED = 20
