@@ -14,6 +14,7 @@ from typing import Any
 
 from conformance.errors import ConformanceError
 from conformance.facts.canonical import digest
+from conformance.facts.kubelet_effective import effective
 
 
 def os_name(text: str) -> str | None:
@@ -158,10 +159,15 @@ def identity(facts: Any) -> tuple[dict[str, Any], dict[str, str]]:
     take("gpu_vbios", lambda: per_gpu("vbios"))
     take("gpu_inforom", lambda: per_gpu("inforom"))
     take("mig", lambda: gpu(mig))
+
     # which reading the digest is of: configz holds the kubelet's defaulted object, the files only the keys they set,
     # so the two digest differently for one configuration; drift compares like with like (fleet_drift.reading)
-    take("kubelet_config", lambda: f"{'configz' if facts.configz is not None else 'files'}:"
-                                   + kubelet_digest(facts.kubelet_config.values, facts.name))  # fmt: skip
+    def kubelet_config() -> str:
+        reading = "configz" if facts.configz is not None else "files"
+        flags = facts.kubelet_args.flags if reading == "files" else None
+        return f"{reading}:" + kubelet_digest(effective(facts.kubelet_config, reading, flags), facts.name)
+
+    take("kubelet_config", kubelet_config)
     take("runtime_config", runtime_config)
     take("sysctls", lambda: digest(facts.sysctls))
     return values, errors

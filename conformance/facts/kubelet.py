@@ -336,6 +336,11 @@ def effective_config(
     if flag_values:
         layers.append("command-line flags")
     for k, (v, label) in flag_values.items():
+        if k == "featureGates" and isinstance(values.get(k), dict):
+            # the gates of --feature-gates add to the file's, they do not replace them: the kubelet re-parses its
+            # flags over the loaded file and adds back the file's gates the flags did not set
+            # (cmd/kubelet/app/server.go, kubeletConfigFlagPrecedence)
+            v = {**values[k], **v}
         values[k] = v
         origins[k] = label
     return KubeletConfig(values=values, origins=origins, layers=layers)

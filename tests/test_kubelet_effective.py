@@ -1,0 +1,148 @@
+"""One kubelet configuration, one digest, however it was read: the kubelet's defaulted object (configz) and the
+node's files plus command line normalise to one effective configuration (conformance.facts.kubelet_effective).
+
+The configz bodies here are what a kubelet of the defaults table's release serves: the upstream fully defaulted
+round-trip test data (tests/samples, kubernetes/kubernetes) with the keys the node's files and flags set, as
+SetDefaults_KubeletConfiguration (pkg/kubelet/apis/config/v1beta1/defaults.go) leaves them. The real configz of
+an older kind kubelet (tests/samples, aquasecurity/k8s-node-collector) shows why a difference across readings is
+an error and not a failure: its release's defaults are not the table's."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance.checks.fleet_drift import drift_results
+from conformance.errors import ParseError
+from conformance.facts.identity import kubelet_digest
+from conformance.facts.kubelet import configz_config, effective_config, flags_to_config, parse_kubelet_args
+from conformance.facts.kubelet_effective import LINUX_EVICTION_HARD, effective, field_of_flag, upstream_defaults
+
+SAMPLES = Path(__file__).parent / "samples"
+
+
+def from_files(doc: dict[str, Any], *argv: str) -> str:
+    args = parse_kubelet_args(["kubelet", "--config=/etc/kubernetes/kubelet.yaml", *argv])
+    cfg = effective_config(("/etc/kubernetes/kubelet.yaml", doc), [], flags_to_config(args.flags))
+    return "files:" + kubelet_digest(effective(cfg, "files", args.flags), "node-a")
+
+
+def from_configz(**set_keys: Any) -> str:
+    """What configz serves for a configuration that sets `set_keys`: the defaulted object."""
+    doc = copy.deepcopy(upstream_defaults())
+    doc["evictionHard"] = dict(LINUX_EVICTION_HARD)
+    doc.update(set_keys)
+    return "configz:" + kubelet_digest(effective(configz_config(doc, None, "not read"), "configz", None), "node-a")
+
+
+def bare(value: str) -> str:
+    return value.partition(":")[2]
+
+
+GPU_POOL = {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0-1", "topologyManagerPolicy": "single-numa-node",
+            "memoryManagerPolicy": "Static", "kubeReserved": {"memory": "1Gi", "cpu": "500m"}}  # fmt: skip
+
+
+def test_the_files_and_configz_of_one_configuration_digest_alike():
+    assert bare(from_files(GPU_POOL)) == bare(from_configz(**GPU_POOL))
+    assert bare(from_files({**GPU_POOL, "maxPods": 250})) != bare(from_configz(**GPU_POOL))
+
+
+def test_durations_and_quantities_are_read_by_value():
+    """`1m` = `60s` = `1m0s` (Go's time.ParseDuration); `1Gi` = `1024Mi` and `500m` = `0.5` (resource.Quantity)."""
+    spelled = {**GPU_POOL, "syncFrequency": "60s", "kubeReserved": {"memory": "1024Mi", "cpu": "0.5"},
+               "containerLogMaxSize": "10240Ki"}  # fmt: skip
+    assert bare(from_files(spelled)) == bare(from_configz(**GPU_POOL)) == bare(from_files({**GPU_POOL, "syncFrequency": "1m"}))
+    assert bare(from_files({**GPU_POOL, "syncFrequency": "61s"})) != bare(from_configz(**GPU_POOL))
+
+
+def test_an_explicit_default_equals_an_omitted_key():
+    explicit = {**GPU_POOL, "cgroupDriver": "cgroupfs", "maxPods": 110, "evictionHard": dict(LINUX_EVICTION_HARD),
+                "enforceNodeAllocatable": ["pods"], "podCIDR": "", "enableContentionProfiling": False}  # fmt: skip
+    assert bare(from_files(explicit)) == bare(from_files(GPU_POOL)) == bare(from_configz(**GPU_POOL))
+    # an explicitly empty list is what omitempty leaves out of configz: not the default ["pods"]
+    assert bare(from_files({**GPU_POOL, "enforceNodeAllocatable": []})) != bare(from_files(GPU_POOL))
+
+
+@pytest.mark.parametrize(
+    ("flag", "configz_keys"),
+    [
+        ("--max-pods=200", {"maxPods": 200}),
+        ("--topology-manager-policy-options=prefer-closest-numa-nodes=true",
+         {"topologyManagerPolicyOptions": {"prefer-closest-numa-nodes": "true"}}),
+        ("--kube-reserved-cgroup=/kube.slice", {"kubeReservedCgroup": "/kube.slice"}),
+        ("--system-reserved-cgroup=/system.slice", {"systemReservedCgroup": "/system.slice"}),
+        ("--event-qps=10", {"eventRecordQPS": 10}),
+        ("--anonymous-auth=true", {"authentication": {**upstream_defaults()["authentication"], "anonymous": {"enabled": True}}}),
+        ("--register-with-taints=nvidia.com/gpu=present:NoSchedule",
+         {"registerWithTaints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]}),
+        ("--eviction-hard=memory.available<500Mi", {"evictionHard": {"memory.available": "500Mi"}}),
+        ("--node-status-update-frequency=20s", {"nodeStatusUpdateFrequency": "20s", "nodeStatusReportFrequency": "20s"}),
+    ],
+)  # fmt: skip
+def test_flags_that_set_a_field_are_in_the_digest(flag, configz_keys):
+    """cmd/kubelet/app/server.go re-applies the command line over the loaded file (kubeletConfigFlagPrecedence):
+    a flag decides its field, and configz shows it. Defaults that follow another key follow it (defaults.go)."""
+    with_flag = from_files(GPU_POOL, flag)
+    assert bare(with_flag) != bare(from_files(GPU_POOL))
+    assert bare(with_flag) == bare(from_configz(**GPU_POOL, **configz_keys))
+
+
+def test_feature_gate_flags_add_to_the_files_gates():
+    doc = {**GPU_POOL, "featureGates": {"CPUManagerPolicyAlphaOptions": True}}
+    both = {"CPUManagerPolicyAlphaOptions": True, "DynamicResourceAllocation": True}
+    assert bare(from_files(doc, "--feature-gates=DynamicResourceAllocation=true")) == bare(
+        from_configz(**GPU_POOL, featureGates=both)
+    )
+
+
+def test_flags_that_set_no_field_are_not_part_of_the_configuration():
+    assert field_of_flag("node-ip") is None and field_of_flag("hostname-override") is None
+    assert field_of_flag("max-pods") == "maxPods" and field_of_flag("reserved-cpus") == "reservedSystemCPUs"
+    assert bare(from_files(GPU_POOL, "--node-ip=10.0.0.7", "--node-labels=a=b", "--hostname-override=x")) == bare(
+        from_files(GPU_POOL)
+    )
+
+
+def test_a_flag_the_kubelet_would_refuse_is_an_error_not_a_value():
+    with pytest.raises(ParseError, match="--max-pods"):
+        from_files(GPU_POOL, "--max-pods=lots")
+    with pytest.raises(ParseError, match="feature-gates"):
+        from_files(GPU_POOL, "--feature-gates=X=maybe")
+
+
+def setting(node: str, key: str) -> Any:
+    return {"fleet.attributes": ["kubelet_config"], "fleet.pin": {}, "fleet.severity": "medium"}[key]
+
+
+def judged(values: dict[str, str]) -> dict[str, dict]:
+    nodes = [{"name": n, "profile": "default", "labels": {}, "identity": {"kubelet_config": v}} for n, v in values.items()]
+    return {r["node"]: r for r in drift_results(nodes, setting)}
+
+
+def test_a_node_whose_configz_read_failed_passes_with_its_peers_when_configured_alike():
+    same, other = from_configz(**GPU_POOL), from_configz(**{**GPU_POOL, "maxPods": 250})
+    rows = judged({"a": same, "b": same, "c": same, "d": from_files(GPU_POOL, "--max-pods=110"), "e": other})
+    assert rows["d"]["outcome"] == "passed"
+    assert rows["e"]["outcome"] == "failed" and "while 3 of 5 nodes" in rows["e"]["message"]
+    # read from its files and configured otherwise: a difference across readings is an error naming both
+    rows = judged({"a": same, "b": same, "c": same, "d": from_files(GPU_POOL, "--max-pods=250")})
+    assert rows["d"]["outcome"] == "error" and "read from the node's files, while 3 of 4" in rows["d"]["message"]
+
+
+def test_a_real_configz_of_another_release_is_not_failed_against_the_tables_defaults():
+    """kind's kubelet (tests/samples) served kubeAPIQPS 5, the default of its release; the table's release defaults
+    it to 50. Its files read against the table differ from its own configz: the drift check must say it cannot
+    tell (error), never fail the node for a default."""
+    served = json.loads((SAMPLES / "configz.kind.none-policies.aquasecurity-node-collector.json").read_text())["kubeletconfig"]
+    configz = "configz:" + kubelet_digest(effective(configz_config(served, None, "x"), "configz", None), "kind-control-plane")
+    set_by_kind = {k: served[k] for k in ("cgroupRoot", "evictionHard", "failSwapOn", "imageGCHighThresholdPercent",
+                                          "clusterDNS", "clusterDomain", "staticPodPath", "rotateCertificates")}  # fmt: skip
+    files = from_files(set_by_kind)
+    assert bare(files) != bare(configz)
+    rows = judged({"a": configz, "b": configz, "c": configz, "d": files})
+    assert rows["d"]["outcome"] == "error" and "default of another kubelet release" in rows["d"]["message"]
