@@ -475,7 +475,20 @@ def _pytest_args(out: Path, verbose: int) -> list[str]:
 # Quiet by default. pytest's warnings are not shown then, so neither are the plugins that only turn
 # exceptions in threads and in finalizers into warnings: per check they cost about a tenth of a run's
 # CPU (measured on 5,200 checks), and Python still prints such an exception on stderr.
-QUIET = ["-qq", "--no-header", "-rN", "--tb=no", "-p", "no:warnings", "-p", "no:unraisableexception", "-p", "no:threadexception"]
+QUIET = [
+    "-qq",
+    "-o",
+    "console_output_style=classic",
+    "--no-header",
+    "-rN",
+    "--tb=no",
+    "-p",
+    "no:warnings",
+    "-p",
+    "no:unraisableexception",
+    "-p",
+    "no:threadexception",
+]
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -641,6 +654,29 @@ SUMMARY_NODES = 50
 LISTED_MAX = 100
 
 
+ROLLUP_SHOWN = 10
+
+
+def rollup(not_accepted: list[dict[str, Any]], total: int) -> list[str]:
+    """Many nodes failing alike, one line per cause: the checks that block most nodes, and the commonest reasons
+    nodes were not reached or not fully judged (of the nodes the summary holds: all, or a merge's first ones)."""
+    checks = Counter(c for n in not_accepted for c in n.get("blocking") or [])
+    reasons = Counter(
+        " ".join(str((n.get("collection") or {}).get("error") or "no reason recorded").split())[:90]
+        for n in not_accepted
+        if n["verdict"] in ("unreachable", "incomplete")
+    )
+    of = "" if len(not_accepted) == total else f" (of the first {len(not_accepted)} nodes not accepted)"
+    lines = [f"blocking checks by nodes affected{of}:"] if checks else []
+    lines += [f"  {check:<34} {k} node(s)" for check, k in checks.most_common(ROLLUP_SHOWN)]
+    if len(checks) > ROLLUP_SHOWN:
+        lines.append(f"  and {len(checks) - ROLLUP_SHOWN} more check(s): report.html ranks them all")
+    if reasons:
+        lines.append(f"not reached or not fully judged, by reason{of}:")
+        lines += [f"  {k:>6} node(s): {why}" for why, k in reasons.most_common(ROLLUP_SHOWN)]
+    return lines
+
+
 def _finish(rc: int, out: Path, pushgateway: str | None, verbose: int = 0) -> int:
     """Print the verdicts, the diff and where the reports are; map to the exit codes."""
     import pytest
@@ -665,6 +701,8 @@ def _finish(rc: int, out: Path, pushgateway: str | None, verbose: int = 0) -> in
         print(f"{total} nodes: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
         not_accepted = sum(v for k, v in counts.items() if k != "accepted")
         listed = [n for n in listed if n["verdict"] != "accepted"]
+        for line in rollup(listed, not_accepted):
+            print(line)
         if not_accepted > LISTED_MAX:
             print(f"the first {LISTED_MAX} of {not_accepted} nodes not accepted (report.html counts all, results.json lists "
                   "all; -v lists every node):")  # fmt: skip

@@ -529,6 +529,18 @@ def _replayed_node_report(item: NodeReplayItem, report: pytest.TestReport) -> py
     return report
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> Any:
+    """Quiet (`-qq`, what the command line passes unless -v): no progress letter per result. pytest's letters count
+    reports (a live run's item holds a node's checks), and the command line prints the tool's own count and
+    progress; the category still counts as pytest counts it."""
+    status = yield
+    if status and config.get_verbosity() <= -2:
+        category, _, word = status
+        return category, "", word
+    return status
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     run: Run | None = session.config.stash.get(RUN_KEY, None)

@@ -61,7 +61,7 @@ def test_a_large_run_gets_the_fleet_view(tmp_path):
     assert f"<summary>{len(x1)} node(s)</summary>" in row and "&lt;b&gt;gpu-0007&lt;/b&gt; X-1 failed" in row
     # every node is in the searchable list; the verdict table keeps only those that need attention
     listed = re.search(r"<table class='fleet' id='gnc-nodes'>(.*?)</table>", html).group(1)
-    assert all(f"<td>gpu-{i:04d}</td>" in listed for i in range(n))
+    assert all(f">gpu-{i:04d}</a></td>" in listed for i in range(n))
     assert "Showing the" in html and "ssh: timed out" in listed
 
 

@@ -17,10 +17,11 @@ from typing import Any
 import pytest
 
 from conformance.checks.fleet_drift import drift_results
+from conformance.config.kubelet_defaults import upstream_defaults
 from conformance.errors import ParseError
 from conformance.facts.identity import kubelet_digest
 from conformance.facts.kubelet import configz_config, effective_config, flags_to_config, parse_kubelet_args
-from conformance.facts.kubelet_effective import LINUX_EVICTION_HARD, effective, field_of_flag, upstream_defaults
+from conformance.facts.kubelet_effective import LINUX_EVICTION_HARD, effective, field_of_flag
 
 SAMPLES = Path(__file__).parent / "samples"
 

@@ -106,7 +106,7 @@ def matrix_cell(driver, node: str, check: str):
 
     heads = [th.text for th in driver.find_elements(By.CSS_SELECTOR, ".gnc table.m tr.ids th")]
     row = driver.find_element(By.CSS_SELECTOR, f".gnc table.m tr[data-node='{node}']")
-    return row.find_elements(By.CSS_SELECTOR, "td")[heads.index(check)]
+    return row.find_elements(By.CSS_SELECTOR, "th, td")[heads.index(check)]
 
 
 def test_click_on_a_matrix_cell_reveals_its_row(driver, report):
@@ -123,14 +123,15 @@ def test_click_on_a_matrix_cell_reveals_its_row(driver, report):
     assert row.get_attribute("id") in (passed["test"], passed["test"] + "::setup")
     assert row.is_displayed()
     assert "hidden" not in row.find_element(By.CSS_SELECTOR, "tr.extras-row").get_attribute("class")
+    # a finding's cell is a link to its row in the findings (`#NODE/CHECK`): the browser's history goes back
     waived = next(r for r in doc["results"] if r["outcome"] == "waived")
-    matrix_cell(driver, waived["node"], waived["check"]).click()
-    row = WebDriverWait(driver, 5).until(
-        lambda d: next(
-            (r for r in d.find_elements(By.CSS_SELECTOR, "tbody.gnc-target") if waived["test"] in r.get_attribute("id")), None
-        )
-    )
-    assert row.get_attribute("id") in (waived["test"], waived["test"] + "::setup") and row.is_displayed()
+    matrix_cell(driver, waived["node"], waived["check"]).find_element(By.TAG_NAME, "a").click()
+    target = f"{waived['node']}/{waived['check']}"
+    WebDriverWait(driver, 5).until(lambda d: d.execute_script("return decodeURIComponent(location.hash)") == "#" + target)
+    row = driver.find_element(By.ID, target)
+    assert row.is_displayed() and waived["message"][:40] in row.text
+    driver.back()
+    WebDriverWait(driver, 5).until(lambda d: d.execute_script("return location.hash") == "")
 
 
 def test_the_first_screen_says_what_was_judged_and_the_environment_comes_last(driver, report):
@@ -149,23 +150,42 @@ def test_the_first_screen_says_what_was_judged_and_the_environment_comes_last(dr
 
 
 def test_printed_the_controls_go_and_failures_keep_their_evidence(driver, report):
-    """With print media: no filter controls or expanders, each failure's evidence shown, the verdict badges and
-    matrix cells readable without background graphics (black text and a border)."""
+    """With print media: no filter controls, expanders or permalinks, each finding's evidence shown (pytest-html's
+    table, which repeats them, is left off paper), the verdict badges and matrix cells readable without
+    background graphics (black text and a border). Printed to PDF (Chromium's own printing), page 1 holds the
+    scope and the nodes not accepted, and every failed or errored result is in the document with its evidence."""
+    import io
+
+    import pypdf
     from selenium.webdriver.common.by import By
 
     driver.get((report / "report.html").as_uri())
     driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": "print"})
     try:
         assert not driver.find_element(By.CSS_SELECTOR, ".controls").is_displayed()
-        failed = driver.find_elements(By.CSS_SELECTOR, "tbody.failed tr.extras-row, tbody.error tr.extras-row")
-        assert failed and all(r.is_displayed() for r in failed)
-        assert driver.find_elements(By.CSS_SELECTOR, "tbody.failed details[open]")
+        assert not driver.find_element(By.CSS_SELECTOR, "form.gnc-filters").is_displayed()
+        assert not driver.find_element(By.ID, "results-table").is_displayed()
+        rows = driver.find_elements(By.CSS_SELECTOR, "#gnc-findings tbody tr")
+        assert rows and all(r.is_displayed() for r in rows)
+        assert all(d.is_displayed() for d in driver.find_elements(By.CSS_SELECTOR, "#gnc-findings details[open] pre"))
         badge = driver.find_element(By.CSS_SELECTOR, ".gnc span.verdict")
         assert badge.value_of_css_property("color") in ("rgba(0, 0, 0, 1)", "rgb(0, 0, 0)")
-        pdf = base64.b64decode(driver.print_page())
-        assert pdf.startswith(b"%PDF")
     finally:
         driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": ""})
+    printed = driver.execute_cdp_cmd("Page.printToPDF", {"printBackground": False, "landscape": True, "paperWidth": 11.69,
+                                                          "paperHeight": 8.27, "preferCSSPageSize": True})  # fmt: skip
+    pages = [" ".join(p.extract_text().split()) for p in pypdf.PdfReader(io.BytesIO(base64.b64decode(printed["data"]))).pages]
+    doc = json.loads((report / "results.json").read_text())
+    assert "Scope and verdicts" in pages[0]
+    for n in doc["nodes"]:
+        if n["verdict"] != "accepted":
+            assert n["name"] in pages[0] and n["verdict"] in pages[0]
+    whole = " ".join(pages)
+    for r in doc["results"]:
+        if r["outcome"] in ("failed", "error"):
+            assert r["check"] in whole, r["check"]
+            if r["evidence"]:
+                assert " ".join(r["evidence"][0].split())[:30] in whole, (r["check"], r["evidence"][0])
 
 
 def test_axe_core_finds_no_serious_accessibility_violation(driver, report):
@@ -185,3 +205,74 @@ def test_axe_core_finds_no_serious_accessibility_violation(driver, report):
     serious = [(v["id"], v["impact"], [n["target"] for n in v["nodes"][:3]])
                for v in result if v["impact"] in ("serious", "critical")]  # fmt: skip
     assert serious == [], serious
+
+
+def test_findings_filter_by_node_check_severity_outcome_and_text_and_say_when_nothing_matches(driver, report):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    driver.get((report / "report.html").as_uri())
+    rows = driver.find_elements(By.CSS_SELECTOR, "#gnc-findings tbody tr")
+    form = driver.find_element(By.CSS_SELECTOR, "#gnc-findings form")
+    shown = driver.find_element(By.ID, "gnc-shown")
+    assert shown.text == f"{len(rows)} of {len(rows)} rows shown"
+    severity = rows[0].get_attribute("data-severity")
+    Select(form.find_element(By.NAME, "severity")).select_by_visible_text(severity)
+    visible = [r for r in rows if r.is_displayed()]
+    assert visible and all(r.get_attribute("data-severity") == severity for r in visible)
+    assert shown.text == f"{len(visible)} of {len(rows)} rows shown"
+    form.find_element(By.NAME, "text").send_keys("no such text anywhere 1234")
+    assert not any(r.is_displayed() for r in rows)
+    assert shown.text.startswith("No finding matches these filters")
+    # a permalink to a row the filters hide clears them and lands
+    target = rows[0].get_attribute("id") or rows[0].find_element(By.CSS_SELECTOR, "[id]").get_attribute("id")
+    driver.execute_script("location.hash = arguments[0]", target)
+    assert rows[0].is_displayed()
+
+
+def test_every_node_and_finding_has_a_permalink_that_lands(driver, report):
+    from selenium.webdriver.common.by import By
+
+    doc = json.loads((report / "results.json").read_text())
+    for n in doc["nodes"]:
+        driver.get((report / "report.html").as_uri() + f"#node-{n['name']}")
+        assert driver.find_element(By.ID, f"node-{n['name']}").is_displayed()
+    finding = next(r for r in doc["results"] if r["outcome"] in ("failed", "error"))
+    driver.get((report / "report.html").as_uri() + f"#{finding['node']}/{finding['check']}")
+    row = driver.find_element(By.CSS_SELECTOR, "#gnc-findings tr:target, #gnc-findings tr:has(:target)")
+    assert row.is_displayed() and finding["check"] in row.text
+    # pytest-html's filter bar counts the tool's results, as the scope section does
+    counts = {o: sum(r["outcome"] == o for r in doc["results"]) for o in ("passed", "failed", "skipped")}
+    bar = driver.find_element(By.CSS_SELECTOR, ".controls .filters").text
+    assert all(f"{c} {o.capitalize()}" in bar for o, c in counts.items()), bar
+    assert not driver.find_element(By.CSS_SELECTOR, ".run-count").is_displayed()
+
+
+def test_the_fleet_search_finds_every_node_and_permalinks_reach_unlisted_nodes(driver, tmp_path):
+    """A 2,100-node page lists 2,000 nodes; the search still finds the others, says when nothing matches, and
+    `#node-NAME` of an unlisted node lands on a row made for it."""
+    from selenium.webdriver.common.by import By
+
+    from conformance.outputs.fleet_view import NODE_LIST_MAX
+    from tests.test_fleet_report import fleet
+
+    n = NODE_LIST_MAX + 100
+    (tmp_path / "results.json").write_text(json.dumps(fleet(n)))
+    out = tmp_path / "out"
+    subprocess.run([sys.executable, "-m", "conformance", "report", str(tmp_path / "results.json"), "--output", str(out)],
+                   capture_output=True, text=True, timeout=600)  # fmt: skip
+    last = f"gpu-{n - 1:04d}"  # accepted and last by name: not among the 2,000 listed
+    html = (out / "report.html").read_text()
+    assert f"id='node-{last}'" not in html
+    driver.get((out / "report.html").as_uri())
+    driver.find_element(By.CSS_SELECTOR, "#gnc-every-node summary").click()
+    box = driver.find_element(By.ID, "gnc-find")
+    box.send_keys(last)
+    assert [r.text.split()[0] for r in driver.find_elements(By.CSS_SELECTOR, "#gnc-nodes tbody tr")] == [last]
+    assert driver.find_element(By.ID, "gnc-found").text == "1 node(s) match"
+    box.clear()
+    box.send_keys("no-such-node")
+    assert driver.find_elements(By.CSS_SELECTOR, "#gnc-nodes tbody tr") == []
+    assert driver.find_element(By.ID, "gnc-found").text.startswith("No node matches")
+    driver.get((out / "report.html").as_uri() + f"#node-{last}")
+    assert driver.find_element(By.ID, f"node-{last}").is_displayed()

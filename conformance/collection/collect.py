@@ -195,19 +195,33 @@ def collect_all(
     return {n.name: out[n.name] for n in nodes}
 
 
+# A CI log (stderr not a terminal) gets a plain progress line at most this often, so a long gather shows it is
+# moving without a line per node; a run shorter than this prints none.
+CI_PROGRESS_EVERY_S = 15.0
+
+
 def stderr_progress(
     verbose: bool, write: Callable[[str], None] | None = None, tty: bool | None = None
 ) -> Callable[[int, int, Bundle], None] | None:
-    """A progress line on stderr: always on a terminal, and with -v elsewhere. `tty`: whether stderr is
-    a terminal, when asked while pytest captures it (it is not one then)."""
-    if not (verbose or (sys.stderr.isatty() if tty is None else tty)):
-        return None
+    """Progress on stderr: on a terminal one line rewritten in place; in a CI log (not a terminal) a plain line
+    every CI_PROGRESS_EVERY_S, and with -v a plain line per node. `tty`: whether stderr is a terminal, when asked
+    while pytest captures it (it is not one then)."""
+    is_tty = sys.stderr.isatty() if tty is None else tty
     out = write or _write_stderr
+    last = [time.monotonic()]
+    failed = [0]
 
     def show(done: int, total: int, bundle: Bundle) -> None:
         state = f"error: {bundle.error}" if bundle.error else f"ok in {bundle.duration_s:.2f} s"
-        end = "\n" if verbose or done == total else ""
-        out(f"\rcollecting {done}/{total} nodes  {bundle.node}: {state[:100]}\033[K{end}")
+        failed[0] += bundle.error is not None
+        if is_tty:
+            end = "\n" if verbose or done == total else ""
+            out(f"\rcollecting {done}/{total} nodes  {bundle.node}: {state[:100]}\033[K{end}")
+        elif verbose:
+            out(f"collecting {done}/{total} nodes  {bundle.node}: {state[:100]}\n")
+        elif time.monotonic() - last[0] >= CI_PROGRESS_EVERY_S:
+            last[0] = time.monotonic()
+            out(f"collecting {done}/{total} nodes ({failed[0]} not collected so far)\n")
 
     return show
 

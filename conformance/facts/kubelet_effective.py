@@ -6,7 +6,8 @@ out); the node's files hold only the keys they set, and command-line flags overr
 one configuration must give one digest. So:
 
 - files: the upstream defaults (KubeletConfiguration v1beta1 as the kubelet's own defaulting writes it:
-  `kubelet_defaults.v1beta1.yaml`, the fully defaulted round-trip test data of kubernetes/kubernetes) under
+  conformance/config/kubelet_defaults.v1beta1.yaml, the fully defaulted round-trip test data of
+  kubernetes/kubernetes) under
   the keys the files set, under every kubelet flag that sets a configuration field (the kubelet re-applies
   its command line over the loaded file: cmd/kubelet/app/server.go, kubeletConfigFlagPrecedence), with the
   defaults that depend on other keys applied as pkg/kubelet/apis/config/v1beta1/defaults.go does
@@ -31,12 +32,12 @@ from __future__ import annotations
 
 import functools
 from decimal import Decimal
-from importlib import resources
 from typing import Any
 
+from conformance.config.kubelet_defaults import upstream_defaults
 from conformance.config.units import parse_duration, parse_quantity
 from conformance.errors import ParseError
-from conformance.facts.kubelet import SAFE_LOADER, KubeletConfig, go_parse_bool
+from conformance.facts.kubelet import KubeletConfig, go_parse_bool
 
 # Linux's default hard eviction thresholds (pkg/kubelet/apis/config/v1beta1/defaults_linux.go,
 # DefaultEvictionHard), applied by SetDefaults_KubeletConfiguration when evictionHard is unset.
@@ -92,16 +93,6 @@ QUANTITIES = ("containerLogMaxSize",)
 # Fields whose value is a map or list as a whole: a set value replaces the default, never merges into it.
 WHOLE_VALUES = frozenset((*QUANTITY_MAPS, *DURATION_MAPS, "featureGates", "cpuManagerPolicyOptions",
                           "topologyManagerPolicyOptions", "staticPodURLHeader"))  # fmt: skip
-
-
-@functools.cache
-def upstream_defaults() -> dict[str, Any]:
-    """The fully defaulted KubeletConfiguration (kind and apiVersion left out)."""
-    text = resources.files("conformance.facts").joinpath("kubelet_defaults.v1beta1.yaml").read_text("utf-8")
-    import yaml
-
-    doc = yaml.load(text, Loader=SAFE_LOADER)
-    return {k: v for k, v in doc.items() if k not in ("kind", "apiVersion")}
 
 
 def _leaves(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -9,6 +9,7 @@ nodes carry (node pools of the common installers and clouds), else the profile."
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from html import escape
 from typing import Any
@@ -44,6 +45,10 @@ def _counts_table(title: str, rows: dict[str, Counter[str]]) -> str:
 # failing results named; the page says how many it leaves out and that results.json and junit.xml have all.
 NODE_LIST_MAX = 2000
 FAILING_SHOWN = 200
+# A page above MATRIX_MAX_NODES nodes, live or merged: the nodes with failing results that get rows in the
+# results table, and the non-accepted nodes in the verdict table; the page says how many it leaves out.
+TABLE_NODES_MAX = 500
+VERDICT_ROWS_MAX = 1000
 
 
 class FleetSummary:
@@ -59,6 +64,7 @@ class FleetSummary:
         self.by_group: dict[str, Counter[str]] = defaultdict(Counter)
         self.failing: dict[str, _Failing] = {}
         self.listed = _Smallest(NODE_LIST_MAX)
+        self.compact: list[list[str]] = []
 
     @classmethod
     def of(cls, nodes: list[dict[str, Any]], results: list[dict[str, Any]], wanted_label: str | None = None) -> FleetSummary:
@@ -86,9 +92,11 @@ class FleetSummary:
         reason = ((n.get("collection") or {}).get("error") or "") if n["verdict"] in ("unreachable", "incomplete") else ""
         self.listed.add(
             (n["verdict"] == "accepted", n["name"]),
-            f"<tr id='gnc-node-{e(n['name'])}'><td>{e(n['name'])}</td><td>{e(n['verdict'])}</td>"
+            f"<tr id='node-{e(n['name'])}'><td><a href='#node-{e(n['name'])}'>{e(n['name'])}</a></td><td>{e(n['verdict'])}</td>"
             f"<td>{e(n.get('profile', '-'))}</td><td>{e(group)}</td><td>{e(reason or ', '.join(checks))}</td></tr>",
         )
+        # every node, compact, for the search and the permalinks of the nodes the list above leaves out
+        self.compact.append([n["name"], n["verdict"], n.get("profile", "-"), group, (reason or ", ".join(checks))[:200]])
 
     @property
     def nodes(self) -> int:
@@ -171,19 +179,29 @@ def drift_section(nodes: list[dict[str, Any]], wanted_label: str | None = None, 
                 continue
             top, _, _ = pool.majority(attr)
             off = [n["name"] for n in recorded if n["identity"].get(attr) is not None and str(n["identity"][attr]) != top]
-            names = ", ".join(f"<a href='#gnc-node-{e(x)}'>{e(x)}</a>" if linked else e(x) for x in off[:DRIFT_SHOWN])
+            names = ", ".join(f"<a href='#node-{e(x)}'>{e(x)}</a>" if linked else e(x) for x in off[:DRIFT_SHOWN])
             names += f" and {len(off) - DRIFT_SHOWN} more" if len(off) > DRIFT_SHOWN else ""
-            values = ", ".join(f"{e(v)} ({c})" for v, c in counts.most_common(6))
-            values += f"; unknown on {unknown}" if unknown else ""
-            rows.append(f"<tr><td>{e(attr)}</td><td>{values}</td><td>{'' if top else 'no majority: '}{names}</td></tr>")
+            values = ", ".join(f"{e(v)} on {c}" for v, c in counts.most_common(6)) or "no node's value known"
+            if len(counts) > 6:
+                values += f", and {len(counts) - 6} more value(s)"
+            if unknown:
+                why = Counter(str((n.get("identity_errors") or {}).get(attr) or "not in the record") for n in recorded
+                              if n["identity"].get(attr) is None).most_common(1)[0][0]  # fmt: skip
+                values += f"; unknown on {unknown} (for example: {e(why[:160])})"
+            off_cell = f"{'' if top else 'no majority: '}{names}" if off else "none with a known value"
+            rows.append(f"<tr><td>{e(attr)}</td><td>{values}</td><td>{off_cell}</td></tr>")
         if rows:
             blocks.append(
                 f"<h4>{e(g)}</h4><table class='fleet'><tr><th>attribute</th><th>values (nodes)</th>"
                 f"<th>nodes off the majority</th></tr>{''.join(rows)}</table>"
             )
     if not blocks:
-        return "<h3>Fleet drift</h3><p>In every group, every node's identity record agrees with its peers'.</p>"
-    return "<h3>Fleet drift</h3><p>What nodes of one group do not share (FLEET-CONSISTENT judges it).</p>" + "".join(blocks)
+        return "<h3 id='gnc-drift'>Fleet drift</h3><p>In every group, every node's identity record agrees with its peers'.</p>"
+    return (
+        "<h3 id='gnc-drift'>Fleet drift</h3><p>What nodes of one group do not share (FLEET-CONSISTENT judges it): each "
+        "attribute's values with the nodes that have them; a digest stands for a configuration (its files and "
+        "results.json name the node's settings).</p>" + "".join(blocks)
+    )
 
 
 def _check_by_group(summary: FleetSummary) -> str:
@@ -216,18 +234,57 @@ def _check_by_group(summary: FleetSummary) -> str:
 
 def _node_list(summary: FleetSummary) -> str:
     """The nodes, one row each (non-accepted first, then by name; the first NODE_LIST_MAX), with their failing
-    checks; a search box filters the rows."""
+    checks; every node, compact, as data: the search finds any node of the fleet and says when none matches,
+    and `#node-NAME` lands on any node, listed or not."""
     listed = summary.listed
     shown = f"{summary.nodes} nodes (non-accepted first)"
     if listed.seen > listed.limit:
-        shown += f"; the first {listed.limit} listed here, results.json lists all {listed.seen}"
+        shown += f"; the first {listed.limit} listed here, results.json lists all {listed.seen}, the search finds any"
+    data = json.dumps(summary.compact, separators=(",", ":")).replace("<", "\\u003c")
     return (
-        f"<h3>Every node</h3><details><summary>{shown}; search: name, verdict, group "
-        "or check</summary><input id='gnc-find' placeholder='filter nodes' size='40'>"
-        "<table class='fleet' id='gnc-nodes'><tr><th>node</th><th>verdict</th><th>profile</th><th>group</th>"
-        f"<th>failed or errored checks / reason</th></tr>{''.join(listed.texts())}</table></details>"
-        "<script>document.getElementById('gnc-find').addEventListener('input',function(ev){"
-        "var q=ev.target.value.toLowerCase();var rows=document.querySelectorAll('#gnc-nodes tr');"
-        "for(var i=1;i<rows.length;i++){rows[i].style.display=rows[i].textContent.toLowerCase().indexOf(q)<0?'none':'';}});"
-        "</script>"
+        f"<h3>Every node</h3><details id='gnc-every-node'><summary>{shown}; search: name, verdict, group "
+        "or check</summary><label>find nodes <input id='gnc-find' type='search' size='40'></label>"
+        "<p id='gnc-found' aria-live='polite'></p>"
+        "<table class='fleet' id='gnc-nodes'><thead><tr><th>node</th><th>verdict</th><th>profile</th><th>group</th>"
+        f"<th>failed or errored checks / reason</th></tr></thead><tbody>{''.join(listed.texts())}</tbody></table></details>"
+        f"<script type='application/json' id='gnc-all-nodes'>{data}</script>{_NODE_SCRIPT}"
     )
+
+
+# The search runs over every node's compact record (not only the rows listed) and shows up to SHOWN matches;
+# a `#node-NAME` that no listed row holds gets its row made from the record.
+_NODE_SCRIPT = """<script>
+(function () {
+  var all = JSON.parse(document.getElementById("gnc-all-nodes").textContent), SHOWN = 500;
+  var body = document.querySelector("#gnc-nodes tbody"), listed = body.innerHTML;
+  var box = document.getElementById("gnc-find"), found = document.getElementById("gnc-found");
+  function row(n) {
+    var tr = document.createElement("tr"); tr.id = "node-" + n[0];
+    n.forEach(function (v, i) {
+      var td = document.createElement("td");
+      if (i === 0) { var a = document.createElement("a"); a.href = "#node-" + v; a.textContent = v; td.appendChild(a); }
+      else td.textContent = v;
+      tr.appendChild(td);
+    });
+    return tr;
+  }
+  box.addEventListener("input", function () {
+    var q = box.value.toLowerCase();
+    if (!q) { body.innerHTML = listed; found.textContent = ""; return; }
+    var hits = all.filter(function (n) { return n.join(" ").toLowerCase().indexOf(q) >= 0; });
+    body.textContent = "";
+    hits.slice(0, SHOWN).forEach(function (n) { body.appendChild(row(n)); });
+    found.textContent = hits.length === 0 ? "No node matches \u201c" + box.value + "\u201d (" + all.length + " nodes searched)"
+      : hits.length + " node(s) match" + (hits.length > SHOWN ? "; the first " + SHOWN + " shown" : "");
+  });
+  function land() {
+    var id = decodeURIComponent(location.hash.slice(1));
+    if (id.indexOf("node-") !== 0 || document.getElementById(id)) return;
+    var n = all.filter(function (x) { return "node-" + x[0] === id; })[0];
+    if (!n) return;
+    document.getElementById("gnc-every-node").open = true;
+    var tr = row(n); body.insertBefore(tr, body.firstChild); tr.scrollIntoView({block: "center"});
+  }
+  window.addEventListener("hashchange", land); land();
+})();
+</script>"""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -14,8 +14,19 @@ import pytest
 
 from conformance import __version__
 from conformance.checks import REGISTRY
+from conformance.config.check_contract import BLOCKING
+from conformance.config.fleet import FLEET_CHECK_ID
 from conformance.config.verdict import why_not_accepted
-from conformance.outputs.fleet_view import MATRIX_MAX_NODES, FleetSummary, drift_section, e, fleet_view
+from conformance.outputs.findings import anchor, check_anchor, findings_section, first_anchors, node_anchor
+from conformance.outputs.fleet_view import (
+    MATRIX_MAX_NODES,
+    TABLE_NODES_MAX,
+    VERDICT_ROWS_MAX,
+    FleetSummary,
+    drift_section,
+    e,
+    fleet_view,
+)
 from conformance.outputs.palette import MUTED, OUTCOME_COLOURS, VERDICT_COLOURS
 from conformance.outputs.svg import heatmap, histogram
 
@@ -50,6 +61,21 @@ tbody.results-table-row,.gnc tr,.gnc section>table{break-inside:avoid}
 .gnc .m th.r{max-height:120px;font-size:8px}
 </style>
 <style>
+/* pytest's item count: the scope section states the tool's own */
+.run-count{display:none}
+.gnc .mwrap{overflow:auto;max-height:85vh;max-width:100%}
+.gnc table.m thead tr.ids th{position:sticky;top:0;background:#fff;z-index:2}
+.gnc table.m tbody th{position:sticky;left:0;background:#fff;z-index:1;font-weight:normal;text-align:left;font-size:12px}
+.gnc table.m td.c a{color:#fff;text-decoration:none;display:block}
+.gnc table.m td.b,.gnc span.b{box-shadow:inset 0 0 0 2px #000;font-weight:bold}
+.gnc tr:target,.gnc tr:has(:target){outline:3px solid #1565c0}
+.gnc .sr{position:absolute;left:-9999px}
+.gnc td.blocks{font-weight:bold}
+.gnc table.findings td{vertical-align:top}
+.gnc .gnc-filters label{margin-right:8px}
+@media print{.gnc .mwrap{overflow:visible;max-height:none}.gnc-filters,#gnc-shown,.gnc a.pl,#results-table,
+#gnc-find,#gnc-found{display:none!important}.gnc .m td.c a{color:inherit}.gnc a{color:#000}
+.gnc .findings tr{break-inside:avoid}}
 tbody.gnc-target td{outline:2px solid #1565c0}
 .gnc .fleet-total .verdict{font-size:15px;margin-right:6px}
 .gnc table.fleet td.n{text-align:right;min-width:28px}
@@ -176,6 +202,66 @@ def _passed_rows() -> bool:
 def pytest_collection_finish(session: pytest.Session) -> None:
     # results, not items: a live run's node item holds a node's checks (conformance.run.check_items)
     session.config._gnc_items = sum(getattr(i, "result_count", 1) for i in session.items)  # type: ignore[attr-defined]
+    nodes = {n for i in session.items for n in [_node_of(i)] if n is not None}
+    _TABLE.reset(bounded=len(nodes) > MATRIX_MAX_NODES)
+
+
+def _node_of(item: pytest.Item) -> str | None:
+    checks = getattr(item, "checks", None)  # a live run's node item (conformance.run.check_items)
+    first = checks[0] if checks else item
+    callspec = getattr(first, "callspec", None)
+    return callspec.params.get("node") if callspec is not None else None
+
+
+# failing results given rows on a live run's page above MATRIX_MAX_NODES nodes (a node's are all shown or none)
+TABLE_RESULTS_MAX = 2000
+
+
+class TableBudget:
+    """A page above MATRIX_MAX_NODES nodes gives result rows to the first nodes with failing results only (up to
+    TABLE_NODES_MAX nodes and about TABLE_RESULTS_MAX results), as a merge's page is bounded
+    (conformance.run.streamed): a live run over 1,082 nodes wrote a 41 MB page of every failing row with its
+    evidence. What it leaves out is counted for the page's note."""
+
+    def __init__(self) -> None:
+        self.reset(bounded=False)
+
+    def reset(self, bounded: bool) -> None:
+        self.bounded = bounded
+        self.admitted: set[str] = set()
+        self.left_nodes: set[str] = set()
+        self.left_results: set[str] = set()
+        self.counted: set[str] = set()
+        self.rows = 0
+
+    def admits(self, result: dict[str, Any]) -> bool:
+        if not self.bounded:
+            return True
+        node = str(result.get("node") or "")
+        if not node:
+            return True  # a report of no node's check (a collection or internal error): always shown
+        key = f"{node}\0{result.get('test') or result.get('check')}\0{result.get('subject')}"
+        if node in self.admitted:
+            if key not in self.counted:
+                self.counted.add(key)
+                self.rows += 1
+            return True
+        if len(self.admitted) < TABLE_NODES_MAX and self.rows < TABLE_RESULTS_MAX:
+            self.admitted.add(node)
+            self.counted.add(key)
+            self.rows += 1
+            return True
+        self.left_nodes.add(node)
+        self.left_results.add(key)
+        return False
+
+    def left_out(self) -> dict[str, int]:
+        if not self.left_nodes:
+            return {}
+        return {"table_rows": len(self.left_nodes), "table_results": len(self.left_results), "table_shown": len(self.admitted)}
+
+
+_TABLE = TableBudget()
 
 
 _REPORT: list[Any] = []  # pytest-html's report object; it asks for the title at session start, before any verdict
@@ -270,7 +356,7 @@ def scope_section(run: ReportView) -> str:
     ]
     bad = [n for n in nodes if n["verdict"] != "accepted"][:SCOPE_LISTED]
     items = "".join(
-        f"<li><a href='#gnc-node-{e(n['name'])}'>{e(n['name'])}</a> <span class='verdict v-{e(n['verdict'])}'>"
+        f"<li><a href='#node-{e(n['name'])}'>{e(n['name'])}</a> <span class='verdict v-{e(n['verdict'])}'>"
         f"{e(n['verdict'])}</span> {e(why_not_accepted(n))}</li>"
         for n in bad
     )
@@ -308,15 +394,17 @@ def verdict_table(run: ReportView, summaries: list[dict[str, Any]]) -> str:
             else:
                 notes.append(f"acceptance pod not created: {made.get('error')}")
         why = "; ".join([why or "", *notes]).strip("; ")
-        anchor = "" if fleet else f" id='gnc-node-{e(n['name'])}'"  # at fleet scale the fleet view holds the anchor
+        anchor = "" if fleet else f" id='node-{e(n['name'])}'"  # at fleet scale the fleet view holds the anchor
         rows.append(
-            f"<tr{anchor}><td>{e(n['name'])}</td><td><span class='verdict' style='background:"
+            f"<tr{anchor}><td><a href='#node-{e(n['name'])}'>{e(n['name'])}</a></td><td><span class='verdict' style='background:"
             f"{VERDICT_COLOURS.get(n['verdict'], '#999')}'>{e(n['verdict'])}</span></td><td>{e(n['profile'])}</td>"
             f"<td>{c['passed']}</td><td>{c['failed']}</td><td>{c['error']}</td><td>{c['skipped']}</td>"
             f"<td>{c['waived']}</td><td>{e(why)}</td></tr>"
         )
     scope = f" Showing the {len(rows)} nodes that were not accepted; the fleet overview counts all." if fleet else ""
     more = (run.left_out or {}).get("verdict_rows", 0)
+    if fleet and len(rows) > VERDICT_ROWS_MAX:  # a live run's page, bounded as a merge's is
+        more, rows = more + len(rows) - VERDICT_ROWS_MAX, rows[:VERDICT_ROWS_MAX]
     if more:
         scope = f" Showing the first {len(rows)} of {len(rows) + more} nodes that were not accepted; results.json lists all."
     return (
@@ -377,17 +465,24 @@ def waivers_and_diff(run: ReportView) -> str:
     return "".join(parts)
 
 
-def matrix(run: ReportView) -> str:
-    """Nodes down, check ids across (grouped by family), each cell coloured by outcome."""
-    ids = sorted({r["check"] for r in run.results}, key=lambda c: (REGISTRY[c].family, c) if c in REGISTRY else ("", c))
-    if not ids:
-        return ""
+def matrix(run: ReportView, linked: set[str] | None = None) -> str:
+    """Nodes down, check ids across (grouped by family), each cell coloured by outcome, its severity marked (an
+    outlined cell blocks: critical or high), each finding a link to its row (`#NODE/CHECK`: the browser's history
+    and the keyboard reach it); the header row and the node column stay in view while scrolling; checks skipped on
+    every node are named once instead of as empty columns."""
     cells: dict[tuple[str, str], dict[str, Any]] = {}
     order = {"error": 4, "failed": 3, "waived": 2, "passed": 1, "skipped": 0}
     for r in run.results:
         key = (r["node"], r["check"])
         if key not in cells or order[r["outcome"]] > order[cells[key]["outcome"]]:
             cells[key] = r
+    every = sorted({r["check"] for r in run.results}, key=lambda c: (REGISTRY[c].family, c) if c in REGISTRY else ("", c))
+    skipped_everywhere = {c: next(r["message"] for (_, cc), r in cells.items() if cc == c) for c in every
+                          if all(r["outcome"] == "skipped" for (_, cc), r in cells.items() if cc == c)}  # fmt: skip
+    ids = [c for c in every if c not in skipped_everywhere]
+    if not every:
+        return ""
+    linked = linked or set()
     fams: list[tuple[str, int]] = []
     for c in ids:
         fam = REGISTRY[c].family if c in REGISTRY else "?"
@@ -396,18 +491,17 @@ def matrix(run: ReportView) -> str:
         else:
             fams.append((fam, 1))
     head1 = "".join(f"<th class='fam' colspan='{n}'>{e(f)}</th>" for f, n in fams)
-    # A cell's result row is found from its test id. Where a column's ids differ only by node name,
-    # the column carries the pattern once (data-tpl) instead of every cell: this keeps a 1000-node
-    # matrix small.
+    # A passed or skipped cell has no row of its own; a click finds its pytest-html row from its test id. Where a
+    # column's ids differ only by node name, the column carries the pattern once (data-tpl) instead of every cell.
     templates: dict[str, str] = {}
     for c in ids:
         pats = {(r.get("test") or "").replace(node, "{node}", 1) for (node, cc), r in cells.items() if cc == c}
         if len(pats) == 1:
             templates[c] = next(iter(pats))
     head2 = "".join(
-        f"<th class='r' title='{e(REGISTRY[c].title if c in REGISTRY else c)}'"
+        f"<th scope='col' class='r' id='{e(check_anchor(c))}' title='{e(REGISTRY[c].title if c in REGISTRY else c)}'"
         + (f" data-tpl='{e(templates[c])}'" if c in templates else "")
-        + f">{e(c)}</th>"
+        + f">{_check_head(c)}</th>"
         for c in ids
     )
     body = []
@@ -416,21 +510,48 @@ def matrix(run: ReportView) -> str:
         for c in ids:
             r = cells.get((node, c))
             o = r["outcome"] if r else None
-            attrs = f" class='c o-{o or 'none'}'"
+            sev = r["severity"] if r else ""
+            blocks = " b" if sev in BLOCKING and o in ("failed", "error") else ""
+            attrs = f" class='c o-{o or 'none'}{blocks}'"
             if o != "passed":
-                tip = f"{node} {c}: {o or 'not run'}" + (f" - {r['message']}" if r and r["message"] else "")
+                tip = f"{node} {c}: {o or 'not run'}" + (f" ({sev})" if r else "")
+                tip += f" - {r['message']}" if r and r["message"] else ""
                 attrs += f" title='{e(tip[:300])}'"
+            target = anchor(node, c)
+            if target in linked:
+                tds.append(f"<td{attrs}><a href='#{e(target)}' aria-label='{e(target)}: {e(o)}, {e(sev)}'>{SYMBOLS[o]}</a></td>")
+                continue
+            if c == FLEET_CHECK_ID and r:
+                tds.append(f"<td{attrs}><a href='#gnc-drift' aria-label='{e(target)}: {e(o)}'>{SYMBOLS[o]}</a></td>")
+                continue
             if r and c not in templates:
                 attrs += f" data-test='{e(r.get('test', ''))}'"
             tds.append(f"<td{attrs}>{SYMBOLS[o]}</td>")
-        body.append(f"<tr data-node='{e(node)}'><td>{e(node)}</td>{''.join(tds)}</tr>")
+        head = f"<th scope='row'><a href='#{e(node_anchor(node))}'>{e(node)}</a></th>"
+        body.append(f"<tr data-node='{e(node)}'>{head}{''.join(tds)}</tr>")
     legend = " ".join(
         f"<span class='verdict o-{o}'>{SYMBOLS[o]} {o}</span>" for o in ("passed", "failed", "error", "skipped", "waived")
     )
+    folded = ""
+    if skipped_everywhere:
+        folded = (
+            "<p>Skipped on every node (no column): "
+            + "; ".join(
+                f"<span id='{e(check_anchor(c))}'>{e(c)}</span> ({e(why[:120])})" for c, why in skipped_everywhere.items()
+            )
+            + ".</p>"
+        )
     return (
-        f"<h2>Node x check matrix</h2><p>{legend} (hover a cell for its message, click it for its row)</p>"
-        f"<table class='m'><tr><th></th>{head1}</tr><tr class='ids'><th>node</th>{head2}</tr>{''.join(body)}</table>"
+        f"<h2>Node x check matrix</h2><p>{legend}; <span class='verdict o-failed b'>✗</span> outlined: a failure or error "
+        "that blocks (critical or high severity). Hover a cell for its message; a finding's cell links to its row.</p>"
+        f"{folded}<div class='mwrap' tabindex='0' role='region' aria-label='Node x check matrix'><table class='m'>"
+        f"<thead><tr><th></th>{head1}</tr><tr class='ids'><th scope='col'>node</th>{head2}</tr></thead>"
+        f"<tbody>{''.join(body)}</tbody></table></div>"
     )
+
+
+def _check_head(c: str) -> str:
+    return f"<a href='#gnc-drift'>{e(c)}</a>" if c == FLEET_CHECK_ID else e(c)
 
 
 def latency_section(run: ReportView) -> str:
@@ -491,8 +612,11 @@ def pytest_html_results_summary(prefix: list[str], summary: list[str], postfix: 
     run = _view(session)
     if run is not None and _REPORT:
         _REPORT[0].title = dated_title(run.doc)  # read when the page is written, after this hook
+        _tool_counts(_REPORT[0], run)
     if run is None or (not run.results and run.fleet is None):
         return
+    if _TABLE.left_out():  # a live run's page, bounded as a merge's is
+        run = replace(run, left_out={**(run.left_out or {}), **_TABLE.left_out()})
     summaries = run.doc["nodes"]
     if run.fleet is not None or len(summaries) > MATRIX_MAX_NODES:
         # the fleet first, where the page opens; the matrix would be unreadable at this size
@@ -501,15 +625,35 @@ def pytest_html_results_summary(prefix: list[str], summary: list[str], postfix: 
         sections = [scope_section(run), fleet_view(fleet), verdict_table(run, summaries), waivers_and_diff(run), _left_out(run)]
     else:
         wanted = session.config.getoption("conformance_group_by")
+        verdicts = {n["name"]: n["verdict"] for n in summaries}
         sections = [
             scope_section(run),
             verdict_table(run, summaries),
+            findings_section(run.results, summaries),
             waivers_and_diff(run),
-            matrix(run),
-            drift_section(summaries, wanted, linked=False),
+            matrix(run, first_anchors(run.results, verdicts)),
+            drift_section(summaries, wanted),
         ]
     sections += [bandwidth_section(run), latency_section(run)]
     prefix.append(f"<div class='gnc'>{_STYLE}{''.join(sections)}</div>")
+
+
+def _tool_counts(report: Any, run: ReportView) -> None:
+    """pytest-html's filter bar counts pytest's reports (a live run's node item holds many results; passed rows
+    are left out at scale): it shows the tool's counts of results instead, one count everywhere. A waived result
+    is pytest's "expected failure"; its checkbox says Waived."""
+    outcomes = getattr(report, "outcomes", None)
+    if not isinstance(outcomes, dict):
+        return
+    counts = run.doc.get("result_counts") or Counter(r["outcome"] for r in run.results)
+    if run.fleet is not None and not run.doc.get("result_counts"):
+        return  # a streamed merge's page holds only some results: its own table's counts stand
+    for outcome, key in (("passed", "passed"), ("failed", "failed"), ("error", "error"), ("skipped", "skipped"),
+                         ("waived", "xfailed")):  # fmt: skip
+        if key in outcomes:
+            outcomes[key]["value"] = int(counts.get(outcome, 0))
+    if "xfailed" in outcomes:
+        outcomes["xfailed"]["label"] = "Waived"
 
 
 def _left_out(run: ReportView) -> str:
@@ -557,8 +701,11 @@ PASSED_ROWS_LIMIT = 2000
 
 
 def shows_row(result: dict[str, Any]) -> bool:
-    """Whether a check's result gets a row in pytest-html's table (else the matrix alone shows it)."""
-    return result.get("outcome") not in ("passed", "skipped") or _passed_rows()
+    """Whether a check's result gets a row in pytest-html's table (else the matrix or the fleet view alone shows
+    it): passed and skipped results up to PASSED_ROWS_LIMIT results, failing ones within the page's budget."""
+    if result.get("outcome") in ("passed", "skipped"):
+        return _passed_rows() and not _TABLE.bounded
+    return _TABLE.admits(result)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -577,15 +724,16 @@ def pytest_html_results_table_row(report: pytest.TestReport, cells: list[str]) -
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield
     r = getattr(report, "conformance_result", None)
-    if r is None or r["outcome"] not in ("failed", "error"):
+    if r is None or r["outcome"] not in ("failed", "error") or not shows_row(r):
         return report
     import pytest_html
 
     spec = REGISTRY.get(r["check"])
     parts = [f"<div class='gnc'><p><b>{e(r['check'])}</b> ({e(r['severity'])}) on <b>{e(r['node'])}</b>: {e(r['message'])}</p>"]
-    if spec:
+    if spec and not _TABLE.bounded:  # at fleet scale the fleet view gives each check's remediation once
         parts.append(f"<p><b>Why it matters:</b> {e(spec.rationale)}</p><p><b>Remediation:</b> {e(spec.remediation)}</p>")
-    parts.append(f"<p><b>Source:</b> {e(r['source'])}</p>")
+    if not _TABLE.bounded:
+        parts.append(f"<p><b>Source:</b> {e(r['source'])}</p>")
     if r["evidence"]:
         # open: a failure's evidence is what its reader needs, on screen and on paper (a closed one is not printed)
         parts.append("<details open><summary>Evidence</summary><pre>" + e("\n".join(r["evidence"])) + "</pre></details>")

@@ -20,7 +20,7 @@ from conformance.checks import REGISTRY, selects
 from conformance.checks.fleet_drift import FLEET_CHECK, DriftJudge
 from conformance.config.fleet import group_label
 from conformance.outputs import FAILING, Diff, write_atomically, write_json_document
-from conformance.outputs.fleet_view import MATRIX_MAX_NODES, FleetSummary, drift_section
+from conformance.outputs.fleet_view import MATRIX_MAX_NODES, TABLE_NODES_MAX, VERDICT_ROWS_MAX, FleetSummary, drift_section
 from conformance.outputs.replay import NodeReplayItem, result_id, safe_id
 from conformance.outputs.streaming import JsonItems, JunitSuites, PromSeries
 from conformance.run.merging import Ticker
@@ -29,8 +29,6 @@ from conformance.run.node_spool import NodeSpool
 if TYPE_CHECKING:
     from conformance.session import Run
 
-TABLE_NODES_MAX = 500  # nodes with failing results that get a row in pytest-html's table
-VERDICT_ROWS_MAX = 1000  # non-accepted nodes in the verdict table
 FIGURES_MAX = 50  # bandwidth heat maps, and latency histograms, drawn
 FIGURE_CHECKS = {"GPU-H2D-NUMA-MATRIX": "bandwidth", "LATENCY-JITTER": "latency"}
 

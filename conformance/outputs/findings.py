@@ -1,0 +1,172 @@
+"""The report's findings: every failed, errored and waived result, what blocks first, each with a permalink
+(`report.html#NODE/CHECK`), its message and its evidence, filterable by node, check, severity and outcome
+and searchable. pytest-html's results table stays below it; it cannot order rows by severity, fold them
+or link to them, so the page does that here, beside it.
+
+A node's identical errors (an unreachable node answers every check with one "Connection refused") fold
+into one row that names the checks; each folded check keeps its permalink."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from conformance.checks import REGISTRY
+from conformance.config.check_contract import BLOCKING, SEVERITY_RANK
+from conformance.outputs.fleet_view import e
+
+FINDINGS = ("failed", "error", "waived")
+OUTCOME_RANK = {"failed": 0, "error": 1, "waived": 2}
+VERDICT_RANK = {"rejected": 0, "unreachable": 1, "incomplete": 2, "accepted": 3}
+FOLD_MIN = 3  # a node's results with one outcome and one message fold from this many on
+ROWS_MAX = 2000  # rows on the page; results.json has every result
+EVIDENCE_LINES = 40
+
+
+def anchor(node: str, check: str) -> str:
+    """The permalink of a node's result of a check: `#NODE/CHECK`."""
+    return f"{node}/{check}"
+
+
+def node_anchor(node: str) -> str:
+    return f"node-{node}"
+
+
+def check_anchor(check: str) -> str:
+    return f"check-{check}"
+
+
+def _entries(results: list[dict[str, Any]], verdicts: dict[str, str]) -> list[list[dict[str, Any]]]:
+    """The findings as rows: one result each, or a node's identical ones folded; what blocks first."""
+    by_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in results:
+        if r["outcome"] in FINDINGS:
+            by_node[r["node"]].append(r)
+    rows: list[list[dict[str, Any]]] = []
+    for rs in by_node.values():
+        same: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+        for r in rs:
+            same[(r["outcome"], r["message"])].append(r)
+        for group in same.values():
+            if len(group) >= FOLD_MIN:
+                rows.append(group)
+            else:
+                rows.extend([r] for r in group)
+
+    def rank(group: list[dict[str, Any]]) -> tuple:
+        worst = min(SEVERITY_RANK.get(r["severity"], 9) for r in group)
+        first = group[0]
+        return (VERDICT_RANK.get(verdicts.get(first["node"], ""), 9), OUTCOME_RANK[first["outcome"]], worst,
+                first["node"], first["check"])  # fmt: skip
+
+    return sorted(rows, key=rank)
+
+
+def first_anchors(results: list[dict[str, Any]], verdicts: dict[str, str]) -> set[str]:
+    """The `NODE/CHECK` permalinks the findings table holds (the matrix links its cells to them)."""
+    return {anchor(r["node"], r["check"]) for group in _entries(results, verdicts)[:ROWS_MAX] for r in group}
+
+
+def findings_section(results: list[dict[str, Any]], nodes: list[dict[str, Any]]) -> str:
+    verdicts = {n["name"]: n["verdict"] for n in nodes}
+    entries = _entries(results, verdicts)
+    total = sum(len(g) for g in entries)
+    if not entries:
+        return (
+            "<section aria-label='Findings' id='gnc-findings'><h2>Findings</h2>"
+            "<p>No check failed, errored or was waived.</p></section>"
+        )
+    used: set[str] = set()
+    rows = [_row(group, used) for group in entries[:ROWS_MAX]]
+    more = len(entries) - len(rows)
+    shown = f"{total} result(s) in {len(entries)} row(s)" + (
+        f"; the first {len(rows)} rows here, results.json has the other {more}" if more else ""
+    )
+    severities = "".join(f"<option>{s}</option>" for s in SEVERITY_RANK)
+    outcomes = "".join(f"<option>{o}</option>" for o in FINDINGS)
+    return (
+        "<section aria-label='Findings' id='gnc-findings'><h2>Findings</h2>"
+        f"<p>Failed, errored and waived results, what blocks acceptance first: {shown}. A node's identical errors are "
+        "folded into one row. Each row's <b>#</b> is its permalink (report.html#NODE/CHECK).</p>"
+        "<form class='gnc-filters' role='search' aria-label='Filter the findings' onsubmit='return false'>"
+        "<label>node <input name='node' size='14'></label> <label>check <input name='check' size='14'></label> "
+        f"<label>severity <select name='severity'><option value=''>any</option>{severities}</select></label> "
+        f"<label>outcome <select name='outcome'><option value=''>any</option>{outcomes}</select></label> "
+        "<label>search <input name='text' type='search' size='20'></label></form>"
+        f"<p id='gnc-shown' aria-live='polite'>{len(rows)} of {len(rows)} rows shown</p>"
+        "<table class='findings'><thead><tr><th scope='col'>outcome</th><th scope='col'>severity</th>"
+        "<th scope='col'>node</th><th scope='col'>check</th><th scope='col'>message and evidence</th>"
+        f"<th scope='col'><span class='sr'>permalink</span></th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        f"{_SCRIPT}</section>"
+    )
+
+
+def _row(group: list[dict[str, Any]], used: set[str]) -> str:
+    first = group[0]
+    node, outcome = first["node"], first["outcome"]
+    severity = min((r["severity"] for r in group), key=lambda s: SEVERITY_RANK.get(s, 9))
+    ids = []
+    for r in group:
+        a = anchor(node, r["check"])
+        if a not in used:
+            used.add(a)
+            ids.append(a)
+    own = ids[0] if ids and len(group) == 1 else None
+    checks = " ".join(r["check"] for r in group)
+    if len(group) == 1:
+        check_cell = f"<a href='#{e(check_anchor(first['check']))}'>{e(first['check'])}</a>"
+        message = e(first["message"])
+    else:
+        # every folded check keeps its own permalink target
+        check_cell = ", ".join(f"<span id='{e(a)}'>{e(a.split('/', 1)[1])}</span>" for a in ids) or e(checks)
+        message = f"{len(group)} checks, one {e(outcome)}: {e(first['message'])}"
+    spec = REGISTRY.get(first["check"])
+    fix = ""
+    if spec and len(group) == 1 and outcome == "failed":
+        fix = f"<p class='fix'><b>Remediation:</b> {e(spec.remediation)}</p>"
+    evidence = ""
+    if first.get("evidence"):
+        lines = first["evidence"][:EVIDENCE_LINES]
+        more = len(first["evidence"]) - EVIDENCE_LINES
+        cut = f"\n... {more} more line(s) in results.json" if more > 0 else ""
+        evidence = f"<details open><summary>Evidence</summary><pre>{e(chr(10).join(lines))}{e(cut)}</pre></details>"
+    target = own or (ids[0] if ids else "")
+    blocks = " blocks" if severity in BLOCKING and outcome != "waived" else ""
+    return (
+        f"<tr{f' id={chr(39)}{e(own)}{chr(39)}' if own else ''} data-node='{e(node)}' data-check='{e(checks)}' "
+        f"data-severity='{e(severity)}' data-outcome='{e(outcome)}'>"
+        f"<td><span class='verdict o-{e(outcome)}'>{e(outcome)}</span></td><td class='s-{e(severity)}{blocks}'>{e(severity)}</td>"
+        f"<td><a href='#{e(node_anchor(node))}'>{e(node)}</a></td><td>{check_cell}</td>"
+        f"<td>{message}{fix}{evidence}</td>"
+        f"<td><a class='pl' href='#{e(target)}' aria-label='permalink to {e(target)}'>#</a></td></tr>"
+    )
+
+
+# Filters: every field narrows the rows; the count says how many are shown and when none matches. A link to a
+# row hidden by a filter clears the filters first, so a permalink always lands.
+_SCRIPT = """<script>
+(function () {
+  var form = document.querySelector("#gnc-findings form"), shown = document.getElementById("gnc-shown");
+  var rows = document.querySelectorAll("#gnc-findings tbody tr");
+  function apply() {
+    var f = {node: form.node.value.toLowerCase(), check: form.check.value.toLowerCase(),
+             severity: form.severity.value, outcome: form.outcome.value, text: form.text.value.toLowerCase()};
+    var n = 0;
+    rows.forEach(function (r) {
+      var ok = r.dataset.node.toLowerCase().indexOf(f.node) >= 0 && r.dataset.check.toLowerCase().indexOf(f.check) >= 0
+        && (!f.severity || r.dataset.severity === f.severity) && (!f.outcome || r.dataset.outcome === f.outcome)
+        && r.textContent.toLowerCase().indexOf(f.text) >= 0;
+      r.style.display = ok ? "" : "none"; if (ok) n++;
+    });
+    shown.textContent = n ? n + " of " + rows.length + " rows shown"
+      : "No finding matches these filters (" + rows.length + " rows in all)";
+  }
+  form.addEventListener("input", apply); form.addEventListener("change", apply);
+  function land() {
+    var id = decodeURIComponent(location.hash.slice(1)), el = id && document.getElementById(id);
+    var row = el && el.closest && el.closest("#gnc-findings tbody tr");
+    if (row && row.style.display === "none") { form.reset(); apply(); el.scrollIntoView({block: "center"}); }
+  }
+  window.addEventListener("hashchange", land); land();
+})();
+</script>"""

@@ -1,0 +1,72 @@
+"""The report's findings (conformance.outputs.findings) and its bounds: an unreachable node's identical errors
+fold into one row that keeps each check's permalink, what blocks comes first, and a live run over more nodes
+than the matrix shows writes a page bounded as a merge's is. Rendered by the real `conformance report` and
+`conformance run --snapshot`; the browser tests (test_report_browser) drive the filters and links."""
+
+from __future__ import annotations
+
+import html as htmllib
+import json
+import re
+import subprocess
+import sys
+
+from conformance.outputs.fleet_view import MATRIX_MAX_NODES
+from conformance.outputs.html_report import TABLE_RESULTS_MAX
+from tests.check_fleet import fleet_snapshots
+from tests.test_fleet_report import fleet
+
+
+def render(tmp_path, doc: dict) -> str:
+    (tmp_path / "results.json").write_text(json.dumps(doc))
+    p = subprocess.run([sys.executable, "-m", "conformance", "report", str(tmp_path / "results.json"), "--output",
+                        str(tmp_path / "out")], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert (tmp_path / "out" / "report.html").is_file(), p.stderr[-2000:]
+    return (tmp_path / "out" / "report.html").read_text()
+
+
+def test_an_unreachable_nodes_identical_errors_fold_into_one_row_after_the_failures(tmp_path):
+    doc = fleet(8, checks=36)
+    for r in doc["results"]:
+        if r["node"] == "gpu-0003":
+            r["message"] = "ssh: connect to host 10.0.0.3 port 22: Connection refused"
+    html = render(tmp_path, doc)
+    section = re.search(r"<section aria-label='Findings' id='gnc-findings'>(.*?)</section>", html, re.S).group(1)
+    rows = re.findall(r"<tr[^>]* data-node='([^']*)' data-check='([^']*)'[^>]*>(.*?)</tr>", section, re.S)
+    down = [r for r in rows if r[0] == "gpu-0003" and r[1] != "FLEET-CONSISTENT"]  # the drift check errs apart
+    assert len(down) == 1 and len(down[0][1].split()) == 36 and "36 checks, one error: ssh: connect" in down[0][2]
+    assert all(f"id='gpu-0003/X-{c}'" in down[0][2] for c in range(36))  # each folded check keeps its permalink
+    # the rejected nodes' failures (X-1 on nodes 0 and 7) come before the unreachable node's row
+    order = [r[0] for r in rows]
+    assert order.index("gpu-0003") > max(order.index("gpu-0000"), order.index("gpu-0007"))
+    total = sum(len(r[1].split()) for r in rows)
+    assert f"{total} result(s) in {len(rows)} row(s)" in section
+    # the matrix links each finding's cell to its row
+    assert "<a href='#gpu-0007/X-1'" in html
+
+
+def test_a_live_run_above_the_matrix_size_writes_a_bounded_page(tmp_path):
+    """A live run (over snapshots: the live path, one item per node) of MATRIX_MAX_NODES + 20 nodes: pytest-html's
+    table holds the failing rows of the first nodes only (about TABLE_RESULTS_MAX), the page says how many it
+    leaves out, and those counts add up to results.json's."""
+    n = MATRIX_MAX_NODES + 20
+    folder = fleet_snapshots(tmp_path, n)
+    out = tmp_path / "out"
+    subprocess.run([sys.executable, "-m", "conformance", "run", "--snapshot", str(folder), "--output", str(out)],
+                   capture_output=True, text=True, timeout=900)  # fmt: skip
+    doc = json.loads((out / "results.json").read_text())
+    # the drift check is judged over the whole fleet after the nodes' checks: the fleet view shows it, not the table
+    failing = [r for r in doc["results"] if r["outcome"] in ("failed", "error") and r["check"] != "FLEET-CONSISTENT"]
+    per_node = len(failing) // n
+    page = (out / "report.html").read_text()
+    blob = json.loads(htmllib.unescape(re.search(r'data-jsonblob="([^"]*)"', page).group(1)))
+    rows = sum(len(v) for v in blob["tests"].values())
+    assert rows <= TABLE_RESULTS_MAX + per_node
+    if len(failing) > TABLE_RESULTS_MAX + per_node:
+        left = re.search(r"lists the first (\d+) nodes with a failed or errored result; (\d+) more nodes and their (\d+) "
+                         r"failed or errored results are left out here", page)  # fmt: skip
+        assert left, "the page must say what it leaves out"
+        shown_nodes, more_nodes, more_results = map(int, left.groups())
+        assert shown_nodes + more_nodes == len({r["node"] for r in failing})
+        assert rows + more_results == len(failing)
+    assert len(page) < 12 * 1024 * 1024
