@@ -170,6 +170,9 @@ def test_printed_the_controls_go_and_failures_keep_their_evidence(driver, report
         assert all(d.is_displayed() for d in driver.find_elements(By.CSS_SELECTOR, "#gnc-findings details[open] pre"))
         badge = driver.find_element(By.CSS_SELECTOR, ".gnc span.verdict")
         assert badge.value_of_css_property("color") in ("rgba(0, 0, 0, 1)", "rgb(0, 0, 0)")
+        # the matrix fits an A4 landscape page (297 mm less 2 x 10 mm margins, at 96 px per inch): no column cut off
+        width = driver.execute_script("return document.querySelector('.gnc table.m').getBoundingClientRect().width")
+        assert width <= (297 - 20) / 25.4 * 96, width
     finally:
         driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": ""})
     printed = driver.execute_cdp_cmd("Page.printToPDF", {"printBackground": False, "landscape": True, "paperWidth": 11.69,
@@ -276,3 +279,31 @@ def test_the_fleet_search_finds_every_node_and_permalinks_reach_unlisted_nodes(d
     assert driver.find_element(By.ID, "gnc-found").text.startswith("No node matches")
     driver.get((out / "report.html").as_uri() + f"#node-{last}")
     assert driver.find_element(By.ID, f"node-{last}").is_displayed()
+
+
+def test_the_keyboard_reaches_matrix_cells_and_opens_result_rows(driver, report):
+    """Keyboard access: pytest-html's row expanders take focus and open with Enter, and a finding's matrix cell
+    is a link (the keyboard's Enter follows it)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get((report / "report.html").as_uri())
+    cell = "#results-table tr.collapsible > td.col-result"
+    expander = WebDriverWait(driver, 5).until(lambda d: d.find_element(By.CSS_SELECTOR, cell))
+    assert expander.get_attribute("tabindex") == "0" and expander.get_attribute("role") == "button"
+    row_id = expander.find_element(By.XPATH, "./ancestor::tbody").get_attribute("id")
+
+    def extras_class(d):  # pytest-html redraws the table: find the row again each time
+        return d.find_element(By.ID, row_id).find_element(By.CSS_SELECTOR, "tr.extras-row").get_attribute("class")
+
+    before = extras_class(driver)
+    # focus() takes only on a focusable element (one without tabindex stays unfocused); then the keyboard's Enter
+    driver.execute_script("arguments[0].focus()", expander)
+    assert driver.execute_script("return document.activeElement === arguments[0]", expander)
+    driver.switch_to.active_element.send_keys(Keys.ENTER)
+    WebDriverWait(driver, 5).until(lambda d: extras_class(d) != before)
+    link = driver.find_element(By.CSS_SELECTOR, ".gnc table.m td.c a")
+    driver.execute_script("arguments[0].focus()", link)
+    driver.switch_to.active_element.send_keys(Keys.ENTER)
+    WebDriverWait(driver, 5).until(lambda d: d.execute_script("return location.hash") == link.get_attribute("hash"))

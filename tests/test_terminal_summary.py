@@ -40,3 +40,16 @@ def test_many_nodes_failing_alike_are_rolled_up_per_check_and_reason(tmp_path):
     assert "not reached or not fully judged, by reason:\n       1 node(s): ssh: timed out" in p.stdout
     nodes = [{"name": f"n{i}", "verdict": "unreachable", "collection": {"error": "ssh: refused"}} for i in range(3)]
     assert rollup(nodes, 10)[0] == "not reached or not fully judged, by reason (of the first 3 nodes not accepted):"
+
+
+def test_the_markdown_summary_counts_nodes_per_pool(tmp_path):
+    doc = fleet(60)
+    (tmp_path / "results.json").write_text(json.dumps(doc))
+    subprocess.run([sys.executable, "-m", "conformance", "report", str(tmp_path / "results.json"), "--output",
+                    str(tmp_path / "out")], capture_output=True, text=True, timeout=300)  # fmt: skip
+    md = (tmp_path / "out" / "summary.md").read_text()
+    assert "| pool (`pool`) | rejected | unreachable | incomplete | accepted |" in md
+    for pool in ("h100-a", "h200-b"):
+        mine = [n for n in doc["nodes"] if n["labels"]["pool"] == pool]
+        row = [sum(n["verdict"] == v for n in mine) for v in ("rejected", "unreachable", "incomplete", "accepted")]
+        assert f"| {pool} | " + " | ".join(map(str, row)) + " |" in md

@@ -134,6 +134,22 @@ document.addEventListener("DOMContentLoaded", function () {
   document.querySelectorAll("input.filter[data-test-result]").forEach(function (box) {
     box.setAttribute("aria-label", "show " + box.getAttribute("data-test-result") + " results");
   });
+  // pytest-html's row expanders (a row's result cell) answer clicks only: reachable by Tab, opened with Enter
+  // or Space. pytest-html redraws its whole table on every toggle, filter or sort: the cells are marked again.
+  function focusable() {
+    document.querySelectorAll("#results-table tr.collapsible > td.col-result:not([tabindex])").forEach(function (td) {
+      td.setAttribute("tabindex", "0"); td.setAttribute("role", "button");
+      td.setAttribute("aria-label", "show or hide the details of this " + td.textContent.toLowerCase() + " result");
+    });
+  }
+  focusable();
+  new MutationObserver(focusable).observe(document.body, {childList: true, subtree: true});
+  document.addEventListener("keydown", function (ev) {
+    var t = ev.target;
+    if ((ev.key === "Enter" || ev.key === " ") && t.matches && t.matches("#results-table tr.collapsible > td.col-result")) {
+      ev.preventDefault(); t.click();
+    }
+  });
 });
 </script>"""
 # one palette for the page (conformance.outputs.palette): the matrix, the badges and pytest-html's own table

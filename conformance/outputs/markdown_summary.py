@@ -1,5 +1,5 @@
 """summary.md: the run in a page of Markdown, for a CI job summary (GitHub Actions: append it to
-$GITHUB_STEP_SUMMARY) or a ticket. Totals, nodes per profile, the nodes not accepted with why, the checks that
+$GITHUB_STEP_SUMMARY) or a ticket. Totals, nodes per profile and per pool, the nodes not accepted with why, the checks that
 block the most nodes with their remediation, and what changed since the baseline. Read from results.json part
 by part (conformance.outputs.documents), so a 50,000-node document costs its results' counts, not its size."""
 
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.config.check_contract import SEVERITY_RANK
+from conformance.config.fleet import GROUP_LABELS
 from conformance.config.verdict import why_not_accepted
 from conformance.outputs.documents import parts_of_file
 
@@ -30,6 +31,9 @@ def summary_markdown(results: Path) -> str:
     meta: dict[str, Any] = {}
     verdicts: Counter[str] = Counter()
     per_profile: dict[str, Counter[str]] = defaultdict(Counter)
+    # per pool label the fleet view groups by (conformance.config.fleet.GROUP_LABELS), counted in the one pass;
+    # the label most nodes carry is chosen afterwards, as group_label chooses it
+    per_label: dict[str, dict[str, Counter[str]]] = {k: defaultdict(Counter) for k in GROUP_LABELS}
     not_accepted: list[dict[str, Any]] = []
     blocking_nodes: dict[str, set[str]] = defaultdict(set)  # check -> nodes it blocks
     for kind, value in parts_of_file(results):
@@ -38,6 +42,10 @@ def summary_markdown(results: Path) -> str:
         elif kind == "node":
             verdicts[value["verdict"]] += 1
             per_profile[value.get("profile", "default")][value["verdict"]] += 1
+            labels = value.get("labels") or {}
+            for key in GROUP_LABELS:
+                if key in labels:
+                    per_label[key][str(labels[key])][value["verdict"]] += 1
             if value["verdict"] != "accepted" and len(not_accepted) < NODES_LISTED:
                 not_accepted.append(value)
         elif kind == "result" and value.get("outcome") in ("failed", "error") and not value.get("waiver"):
@@ -53,6 +61,12 @@ def summary_markdown(results: Path) -> str:
         lines += ["| profile | " + " | ".join(VERDICTS) + " |", "|---|" + "---:|" * len(VERDICTS)]
         for profile, c in sorted(per_profile.items()):
             lines.append(f"| {cell(profile)} | " + " | ".join(str(c[v]) for v in VERDICTS) + " |")
+        lines.append("")
+    label = next((k for k in GROUP_LABELS if sum(sum(c.values()) for c in per_label[k].values()) * 2 > total), None)
+    if label is not None:
+        lines += [f"| pool (`{cell(label)}`) | " + " | ".join(VERDICTS) + " |", "|---|" + "---:|" * len(VERDICTS)]
+        for pool, c in sorted(per_label[label].items()):
+            lines.append(f"| {cell(pool)} | " + " | ".join(str(c[v]) for v in VERDICTS) + " |")
         lines.append("")
     if not_accepted:
         count = total - verdicts["accepted"]
