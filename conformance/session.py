@@ -18,10 +18,10 @@ from conformance.cluster.acceptance import AcceptancePod
 from conformance.cluster.api import api_client, discover
 from conformance.cluster.kubelet_access import KubeletEndpoint, access_report
 from conformance.collection.bundle import Bundle
+from conformance.config import verdict as verdicts
 from conformance.config.check_contract import BLOCKING
 from conformance.config.inventory import Inventory, NodeSpec, load_inventory, local_inventory, merge_discovered
 from conformance.config.profile import Profile
-from conformance.config.verdict import blocking_failures, not_judged, verdict
 from conformance.errors import FactUnavailable, ParseError, UsageError
 from conformance.facts.identity import identity
 from conformance.run.facts_store import CollectOptions, FactStore
@@ -200,26 +200,13 @@ class Run:
         return [self.node_summary(n, rows[n]) for n in self.node_names]
 
     def node_summary(self, node: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        counts = {o: 0 for o in ("passed", "failed", "error", "skipped", "waived")}
-        for r in rows:
-            counts[r["outcome"]] += 1
-        blocking = blocking_failures(rows)
         collection = self.collection_of(node)
         spec = self.spec(node)
-        unjudged = not_judged(rows, self.required_checks(node))
-        out: dict[str, Any] = {
-            "name": node,
-            "verdict": verdict(rows, collection, unjudged),
-            "profile": self.fleet.profile_names[node],
-            "profile_reason": self.fleet.profile_reasons[node],
-            "transport": spec.transport,
-            "labels": spec.labels,
-            "discovered": spec.discovered,
-            "counts": counts,
-            "blocking": blocking,
-        }
-        if unjudged:
-            out["not_judged"] = unjudged
+        out = verdicts.node_summary(
+            node, rows, collection, self.required_checks(node), profile=self.fleet.profile_names[node],
+            profile_reason=self.fleet.profile_reasons[node], transport=spec.transport, labels=spec.labels,
+            discovered=spec.discovered,
+        )  # fmt: skip
         runs = (self.ledger.replayed_nodes.get(node) or {}).get("runs")
         if runs:
             out["runs"] = runs  # a merge: the runs its results came from, newest first
@@ -244,17 +231,14 @@ class Run:
         return out
 
     def required_checks(self, node: str) -> list[str]:
-        """The checks that must be judged on `node` before it can be accepted: every built-in check that blocks
-        (FLEET-CONSISTENT at its profile's fleet.severity), the profile's site rules that block, and in a replay
-        whatever the replayed entry already lacked."""
-        ids = blocking_builtin_ids(self.fleet.profile_for(node).get("fleet.severity"))
-        if self.ledger.replay is not None:
-            # a replay asks for the checks its documents knew (a document of another suite, or of a release
-            # without some check, is not incomplete for lacking them); what a live run left out, its records name
-            ids &= set(self.ledger.replay.get("checks") or {})
-        ids |= {r.spec.id for r in self.site.rules_for(node) if r.spec.severity in BLOCKING}
-        ids |= set((self.ledger.replayed_nodes.get(node) or {}).get("not_judged") or [])
-        return sorted(ids)
+        """The checks that must be judged on `node` before it can be accepted (conformance.config.verdict)."""
+        replayed = self.ledger.replayed_nodes.get(node) or {}
+        return verdicts.required_checks(
+            blocking_builtin_ids(self.fleet.profile_for(node).get("fleet.severity")),
+            {r.spec.id for r in self.site.rules_for(node) if r.spec.severity in BLOCKING},
+            set(self.ledger.replay.get("checks") or {}) if self.ledger.replay is not None else None,
+            replayed.get("not_judged"),
+        )
 
     def fleet_settings(self, node: str) -> dict[str, Any] | None:
         """The node's fleet settings (its profile's `fleet:`, which FLEET-CONSISTENT judges by), as results.json

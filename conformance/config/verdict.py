@@ -9,7 +9,10 @@ again from the document's own rows, so a document that says more than its rows s
   that sent nothing), or a check that blocks was not judged on it: a run narrowed with `--select`, `-k` or
   `-m`, a re-render with `--select`, a run stopped by Ctrl-C or `-x`. The node's entry names those checks.
 - **accepted**: every check that blocks was judged on the node (passed, waived, or skipped as not applying)
-  and none failed or errored."""
+  and none failed or errored.
+
+Which checks must be judged (`required_checks`) and what a node's summary holds (`node_summary`) are decided
+here too; the run hands in what its parts know (the collection record, the profile, the checks that block)."""
 
 from __future__ import annotations
 
@@ -69,3 +72,39 @@ def why_not_accepted(summary: dict[str, Any], listed: int = 6) -> str:
         more = len(summary["not_judged"]) - listed
         return "not judged: " + ", ".join(summary["not_judged"][:listed]) + (f" and {more} more" if more > 0 else "")
     return ""
+
+
+def required_checks(
+    builtin_blocking: set[str],
+    site_blocking: set[str],
+    replay_checks: set[str] | None = None,
+    recorded_unjudged: list[str] | None = None,
+) -> list[str]:
+    """The checks that must be judged on a node before it can be accepted: every built-in check that blocks
+    (FLEET-CONSISTENT at its profile's fleet.severity), the profile's site rules that block, and in a replay
+    whatever the replayed entry already lacked. A replay asks for the checks its documents knew (a document of
+    another suite, or of a release without some check, is not incomplete for lacking them); what a live run left
+    out, its records name."""
+    ids = set(builtin_blocking)
+    if replay_checks is not None:
+        ids &= replay_checks
+    ids |= site_blocking
+    ids |= set(recorded_unjudged or [])
+    return sorted(ids)
+
+
+def node_summary(
+    name: str, rows: list[dict[str, Any]], collection: dict[str, Any] | None, required: list[str], **about: Any
+) -> dict[str, Any]:
+    """A node's entry in results.json: its verdict from its rows, its collection and the checks it needed,
+    the counts, the checks that block it and those not judged; `about` (profile, profile_reason, transport,
+    labels, discovered) as the run knows the node."""
+    counts = {o: 0 for o in ("passed", "failed", "error", "skipped", "waived")}
+    for r in rows:
+        counts[r["outcome"]] += 1
+    unjudged = not_judged(rows, required)
+    out: dict[str, Any] = {"name": name, "verdict": verdict(rows, collection, unjudged), **about, "counts": counts,
+                           "blocking": blocking_failures(rows)}  # fmt: skip
+    if unjudged:
+        out["not_judged"] = unjudged
+    return out
