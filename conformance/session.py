@@ -13,7 +13,7 @@ import pytest
 
 from conformance import __version__
 from conformance.checks import REGISTRY, blocking_builtin_ids, selects
-from conformance.checks.fleet_drift import FLEET_CHECK, cannot_group, drift_results
+from conformance.checks.fleet_drift import FLEET_CHECK
 from conformance.cluster.acceptance import AcceptancePod
 from conformance.cluster.api import api_client, discover
 from conformance.cluster.kubelet_access import KubeletEndpoint, access_report
@@ -22,10 +22,10 @@ from conformance.config import verdict as verdicts
 from conformance.config.check_contract import BLOCKING
 from conformance.config.inventory import Inventory, NodeSpec, load_inventory, local_inventory, merge_discovered
 from conformance.config.profile import Profile
-from conformance.errors import FactUnavailable, ParseError, UsageError
-from conformance.facts.identity import identity
+from conformance.errors import ParseError, UsageError
 from conformance.run.facts_store import CollectOptions, FactStore
 from conformance.run.fleet import Fleet
+from conformance.run.identities import FleetIdentity
 from conformance.run.ledger import Ledger
 from conformance.run.measurements_store import MeasurementStore
 from conformance.run.pod_view import PodView
@@ -59,7 +59,7 @@ class Run:
         self.site = SiteChecks(self.fleet, timeout)
         self.ledger = Ledger()
         self.api_access: list[str] = []  # the API grants the run relies on, as the API server answered
-        self._identities: dict[str, dict[str, Any]] = {}  # node -> its identity record, once read
+        self.identities = FleetIdentity(self.fleet, self.store, self.ledger)
         self.streamed: Any = None  # a replay's NodeSpool, where it is streamed (conformance.run.streamed)
         self.shown: Any = None  # what that streamed pass left for the report and the command line
 
@@ -240,67 +240,21 @@ class Run:
             replayed.get("not_judged"),
         )
 
+    # -- the fleet's identity (conformance.run.identities) ---------------------------------------
     def fleet_settings(self, node: str) -> dict[str, Any] | None:
-        """The node's fleet settings (its profile's `fleet:`, which FLEET-CONSISTENT judges by), as results.json
-        records them: from the profile in a live run; in a replay, as the node's record has them, else from the
-        bundled profile the record names; None where neither says (a custom profile in an older record)."""
-        if node in self.fleet.recorded_fleet:
-            return self.fleet.recorded_fleet[node]
-        p = self.profile_for(node)
-        return {k: p.get(f"fleet.{k}") for k in ("severity", "attributes", "pin")}
+        return self.identities.fleet_settings(node)
 
     def fleet_setting(self, node: str, key: str) -> Any:
-        """One fleet setting (`fleet.severity`, `fleet.attributes`, `fleet.pin`) for the drift check."""
-        settings = self.fleet_settings(node)
-        if settings is None:
-            name = self.fleet.profile_names.get(node, "?")
-            raise FactUnavailable(
-                f"node {node}'s fleet settings: its record names profile {name}, which is not bundled, and carries no "
-                "fleet settings (a results.json from an older release); re-run the node's audit to judge it"
-            )
-        return settings.get(key.removeprefix("fleet."))
+        return self.identities.fleet_setting(node, key)
 
     def identity_of(self, node: str) -> dict[str, Any]:
-        """{"identity": ..., "identity_errors": ...} of a node: from its facts, a replayed record, or the xdist
-        worker that collected it; {} when there is none (not collected)."""
-        if node in self._identities:
-            return self._identities[node]
-        got: dict[str, Any] = {}
-        facts = self.store.collected(node)
-        replayed = self.ledger.replayed_nodes.get(node)
-        if facts is not None and facts.reachable:
-            values, errors = identity(facts)
-            got = {"identity": values, **({"identity_errors": errors} if errors else {})}
-        elif replayed is not None and "identity" in replayed:
-            got = {k: replayed[k] for k in ("identity", "identity_errors") if k in replayed}
-        elif node in self.store.remote.identity:
-            got = self.store.remote.identity[node]
-        if facts is not None or replayed is not None or node in self.store.remote.identity:
-            self._identities[node] = got
-        return got
+        return self.identities.identity_of(node)
 
     def judge_fleet(self, wanted_label: str | None) -> None:
-        """FLEET-CONSISTENT for every node, from the node records of the whole run (conformance.checks.fleet_drift);
-        a replayed document's own drift results are judged again over the nodes merged here."""
-        self.results[:] = [r for r in self.results if r["check"] != FLEET_CHECK.id]
-        if self.fleet.unlabelled:  # snapshots from before they carried labels: the pools are not known
-            rows = [
-                cannot_group(n, f"the snapshots of {len(self.fleet.unlabelled)} node(s) carry no labels (taken by an older "
-                             "release), so the replay cannot group nodes into pools as a live run does; replay with "
-                             "--inventory, or take the snapshots again", self.fleet_setting)
-                for n in self.node_names
-            ]  # fmt: skip
-            self.results.extend(rows)
-            return
-        rows = drift_results(self.node_summaries(), self.fleet_setting, wanted_label)
-        for r in rows:
-            if r["outcome"] == "failed" and self.ledger.waivers:
-                r["outcome"], r["waiver"], r["message"] = self.apply_waivers(r["node"], r["check"], r["message"])
-        self.results.extend(rows)
+        self.identities.judge(self.node_summaries, wanted_label)
 
     def forget(self, node: str) -> None:
-        """Drop what was kept of a node once its summary is written (a streamed replay)."""
-        self._identities.pop(node, None)
+        self.identities.forget(node)
 
     def document_head(self) -> dict[str, Any]:
         """results.json's keys before its nodes."""
