@@ -420,7 +420,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
     from conformance.collection.collect import collect_all, stderr_progress
     from conformance.run.fleet import Fleet
     from conformance.run.site_checks import SiteChecks
-    from conformance.session import write_snapshots
+    from conformance.run.starts import write_snapshots
 
     inv = _inventory(args)
     site = SiteChecks(Fleet(inv), args.timeout)

@@ -20,7 +20,7 @@ from conformance.config.site_rules import SiteRule
 from conformance.errors import ConformanceError, UsageError
 from conformance.outputs import FAILING, diff, junit_chunks, load_results, prometheus_text, write_atomically
 from conformance.outputs.replay import NodeReplayItem, ReplayItem, make_items, node_summary_message, result_id
-from conformance.run import streamed
+from conformance.run import starts, streamed
 from conformance.run.check_items import MODES, NodeChecksItem, checks_of, group_by_node, node_of, run_node_checks, use_node_items
 from conformance.run.merging import Ticker
 from conformance.session import RUN_KEY, Run
@@ -202,7 +202,7 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError("--acceptance-pod cannot run under pytest-xdist (each worker would create pods)")
         config.option.dist = "loadgroup"  # every check of a node in one worker: one collection per node
     try:
-        config.stash[RUN_KEY] = Run.from_options(config)
+        config.stash[RUN_KEY] = starts.from_options(config)
         config.pluginmanager.register(fixtures.run_plugin(config.stash[RUN_KEY]), "conformance-run")
         config.stash[RUN_KEY].store.xdist_worker = _xdist_worker(config)
         if _xdist_controller(config):
