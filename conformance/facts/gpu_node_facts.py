@@ -1,0 +1,158 @@
+"""The GPUs' facts of one node: NVML (the probe) or nvidia-smi joined with PCI sysfs, NVLink, the GPU daemons,
+and the driver's Xid events of this boot from the kernel log."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from conformance.collection.bundle import Record
+from conformance.errors import FactUnavailable, ParseError
+from conformance.facts.gpu import GpuFacts, parse_nvml_probe, parse_pci_function, parse_smi_xml, parse_topo_matrix
+from conformance.facts.gpu_health import parse_smi_nvlink
+from conformance.facts.node_base import FactsBase, fact
+from conformance.facts.xid import CONTROL, XID_LINES_KEPT, XidLog, XidRecordError, parse_xid_record
+
+# GPU daemons by the name the kernel keeps for them (comm: the first 15 characters of the program name)
+GPU_DAEMONS = {"nvidia-fabricmanager": "nv-fabricmanage", "nvidia-persistenced": "nvidia-persiste"}
+PCI_ATTRIBUTES = ("numa_node", "local_cpulist", "current_link_speed", "current_link_width", "max_link_speed", "max_link_width")
+
+
+class GpuNodeFacts(FactsBase):
+    """The GPUs' facts, each read on first use from the collected bundle."""
+
+    @fact
+    def gpus(self) -> GpuFacts:
+        """GPUs from NVML (the probe), else nvidia-smi, joined with their PCI sysfs attributes."""
+        self.require_reachable()
+        b = self.bundle
+        listed = b.meta_lines("gpus")
+        if listed is None:
+            raise FactUnavailable(f"node {self.name}: the collector did not list PCI GPUs (older snapshot?)")
+        functions = sorted(listed)
+        probe = b.optional_command("nvml-probe")
+        notes: list[str] = []
+        if probe is None and not functions:
+            return GpuFacts(gpus=[], source="sysfs: no NVIDIA display-class PCI function", pci_functions=[])
+        if probe is not None and probe.status == "0":
+            facts = parse_nvml_probe(probe.data.decode("utf-8", "replace"))
+        else:
+            why = _probe_failure(probe)
+            notes.append(f"NVML probe: {why}; using nvidia-smi")
+            smi = b.optional_command("nvidia-smi-q")
+            if smi is None or smi.status != "0":
+                state = "not found on the node" if smi is None or smi.status == "127" else f"exited {smi.status}"
+                raise FactUnavailable(f"node {self.name}: GPU facts unavailable: NVML probe: {why}; nvidia-smi: {state}")
+            facts = parse_smi_xml(smi.data.decode("utf-8", "replace"))
+            topo = b.optional_command("nvidia-smi-topo")
+            if topo is not None and topo.status == "0":
+                for index, (cpus, numa) in parse_topo_matrix(topo.data.decode("utf-8", "replace")).items():
+                    for g in facts.gpus:
+                        if g.index == index:
+                            g.affinity_cpus = cpus
+                            g.affinity_nodes = frozenset({numa}) if numa is not None else None
+            else:
+                notes.append("nvidia-smi topo -m failed: NVML affinity unknown")
+            nvlink = b.optional_command("nvidia-smi-nvlink")
+            if nvlink is not None and nvlink.status == "0":
+                errs = b.optional_command("nvidia-smi-nvlink-errors")
+                err_text = errs.data.decode("utf-8", "replace") if errs is not None and errs.status == "0" else ""
+                why = (
+                    "nvidia-smi nvlink -e was not run" if errs is None
+                    else None if errs.status == "0"
+                    else f"nvidia-smi nvlink -e failed (exit {errs.status})"
+                )  # fmt: skip
+                by_index = parse_smi_nvlink(nvlink.data.decode("utf-8", "replace"), err_text, why)
+                for g in facts.gpus:
+                    if g.index in by_index:
+                        g.health.nvlinks = by_index[g.index]
+                        g.health.unread.pop("nvlinks", None)
+        for g in facts.gpus:
+            attrs = {}
+            for a in PCI_ATTRIBUTES:
+                rec = b.file(f"/sys/bus/pci/devices/{g.bus_id}/{a}")
+                if rec is not None and rec.status == "ok":
+                    attrs[a] = rec.data.decode("utf-8", "replace")
+            if attrs:
+                g.pci = parse_pci_function(g.bus_id, attrs)
+        facts.pci_functions = functions
+        facts.notes = notes + facts.notes
+        facts.nvswitches = sorted(b.meta_lines("nvswitches") or [])
+        facts.daemons = {name: b.processes(comm) for name, comm in GPU_DAEMONS.items()}
+        return facts
+
+    @fact
+    def xid_log(self) -> XidLog:
+        """The NVIDIA driver's Xid events of this boot, from the kernel log the collector could read, with
+        what it could not read: a log that does not reach back to this boot's start is incomplete."""
+        self.require_reachable()
+        b = self.bundle
+        source, lines, tried_rec = b.meta("kernel-log"), b.optional_command("xid-lines"), b.meta("kernel-log-tried")
+        if source is None or lines is None:
+            raise FactUnavailable(f"node {self.name}: the collector read no kernel log (no GPU listed, or an older snapshot)")
+        if source.status != "ok" or lines.status != "0":
+            raise FactUnavailable(
+                f"node {self.name}: the collector's kernel-log record could not be read ({source.status}/{lines.status})"
+            )
+        where = source.data.decode("utf-8", "replace")
+        tried = "" if tried_rec is None or tried_rec.status != "ok" else tried_rec.data.decode("utf-8", "replace")
+        tried = CONTROL.sub("?", tried.strip().rstrip(";"))[:600]
+        if where == "none" or where.endswith(" denied"):
+            why = "permission denied" if where.endswith(" denied") else "none found"
+            raise FactUnavailable(
+                f"node {self.name}: no kernel log could be read ({where}): tried /var/log/kern.log, /var/log/messages, "
+                f"journalctl -k -b 0 and dmesg ({why}; dmesg needs CAP_SYSLOG where kernel.dmesg_restrict=1, and the "
+                "files are readable by root or the adm group)" + (f"; {tried}" if tried else "")
+            )
+        try:
+            events, counts, numbers = parse_xid_record(lines.data.decode("utf-8", "replace"))
+        except XidRecordError as e:
+            raise ParseError(f"node {self.name}: {e}") from None
+        cap = re.search(r" read-last=(\d+)", where)
+        size = re.search(r" size=(\d*) ", where)  # collectors before rotations were read
+        files = re.search(r" files=(\d+) ", where)
+        if "bytes" in numbers and cap:
+            read = "read whole" if numbers["bytes"] < int(cap.group(1)) else f"the last {int(cap.group(1)) // 2**20} MiB read"
+        elif size and cap and size.group(1) and int(size.group(1)) <= int(cap.group(1)):
+            read = f"{size.group(1)} bytes, read whole"
+        else:
+            read = f"the last {int(cap.group(1)) // 2**20} MiB read" if cap else "read whole"
+        complete = numbers["boot_line"] == 1
+        if where.startswith("file "):
+            n = int(files.group(1)) if files else 1
+            what = "the file" if n == 1 else f"the file and {n - 1} rotation(s)"
+            scope = "lines after this boot's first line" if complete else "this boot's first line not found"
+            detail = f"{what}, {read}; {scope}"
+        else:
+            detail = "this boot only" + ("" if complete else ", its first line not found")
+        gaps = []
+        if not complete:
+            gaps.append(
+                "this boot's log not fully read: " + (tried or f"{where.split(' ')[0]} does not reach back to this boot's start")
+            )
+        if numbers.get("dropped"):
+            gaps.append(f"{numbers['dropped']} Xid line(s) not counted: more than 1000 different (GPU, Xid) pairs")
+        if counts is None and numbers["total"] > XID_LINES_KEPT:
+            gaps.append(
+                f"only the newest {XID_LINES_KEPT} of {numbers['total']} Xid lines were kept (a collector before per-Xid "
+                "counts): older Xid numbers not read"
+            )
+        source_name = re.split(r" (?:size|files|read-last)=", where)[0]
+        return XidLog(
+            source=source_name, detail=detail, events=events, total=numbers["total"], counts=counts, complete=complete, gaps=gaps
+        )
+
+
+def _probe_failure(probe: Record | None) -> str:
+    if probe is None:
+        return "not run"
+    if probe.status == "127":
+        return "python3 not found on the node"
+    text = probe.data.decode("utf-8", "replace").strip()
+    try:
+        doc = json.loads(text)
+        if isinstance(doc, dict) and doc.get("nvml"):
+            return str(doc["nvml"])[:300]
+    except ValueError:
+        pass
+    return f"exited {probe.status}" + (f": {text[:200]}" if text else "")
