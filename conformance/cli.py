@@ -17,6 +17,7 @@ import sys
 import textwrap
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -49,36 +50,61 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
     pass
 
 
-def _add_collection_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--inventory", metavar="FILE", help="inventory YAML (default: this machine)")
-    p.add_argument("--host-root", metavar="DIR", default="", help="with no inventory: read this machine below DIR")
-    p.add_argument("--parallel", type=int, default=16, metavar="N", help="nodes collected at once (default 16)")
-    p.add_argument(
+@dataclass(frozen=True)
+class Opt:
+    """One option or argument of a command, as argparse.add_argument takes it."""
+
+    flags: tuple[str, ...]
+    kw: dict[str, Any]
+
+
+def opt(*flags: str, **kw: Any) -> Opt:
+    return Opt(flags, kw)
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command of the command line: its help, its options and, for a command of actions (waivers lint,
+    profiles list/show), those actions. Each command's table sits with its function below; build_parser reads
+    COMMANDS."""
+
+    name: str
+    help: str
+    options: tuple[Opt, ...] = ()
+    description: str | None = None
+    epilog: str | None = None
+    actions: tuple[Command, ...] = ()
+    action_dest: str | None = None
+
+
+CHECKS_OPTION = opt(
+    "--checks",
+    action="append",
+    default=[],
+    metavar="FILE|DIR",
+    help="site checks: a YAML rule file, or a folder of them and of Python test_*.py files (repeatable)",
+)
+COLLECTION_OPTIONS = (
+    opt("--inventory", metavar="FILE", help="inventory YAML (default: this machine)"),
+    opt("--host-root", metavar="DIR", default="", help="with no inventory: read this machine below DIR"),
+    opt("--parallel", type=int, default=16, metavar="N", help="nodes collected at once (default 16)"),
+    opt(
         "--timeout",
         type=float,
         default=120.0,
         metavar="SECONDS",
         help="per-node bound on connection, authentication and the remote collector together",
-    )
-    p.add_argument(
+    ),
+    opt(
         "--retries",
         type=int,
         default=2,
         metavar="N",
         help="retries of a transient connection failure, with backoff (default 2; never auth or host keys)",
-    )
-    p.add_argument("-v", "--verbose", action="count", default=0, help="more detail (progress, each check)")
-    _add_checks_arg(p)
-
-
-def _add_checks_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--checks",
-        action="append",
-        default=[],
-        metavar="FILE|DIR",
-        help="site checks: a YAML rule file, or a folder of them and of Python test_*.py files (repeatable)",
-    )
+    ),
+    opt("-v", "--verbose", action="count", default=0, help="more detail (progress, each check)"),
+    CHECKS_OPTION,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,194 +122,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"gpu-node-conformance {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-
-    run = sub.add_parser(
-        "run",
-        formatter_class=_Formatter,
-        help="audit nodes and write report.html, junit.xml, results.json",
-        description="Collect each node's facts (one remote execution per node), run the checks and write the reports.",
-        epilog=textwrap.dedent("""\
-            examples:
-              conformance run                                   # this machine, local transport
-              conformance run --inventory nodes.yaml --profile default --output reports/acceptance
-              conformance run --snapshot snapshots/ --output reports/replay
-              conformance run --inventory new-nodes.yaml --measure    # node acceptance: also H2D bandwidth
-              conformance run --inventory nodes.yaml -- -k KUBELET   # extra pytest arguments after --
-              conformance run --inventory nodes.yaml --checks examples/site-checks   # with the site's own checks"""),
-    )
-    _add_collection_args(run)
-    run.add_argument("--profile", metavar="NAME|FILE", help="profile for every node (default: per inventory, else 'default')")
-    run.add_argument("--output", metavar="DIR", help="output folder (default: a new timestamped folder under reports/)")
-    run.add_argument("--waivers", metavar="FILE", help="waivers YAML (see inventory/waivers.example.yaml)")
-    run.add_argument("--baseline", metavar="RESULTS_JSON", help="a previous results.json to compare with")
-    run.add_argument("--pushgateway", metavar="URL", help="also push the Prometheus metrics to this Pushgateway")
-    run.add_argument("--group-by", metavar="LABEL", help=GROUP_BY_HELP)
-    run.add_argument("--select", action="append", default=[], metavar="PATTERN", help=SELECT_HELP)
-    run.add_argument("--snapshot", metavar="DIR", help="evaluate snapshots saved by 'conformance collect' (offline)")
-    run.add_argument(
-        "--items",
-        choices=("auto", "check", "node"),
-        default="auto",
-        help="pytest items: one per check, one per node judging all its checks (the same results and reports, "
-        "less of pytest's cost per check), or auto (per node from 10 nodes on)",
-    )
-    run.add_argument(
-        "--measure",
-        action="store_true",
-        help="measure pinned H2D bandwidth per GPU and NUMA node (opens a CUDA context on each idle GPU, "
-        "about 10 s per GPU; busy or MIG GPUs are skipped)",
-    )
-    run.add_argument(
-        "--gate",
-        choices=("dry-run", "apply"),
-        default=None,
-        help="after the run, gate the nodes by their verdicts through the inventory's kubernetes: access (as "
-        "'conformance gate' does): print the patches (dry-run) or write them (apply)",
-    )
-    run.add_argument(
-        "--acceptance-pod",
-        action="store_true",
-        help="node acceptance: create a short-lived Guaranteed GPU pod on each node (Kubernetes API), run the pod "
-        "checks on it, delete it",
-    )
-    run.add_argument(
-        "--print-results",
-        action="store_true",
-        help="also print results.json to standard output between markers (in-cluster mode: the pod log carries it)",
-    )
-    run.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="extra arguments for pytest")
-
-    col = sub.add_parser(
-        "collect",
-        formatter_class=_Formatter,
-        help="save each node's raw facts (a snapshot) without judging",
-        epilog="example:\n  conformance collect --inventory nodes.yaml --output snapshots/2026-12-02",
-    )
-    _add_collection_args(col)
-    col.add_argument("--output", metavar="DIR", required=True, help="folder for <node>.json snapshots")
-
-    rep = sub.add_parser(
-        "report",
-        formatter_class=_Formatter,
-        help="re-render reports from results.json files (several files merge, the latest run per node wins)",
-        epilog="examples:\n  conformance report reports/20261202T101500Z/results.json --output reports/rerendered\n"
-        "  conformance report node-a/results.json node-b/results.json --output reports/merged",
-    )
-    rep.add_argument("results", nargs="+", metavar="RESULTS_JSON")
-    _add_rerender_args(rep)
-
-    dif = sub.add_parser(
-        "diff",
-        formatter_class=_Formatter,
-        help="compare two results.json: new failures, fixed, still failing, new and vanished nodes",
-        epilog="example:\n  conformance diff reports/monday/results.json reports/tuesday/results.json\n"
-        "exit code 1 when there are new failures or vanished nodes",
-    )
-    dif.add_argument("before", metavar="A")
-    dif.add_argument("after", metavar="B")
-    dif.add_argument("--json", action="store_true", help="print the diff as JSON")
-
-    wai = sub.add_parser(
-        "waivers",
-        formatter_class=_Formatter,
-        help="check a waivers file: unknown check ids, past expiry, missing fields",
-        epilog="example:\n  conformance waivers lint inventory/waivers.example.yaml\nexit code 1 when it finds problems",
-    )
-    wai_sub = wai.add_subparsers(dest="waivers_command", metavar="ACTION", required=True)
-    lint = wai_sub.add_parser("lint", help="report problems in a waivers file")
-    lint.add_argument("file", metavar="FILE")
-    _add_checks_arg(lint)
-
-    prof = sub.add_parser(
-        "profiles",
-        formatter_class=_Formatter,
-        help="list bundled profiles, or show a profile's effective values",
-        epilog="examples:\n  conformance profiles list\n  conformance profiles show a100-training\n"
-        "  conformance profiles show ./my-profile.yaml",
-    )
-    prof_sub = prof.add_subparsers(dest="profiles_command", metavar="ACTION", required=True)
-    prof_sub.add_parser("list", help="bundled profile names and descriptions")
-    show = prof_sub.add_parser("show", help="effective values (after extends) as YAML")
-    show.add_argument("profile", metavar="NAME|FILE")
-
-    man = sub.add_parser(
-        "manifests",
-        formatter_class=_Formatter,
-        help="print the Kubernetes objects that run the audit on the nodes themselves (in-cluster mode)",
-        description="Namespace, ServiceAccount and one Job per node (pinned by nodeName), or a DaemonSet. Each pod "
-        "audits its own node with the host's root mounted read-only at /host (hostPID, hostNetwork) and prints its "
-        "results.json to its log; collect the logs and run 'conformance merge'.",
-        epilog=textwrap.dedent("""\
-            examples:
-              conformance manifests --node gpu-a1 --node gpu-a2 --image registry.example/gnc:0.1.0 | kubectl apply -f -
-              conformance manifests --nodes-from-inventory nodes.yaml --image registry.example/gnc:0.1.0 -o jobs.yaml
-              conformance manifests --daemonset --image registry.example/gnc:0.1.0"""),
-    )
-    man.add_argument("--node", action="append", default=[], metavar="NAME", help="a node to audit (repeat)")
-    man.add_argument("--nodes-from-inventory", metavar="FILE", help="audit every node named in this inventory")
-    man.add_argument("--daemonset", action="store_true", help="one DaemonSet on GPU nodes instead of one Job per node")
-    man.add_argument("--namespace", default="gpu-node-conformance", metavar="NS")
-    man.add_argument("--image", default=None, metavar="IMAGE", help="the suite's image (build it from the Containerfile)")
-    man.add_argument("--profile", metavar="NAME", help="bundled profile for every node")
-    man.add_argument("--runtime-class", metavar="NAME", help="runtimeClassName for the pods (e.g. nvidia)")
-    man.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output")
-
-    mer = sub.add_parser(
-        "merge",
-        formatter_class=_Formatter,
-        help="combine per-node results (results.json files, folders, pod logs) into one report set",
-        description="Reads results.json files, folders of them, and pod logs holding framed results (in-cluster "
-        "mode). Reruns of a node are deduplicated (the latest run wins); nodes named with --expect that sent "
-        "nothing are marked incomplete.",
-        epilog=textwrap.dedent("""\
-            examples:
-              kubectl -n gpu-node-conformance logs -l app.kubernetes.io/name=gpu-node-conformance --tail=-1 \\
-                  --prefix=false > logs/all.log
-              conformance merge logs/ --expect @nodes.txt --output reports/fleet
-              conformance merge runs/monday/ runs/rerun-gpu-a7/results.json --output reports/merged"""),
-    )
-    mer.add_argument("sources", nargs="+", metavar="FILE|DIR")
-    mer.add_argument("--expect", action="append", default=[], metavar="NODES", help="node names, comma lists or @FILE")
-    _add_rerender_args(mer)
-
-    gat = sub.add_parser(
-        "gate",
-        formatter_class=_Formatter,
-        help="turn a results document's verdicts into node labels, annotations and taints (dry run unless --apply)",
-        description="Accepted nodes get the label gpu-conformance.io/accepted=<profile> and lose the startup taint; "
-        "rejected, unreachable and incomplete nodes keep or get it. Every node gets the annotation "
-        "gpu-conformance.io/verdict. Nothing else on a node is touched. Without --apply the patches are printed "
-        "and nothing is written. Needs 'get' and 'patch' on nodes: the ClusterRole in deploy/gate-rbac.yaml.",
-        epilog=textwrap.dedent("""\
-            examples:
-              conformance gate reports/today/results.json                  # print the patches, write nothing
-              conformance gate reports/today/results.json --apply --context prod
-              conformance gate merged/results.json --in-cluster --apply --taint example.com/unverified
-            exit code 1 when a node was refused (stale or mismatched results, no permission)"""),
-    )
-    gat.add_argument("results", metavar="RESULTS_JSON")
-    gat.add_argument("--apply", action="store_true", help="write the patches (default: print them and write nothing)")
-    gat.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: $KUBECONFIG, ~/.kube/config)")
-    gat.add_argument("--context", metavar="NAME", help="kubeconfig context")
-    gat.add_argument("--in-cluster", action="store_true", help="use the pod's ServiceAccount")
-    gat.add_argument("--inventory", metavar="FILE", help="take the API access from this inventory's kubernetes: section")
-    gat.add_argument(
-        "--taint", default=None, metavar="KEY", help="the startup taint's key (default gpu-conformance.io/unverified)"
-    )
-    gat.add_argument("--taint-effect", default="NoSchedule", choices=("NoSchedule", "NoExecute"),
-                     help="NoExecute also evicts running pods: only where that is wanted")  # fmt: skip
-    gat.add_argument("--max-age", type=float, default=24.0, metavar="HOURS", help="refuse results older than this (24)")
-
-    chk = sub.add_parser(
-        "checks",
-        formatter_class=_Formatter,
-        help="list every check (id, severity, family, title)",
-        epilog="examples:\n  conformance checks\n  conformance checks --json | jq -r '.[].id'\n"
-        "  conformance checks --checks examples/site-checks   # with the site's own, and where each comes from",
-    )
-    chk.add_argument("--json", action="store_true", help="print JSON with rationale and remediation")
-    _add_checks_arg(chk)
+    for command in COMMANDS:
+        _add_command(sub, command)
     return p
+
+
+def _add_command(sub: Any, c: Command) -> None:
+    cp = sub.add_parser(c.name, formatter_class=_Formatter, help=c.help, description=c.description, epilog=c.epilog)
+    for o in c.options:
+        cp.add_argument(*o.flags, **o.kw)
+    if c.actions:
+        actions = cp.add_subparsers(dest=c.action_dest, metavar="ACTION", required=True)
+        for a in c.actions:
+            _add_command(actions, a)
 
 
 def load_registry() -> dict:
@@ -293,10 +144,55 @@ def load_registry() -> dict:
     return load_builtin()
 
 
+DIFF = Command(
+    "diff",
+    help="compare two results.json: new failures, fixed, still failing, new and vanished nodes",
+    epilog="example:\n  conformance diff reports/monday/results.json reports/tuesday/results.json\n"
+    "exit code 1 when there are new failures or vanished nodes",
+    options=(
+        opt("before", metavar="A"),
+        opt("after", metavar="B"),
+        opt("--json", action="store_true", help="print the diff as JSON"),
+    ),
+)
+
+
 def cmd_diff(args: argparse.Namespace) -> int:
     d = diff(load_results(args.before), load_results(args.after))
     print(json.dumps(d, indent=2) if args.json else "\n".join(diff_lines(d)))
     return EXIT_REJECTED if d["new_failures"] or d["vanished_nodes"] else EXIT_OK
+
+
+GATE = Command(
+    "gate",
+    help="turn a results document's verdicts into node labels, annotations and taints (dry run unless --apply)",
+    description="Accepted nodes get the label gpu-conformance.io/accepted=<profile> and lose the startup taint; "
+    "rejected, unreachable and incomplete nodes keep or get it. Every node gets the annotation "
+    "gpu-conformance.io/verdict. Nothing else on a node is touched. Without --apply the patches are printed "
+    "and nothing is written. Needs 'get' and 'patch' on nodes: the ClusterRole in deploy/gate-rbac.yaml.",
+    epilog=textwrap.dedent("""\
+        examples:
+          conformance gate reports/today/results.json                  # print the patches, write nothing
+          conformance gate reports/today/results.json --apply --context prod
+          conformance gate merged/results.json --in-cluster --apply --taint example.com/unverified
+        exit code 1 when a node was refused (stale or mismatched results, no permission)"""),
+    options=(
+        opt("results", metavar="RESULTS_JSON"),
+        opt("--apply", action="store_true", help="write the patches (default: print them and write nothing)"),
+        opt("--kubeconfig", metavar="FILE", help="kubeconfig (default: $KUBECONFIG, ~/.kube/config)"),
+        opt("--context", metavar="NAME", help="kubeconfig context"),
+        opt("--in-cluster", action="store_true", help="use the pod's ServiceAccount"),
+        opt("--inventory", metavar="FILE", help="take the API access from this inventory's kubernetes: section"),
+        opt("--taint", default=None, metavar="KEY", help="the startup taint's key (default gpu-conformance.io/unverified)"),
+        opt(
+            "--taint-effect",
+            default="NoSchedule",
+            choices=("NoSchedule", "NoExecute"),
+            help="NoExecute also evicts running pods: only where that is wanted",
+        ),
+        opt("--max-age", type=float, default=24.0, metavar="HOURS", help="refuse results older than this (24)"),
+    ),
+)
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
@@ -335,6 +231,15 @@ def cmd_gate(args: argparse.Namespace) -> int:
     return EXIT_REJECTED if any(p.refused for p in plans) else EXIT_OK
 
 
+WAIVERS = Command(
+    "waivers",
+    help="check a waivers file: unknown check ids, past expiry, missing fields",
+    epilog="example:\n  conformance waivers lint inventory/waivers.example.yaml\nexit code 1 when it finds problems",
+    action_dest="waivers_command",
+    actions=(Command("lint", help="report problems in a waivers file", options=(opt("file", metavar="FILE"), CHECKS_OPTION)),),
+)
+
+
 def cmd_waivers(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
@@ -349,6 +254,19 @@ def cmd_waivers(args: argparse.Namespace) -> int:
     if not problems:
         print(f"{args.file}: no problems")
     return EXIT_REJECTED if problems else EXIT_OK
+
+
+PROFILES = Command(
+    "profiles",
+    help="list bundled profiles, or show a profile's effective values",
+    epilog="examples:\n  conformance profiles list\n  conformance profiles show a100-training\n"
+    "  conformance profiles show ./my-profile.yaml",
+    action_dest="profiles_command",
+    actions=(
+        Command("list", help="bundled profile names and descriptions"),
+        Command("show", help="effective values (after extends) as YAML", options=(opt("profile", metavar="NAME|FILE"),)),
+    ),
+)
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
@@ -395,6 +313,15 @@ def load_site_checks(paths: list[str], inventory_site: list[str] | None = None) 
     return rules
 
 
+CHECKS = Command(
+    "checks",
+    help="list every check (id, severity, family, title)",
+    epilog="examples:\n  conformance checks\n  conformance checks --json | jq -r '.[].id'\n"
+    "  conformance checks --checks examples/site-checks   # with the site's own, and where each comes from",
+    options=(opt("--json", action="store_true", help="print JSON with rationale and remediation"), CHECKS_OPTION),
+)
+
+
 def cmd_checks(args: argparse.Namespace) -> int:
     load_site_checks(args.checks)
     from conformance.checks import REGISTRY
@@ -414,6 +341,14 @@ def _inventory(args: argparse.Namespace):
     from conformance.config.inventory import load_inventory, local_inventory
 
     return load_inventory(args.inventory) if args.inventory else local_inventory(args.host_root)
+
+
+COLLECT = Command(
+    "collect",
+    help="save each node's raw facts (a snapshot) without judging",
+    epilog="example:\n  conformance collect --inventory nodes.yaml --output snapshots/2026-12-02",
+    options=(*COLLECTION_OPTIONS, opt("--output", metavar="DIR", required=True, help="folder for <node>.json snapshots")),
+)
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
@@ -438,21 +373,22 @@ def cmd_collect(args: argparse.Namespace) -> int:
     return EXIT_REJECTED if bad else EXIT_OK
 
 
-def _add_rerender_args(p: argparse.ArgumentParser) -> None:
-    """The options `report` and `merge` share: where the reports go and how they are rendered."""
-    p.add_argument("--output", metavar="DIR", help="output folder (default: a new timestamped folder under reports/)")
-    p.add_argument("--baseline", metavar="RESULTS_JSON", help="a previous results.json to compare with")
-    p.add_argument("--pushgateway", metavar="URL", help="also push the Prometheus metrics to this Pushgateway")
-    p.add_argument("--group-by", metavar="LABEL", help=GROUP_BY_HELP)
-    p.add_argument("--select", action="append", default=[], metavar="PATTERN", help=SELECT_HELP)
-    p.add_argument(
+# The options `report` and `merge` share: where the reports go and how they are rendered.
+RERENDER_OPTIONS = (
+    opt("--output", metavar="DIR", help="output folder (default: a new timestamped folder under reports/)"),
+    opt("--baseline", metavar="RESULTS_JSON", help="a previous results.json to compare with"),
+    opt("--pushgateway", metavar="URL", help="also push the Prometheus metrics to this Pushgateway"),
+    opt("--group-by", metavar="LABEL", help=GROUP_BY_HELP),
+    opt("--select", action="append", default=[], metavar="PATTERN", help=SELECT_HELP),
+    opt(
         "--items",
         choices=("auto", "result", "node"),
         default="auto",
         help="pytest items of the re-render: one per result, one per node (faster at fleet scale; the same outputs), "
         "or auto (per node above 20,000 results or 300 nodes: streamed, in memory that does not grow with the fleet)",
-    )
-    p.add_argument("-v", "--verbose", action="count", default=0)
+    ),
+    opt("-v", "--verbose", action="count", default=0),
+)
 
 
 def _pytest_args(out: Path, verbose: int) -> list[str]:
@@ -489,6 +425,64 @@ QUIET = [
     "-p",
     "no:threadexception",
 ]
+
+
+RUN = Command(
+    "run",
+    help="audit nodes and write report.html, junit.xml, results.json",
+    description="Collect each node's facts (one remote execution per node), run the checks and write the reports.",
+    epilog=textwrap.dedent("""\
+        examples:
+          conformance run                                   # this machine, local transport
+          conformance run --inventory nodes.yaml --profile default --output reports/acceptance
+          conformance run --snapshot snapshots/ --output reports/replay
+          conformance run --inventory new-nodes.yaml --measure    # node acceptance: also H2D bandwidth
+          conformance run --inventory nodes.yaml -- -k KUBELET   # extra pytest arguments after --
+          conformance run --inventory nodes.yaml --checks examples/site-checks   # with the site's own checks"""),
+    options=(
+        *COLLECTION_OPTIONS,
+        opt("--profile", metavar="NAME|FILE", help="profile for every node (default: per inventory, else 'default')"),
+        opt("--output", metavar="DIR", help="output folder (default: a new timestamped folder under reports/)"),
+        opt("--waivers", metavar="FILE", help="waivers YAML (see inventory/waivers.example.yaml)"),
+        opt("--baseline", metavar="RESULTS_JSON", help="a previous results.json to compare with"),
+        opt("--pushgateway", metavar="URL", help="also push the Prometheus metrics to this Pushgateway"),
+        opt("--group-by", metavar="LABEL", help=GROUP_BY_HELP),
+        opt("--select", action="append", default=[], metavar="PATTERN", help=SELECT_HELP),
+        opt("--snapshot", metavar="DIR", help="evaluate snapshots saved by 'conformance collect' (offline)"),
+        opt(
+            "--items",
+            choices=("auto", "check", "node"),
+            default="auto",
+            help="pytest items: one per check, one per node judging all its checks (the same results and reports, "
+            "less of pytest's cost per check), or auto (per node from 10 nodes on)",
+        ),
+        opt(
+            "--measure",
+            action="store_true",
+            help="measure pinned H2D bandwidth per GPU and NUMA node (opens a CUDA context on each idle GPU, "
+            "about 10 s per GPU; busy or MIG GPUs are skipped)",
+        ),
+        opt(
+            "--gate",
+            choices=("dry-run", "apply"),
+            default=None,
+            help="after the run, gate the nodes by their verdicts through the inventory's kubernetes: access (as "
+            "'conformance gate' does): print the patches (dry-run) or write them (apply)",
+        ),
+        opt(
+            "--acceptance-pod",
+            action="store_true",
+            help="node acceptance: create a short-lived Guaranteed GPU pod on each node (Kubernetes API), run the pod "
+            "checks on it, delete it",
+        ),
+        opt(
+            "--print-results",
+            action="store_true",
+            help="also print results.json to standard output between markers (in-cluster mode: the pod log carries it)",
+        ),
+        opt("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="extra arguments for pytest"),
+    ),
+)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -556,6 +550,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     return rc
 
 
+MANIFESTS = Command(
+    "manifests",
+    help="print the Kubernetes objects that run the audit on the nodes themselves (in-cluster mode)",
+    description="Namespace, ServiceAccount and one Job per node (pinned by nodeName), or a DaemonSet. Each pod "
+    "audits its own node with the host's root mounted read-only at /host (hostPID, hostNetwork) and prints its "
+    "results.json to its log; collect the logs and run 'conformance merge'.",
+    epilog=textwrap.dedent("""\
+        examples:
+          conformance manifests --node gpu-a1 --node gpu-a2 --image registry.example/gnc:0.1.0 | kubectl apply -f -
+          conformance manifests --nodes-from-inventory nodes.yaml --image registry.example/gnc:0.1.0 -o jobs.yaml
+          conformance manifests --daemonset --image registry.example/gnc:0.1.0"""),
+    options=(
+        opt("--node", action="append", default=[], metavar="NAME", help="a node to audit (repeat)"),
+        opt("--nodes-from-inventory", metavar="FILE", help="audit every node named in this inventory"),
+        opt("--daemonset", action="store_true", help="one DaemonSet on GPU nodes instead of one Job per node"),
+        opt("--namespace", default="gpu-node-conformance", metavar="NS"),
+        opt("--image", default=None, metavar="IMAGE", help="the suite's image (build it from the Containerfile)"),
+        opt("--profile", metavar="NAME", help="bundled profile for every node"),
+        opt("--runtime-class", metavar="NAME", help="runtimeClassName for the pods (e.g. nvidia)"),
+        opt("-o", "--output", metavar="FILE", help="write to FILE instead of standard output"),
+    ),
+)
+
+
 def cmd_manifests(args: argparse.Namespace) -> int:
     from conformance.cluster.manifests import DEFAULT_IMAGE, build, to_yaml
 
@@ -583,6 +601,26 @@ def cmd_manifests(args: argparse.Namespace) -> int:
     if not args.image:
         print(f"note: image {DEFAULT_IMAGE} is a local name; build the Containerfile and pass --image", file=sys.stderr)
     return EXIT_OK
+
+
+MERGE = Command(
+    "merge",
+    help="combine per-node results (results.json files, folders, pod logs) into one report set",
+    description="Reads results.json files, folders of them, and pod logs holding framed results (in-cluster "
+    "mode). Reruns of a node are deduplicated (the latest run wins); nodes named with --expect that sent "
+    "nothing are marked incomplete.",
+    epilog=textwrap.dedent("""\
+        examples:
+          kubectl -n gpu-node-conformance logs -l app.kubernetes.io/name=gpu-node-conformance --tail=-1 \\
+              --prefix=false > logs/all.log
+          conformance merge logs/ --expect @nodes.txt --output reports/fleet
+          conformance merge runs/monday/ runs/rerun-gpu-a7/results.json --output reports/merged"""),
+    options=(
+        opt("sources", nargs="+", metavar="FILE|DIR"),
+        opt("--expect", action="append", default=[], metavar="NODES", help="node names, comma lists or @FILE"),
+        *RERENDER_OPTIONS,
+    ),
+)
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
@@ -614,6 +652,15 @@ def _terminate_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+REPORT = Command(
+    "report",
+    help="re-render reports from results.json files (several files merge, the latest run per node wins)",
+    epilog="examples:\n  conformance report reports/20261202T101500Z/results.json --output reports/rerendered\n"
+    "  conformance report node-a/results.json node-b/results.json --output reports/merged",
+    options=(opt("results", nargs="+", metavar="RESULTS_JSON"), *RERENDER_OPTIONS),
+)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -798,6 +845,10 @@ def _nodes_of(results: Path) -> Iterator[dict[str, Any]]:
             return
         if kind == "node":
             yield value
+
+
+# The commands in the order `conformance --help` lists them; each one's table sits with its function above.
+COMMANDS = (RUN, COLLECT, REPORT, DIFF, WAIVERS, PROFILES, MANIFESTS, MERGE, GATE, CHECKS)
 
 
 def main(argv: list[str] | None = None) -> int:
