@@ -109,6 +109,12 @@ def test_flags_that_set_no_field_are_not_part_of_the_configuration():
     )
 
 
+def test_log_settings_are_not_drift():
+    """`-v` sets logging.verbosity, which decides what the kubelet logs and nothing it does: not in the digest."""
+    assert field_of_flag("v") == "logging.verbosity"
+    assert bare(from_files(GPU_POOL, "--v=4")) == bare(from_files(GPU_POOL)) == bare(from_configz(**GPU_POOL))
+
+
 def test_a_flag_the_kubelet_would_refuse_is_an_error_not_a_value():
     with pytest.raises(ParseError, match="--max-pods"):
         from_files(GPU_POOL, "--max-pods=lots")

@@ -33,12 +33,17 @@ def os_name(text: str) -> str | None:
 # Every other string that holds the node's own name (tlsCertFile: /var/lib/kubelet/pki/kubelet-<node>.crt) is
 # digested with the name replaced by "<node>".
 NODE_OWN_KEYS = ("providerID", "podCIDR")
+# Left out too: `logging` (verbosity, format, flush frequency: k8s.io/component-base/logs/api/v1
+# LoggingConfiguration, what `-v` sets), which decides what the kubelet writes to its log and nothing it does;
+# raising one node's verbosity to debug it is not drift.
+DIAGNOSTIC_KEYS = ("logging",)
 NODE_OWN_ADDRESS_KEYS = ("address", "healthzBindAddress")
 
 
 def kubelet_digest(values: dict[str, Any], node: str) -> str:
-    """The digest of a kubelet configuration less what names the node itself (NODE_OWN_KEYS above)."""
-    kept = {k: v for k, v in values.items() if k not in NODE_OWN_KEYS}
+    """The digest of a kubelet configuration less what names the node itself (NODE_OWN_KEYS above) and its log
+    settings (DIAGNOSTIC_KEYS)."""
+    kept = {k: v for k, v in values.items() if k not in NODE_OWN_KEYS and k not in DIAGNOSTIC_KEYS}
     for key in NODE_OWN_ADDRESS_KEYS:
         try:
             ip = ipaddress.ip_address(str(kept.get(key, "")))
