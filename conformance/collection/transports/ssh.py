@@ -69,9 +69,67 @@ def _cause(transport: paramiko.Transport) -> str:
     return f"{type(e).__name__}: {e}" if str(e) else f"the connection was closed ({type(e).__name__})"
 
 
+def with_ssh_config(t: SshTarget) -> SshTarget:
+    """The target with what ssh_config (its `ssh_config` file) says for the host filled in."""
+    if not t.ssh_config:
+        return t
+    path = os.path.expanduser(t.ssh_config)
+    try:
+        cfg = paramiko.SSHConfig.from_path(path).lookup(t.host)
+    except OSError as e:
+        raise TransportError(f"ssh_config {path}: {e.strerror}", kind="error") from e
+    # Values from ssh_config fill what the inventory leaves at its defaults.
+    if "hostname" in cfg:
+        t.host = cfg["hostname"]
+    if "port" in cfg and t.port == 22:
+        t.port = int(cfg["port"])
+    if "user" in cfg and t.user == "root":
+        t.user = cfg["user"]
+    if "identityfile" in cfg and not t.identity_file:
+        t.identity_file = cfg["identityfile"][0]
+    if "userknownhostsfile" in cfg and not t.known_hosts:
+        t.known_hosts = cfg["userknownhostsfile"].split()[0]
+    if "proxyjump" in cfg and not t.proxy_jump and cfg["proxyjump"].lower() != "none":
+        t.proxy_jump = cfg["proxyjump"].split(",")[0]
+    return t
+
+
+def connect_error(e: Exception, host: str, port: int, user: str, known: str, ca_lines: int) -> TransportError:
+    """What a failed connection means, and what to do about it."""
+    if isinstance(e, paramiko.BadHostKeyException):
+        return TransportError(
+            f"host key of {host}:{port} CHANGED: known_hosts {known} has {e.expected_key.get_name()} "
+            f"{e.expected_key.fingerprint}, the node offered {e.key.get_name()} {e.key.fingerprint}. "
+            "Refused (possible man-in-the-middle); if the node was reinstalled, replace its known_hosts line",
+            kind="host-key",
+        )
+    if isinstance(e, paramiko.SSHException) and "not found in known_hosts" in str(e):
+        hint = (
+            f"; {known} trusts host certificates (@cert-authority), which this transport cannot verify: use transport: openssh"
+            if ca_lines
+            else ""
+        )
+        return TransportError(
+            f"host key of {host}:{port} is unknown (not in {known}); verify it and add it with "
+            f"'ssh-keyscan -p {port} {host} >> {known}', or set "
+            f"ssh.insecure_accept_unknown_host_keys: true in the inventory to accept unknown keys{hint}",
+            kind="host-key",
+            executed=False,
+        )
+    if isinstance(e, paramiko.AuthenticationException):
+        return TransportError(f"authentication as {user}@{host}:{port} failed: {e}", kind="auth")
+    if isinstance(e, paramiko.SSHException):
+        return TransportError(f"ssh to {host}:{port}: {e}", kind="unreachable")
+    if isinstance(e, TimeoutError):
+        return TransportError(f"ssh to {host}:{port}: connection timed out", kind="unreachable")
+    if isinstance(e, OSError):
+        return TransportError(f"ssh to {host}:{port}: {e.strerror or e}", kind="unreachable")
+    return TransportError(f"ssh to {host}:{port}: {type(e).__name__}: {e}", kind="unreachable")
+
+
 class SshTransport:
     def __init__(self, target: SshTarget) -> None:
-        self.t = self._with_ssh_config(target)
+        self.t = with_ssh_config(target)
         self.description = f"ssh {self.t.user}@{self.t.host}:{self.t.port}" + (
             f" via {self.t.proxy_jump}" if self.t.proxy_jump else ""
         )
@@ -145,30 +203,6 @@ class SshTransport:
             kind="timeout",
         )
 
-    @staticmethod
-    def _with_ssh_config(t: SshTarget) -> SshTarget:
-        if not t.ssh_config:
-            return t
-        path = os.path.expanduser(t.ssh_config)
-        try:
-            cfg = paramiko.SSHConfig.from_path(path).lookup(t.host)
-        except OSError as e:
-            raise TransportError(f"ssh_config {path}: {e.strerror}", kind="error") from e
-        # Values from ssh_config fill what the inventory leaves at its defaults.
-        if "hostname" in cfg:
-            t.host = cfg["hostname"]
-        if "port" in cfg and t.port == 22:
-            t.port = int(cfg["port"])
-        if "user" in cfg and t.user == "root":
-            t.user = cfg["user"]
-        if "identityfile" in cfg and not t.identity_file:
-            t.identity_file = cfg["identityfile"][0]
-        if "userknownhostsfile" in cfg and not t.known_hosts:
-            t.known_hosts = cfg["userknownhostsfile"].split()[0]
-        if "proxyjump" in cfg and not t.proxy_jump and cfg["proxyjump"].lower() != "none":
-            t.proxy_jump = cfg["proxyjump"].split(",")[0]
-        return t
-
     def _client(self) -> paramiko.SSHClient:
         client = paramiko.SSHClient()
         known = os.path.expanduser(self.t.known_hosts or "~/.ssh/known_hosts")
@@ -217,7 +251,7 @@ class SshTransport:
         except Exception as e:
             if self._expired.is_set():
                 raise self._timed_out() from None
-            raise self._connect_error(e, host, port, user) from None
+            raise connect_error(e, host, port, user, self._known, self._ca_lines) from None
 
     def _tcp(self, host: str, port: int, wait: float) -> socket.socket:
         """A TCP connection to the first address of `host` that answers within `wait` seconds. The
@@ -244,39 +278,6 @@ class SshTransport:
                 return tcp
             failure = TimeoutError(code, "timed out") if code == errno.ETIMEDOUT else OSError(code, os.strerror(code))
         raise failure
-
-    def _connect_error(self, e: Exception, host: str, port: int, user: str) -> TransportError:
-        """What a failed connection means, and what to do about it."""
-        if isinstance(e, paramiko.BadHostKeyException):
-            return TransportError(
-                f"host key of {host}:{port} CHANGED: known_hosts {self._known} has {e.expected_key.get_name()} "
-                f"{e.expected_key.fingerprint}, the node offered {e.key.get_name()} {e.key.fingerprint}. "
-                "Refused (possible man-in-the-middle); if the node was reinstalled, replace its known_hosts line",
-                kind="host-key",
-            )
-        if isinstance(e, paramiko.SSHException) and "not found in known_hosts" in str(e):
-            hint = (
-                f"; {self._known} trusts host certificates (@cert-authority), which this transport cannot verify: "
-                "use transport: openssh"
-                if self._ca_lines
-                else ""
-            )
-            return TransportError(
-                f"host key of {host}:{port} is unknown (not in {self._known}); verify it and add it with "
-                f"'ssh-keyscan -p {port} {host} >> {self._known}', or set "
-                f"ssh.insecure_accept_unknown_host_keys: true in the inventory to accept unknown keys{hint}",
-                kind="host-key",
-                executed=False,
-            )
-        if isinstance(e, paramiko.AuthenticationException):
-            return TransportError(f"authentication as {user}@{host}:{port} failed: {e}", kind="auth")
-        if isinstance(e, paramiko.SSHException):
-            return TransportError(f"ssh to {host}:{port}: {e}", kind="unreachable")
-        if isinstance(e, TimeoutError):
-            return TransportError(f"ssh to {host}:{port}: connection timed out", kind="unreachable")
-        if isinstance(e, OSError):
-            return TransportError(f"ssh to {host}:{port}: {e.strerror or e}", kind="unreachable")
-        return TransportError(f"ssh to {host}:{port}: {type(e).__name__}: {e}", kind="unreachable")
 
     def open(self) -> paramiko.SSHClient:
         try:
