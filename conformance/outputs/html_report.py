@@ -424,7 +424,8 @@ def verdict_table(run: ReportView, summaries: list[dict[str, Any]]) -> str:
     if more:
         scope = f" Showing the first {len(rows)} of {len(rows) + more} nodes that were not accepted; results.json lists all."
     return (
-        "<h2>Node verdicts</h2><p>A node is <b>accepted</b> when no critical or high check failed or errored."
+        "<h2>Node verdicts</h2><p>A node is <b>accepted</b> when every check that blocks (critical or high) was judged "
+        "on it and none failed or errored."
         f"{scope}"
         f" Tool version {e(__version__)}; inventory {e(run.doc['inventory'])}; started {e(run.doc['started_at'])}"
         f"{'; snapshot replay from ' + e(run.snapshot_dir) if run.snapshot_dir else ''}"
