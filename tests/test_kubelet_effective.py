@@ -20,8 +20,8 @@ from conformance.checks.fleet_drift import drift_results
 from conformance.config.kubelet_defaults import upstream_defaults
 from conformance.errors import ParseError
 from conformance.facts.identity import kubelet_digest
-from conformance.facts.kubelet import configz_config, effective_config, flags_to_config, parse_kubelet_args
-from conformance.facts.kubelet_effective import LINUX_EVICTION_HARD, effective, field_of_flag
+from conformance.facts.kubelet import configz_config, effective_config, field_of_flag, flags_to_config, parse_kubelet_args
+from conformance.facts.kubelet_effective import LINUX_EVICTION_HARD, effective
 
 SAMPLES = Path(__file__).parent / "samples"
 
@@ -29,7 +29,7 @@ SAMPLES = Path(__file__).parent / "samples"
 def from_files(doc: dict[str, Any], *argv: str) -> str:
     args = parse_kubelet_args(["kubelet", "--config=/etc/kubernetes/kubelet.yaml", *argv])
     cfg = effective_config(("/etc/kubernetes/kubelet.yaml", doc), [], flags_to_config(args.flags))
-    return "files:" + kubelet_digest(effective(cfg, "files", args.flags), "node-a")
+    return "files:" + kubelet_digest(effective(cfg, "files"), "node-a")
 
 
 def from_configz(**set_keys: Any) -> str:
@@ -37,7 +37,7 @@ def from_configz(**set_keys: Any) -> str:
     doc = copy.deepcopy(upstream_defaults())
     doc["evictionHard"] = dict(LINUX_EVICTION_HARD)
     doc.update(set_keys)
-    return "configz:" + kubelet_digest(effective(configz_config(doc, None, "not read"), "configz", None), "node-a")
+    return "configz:" + kubelet_digest(effective(configz_config(doc, None, "not read"), "configz"), "node-a")
 
 
 def bare(value: str) -> str:
@@ -146,7 +146,7 @@ def test_a_real_configz_of_another_release_is_not_failed_against_the_tables_defa
     it to 50. Its files read against the table differ from its own configz: the drift check must say it cannot
     tell (error), never fail the node for a default."""
     served = json.loads((SAMPLES / "configz.kind.none-policies.aquasecurity-node-collector.json").read_text())["kubeletconfig"]
-    configz = "configz:" + kubelet_digest(effective(configz_config(served, None, "x"), "configz", None), "kind-control-plane")
+    configz = "configz:" + kubelet_digest(effective(configz_config(served, None, "x"), "configz"), "kind-control-plane")
     set_by_kind = {k: served[k] for k in ("cgroupRoot", "evictionHard", "failSwapOn", "imageGCHighThresholdPercent",
                                           "clusterDNS", "clusterDomain", "staticPodPath", "rotateCertificates")}  # fmt: skip
     files = from_files(set_by_kind)

@@ -169,8 +169,7 @@ def identity(facts: Any) -> tuple[dict[str, Any], dict[str, str]]:
     # so the two digest differently for one configuration; drift compares like with like (fleet_drift.reading)
     def kubelet_config() -> str:
         reading = "configz" if facts.configz is not None else "files"
-        flags = facts.kubelet_args.flags if reading == "files" else None
-        return f"{reading}:" + kubelet_digest(effective(facts.kubelet_config, reading, flags), facts.name)
+        return f"{reading}:" + kubelet_digest(effective(facts.kubelet_config, reading), facts.name)
 
     take("kubelet_config", kubelet_config)
     take("runtime_config", runtime_config)

@@ -14,49 +14,58 @@ from typing import Any
 
 import yaml
 
+from conformance.config.kubelet_defaults import upstream_defaults
 from conformance.config.units import parse_duration
 from conformance.errors import ParseError
 
-# Upstream defaults (kubelet v1beta1) of the keys the checks read. Source: the fully defaulted
-# round-trip test data in kubernetes/kubernetes (pkg/kubelet/apis/config/scheme/testdata).
-UPSTREAM_DEFAULTS: dict[str, Any] = {
-    "cpuManagerPolicy": "none",
-    "cpuManagerPolicyOptions": {},
-    "cpuManagerReconcilePeriod": "10s",
-    "topologyManagerPolicy": "none",
-    "topologyManagerScope": "container",
-    "memoryManagerPolicy": "None",
-    "reservedMemory": [],
-    "reservedSystemCPUs": "",
-    "kubeReserved": {},
-    "systemReserved": {},
-    "cgroupDriver": "cgroupfs",
-    "cgroupsPerQOS": True,
-    "featureGates": {},
-    "allowedUnsafeSysctls": [],
-    "cpuCFSQuota": True,
-}
+# The keys the checks read, with the upstream default of each: KubeletConfiguration v1beta1 as the kubelet's
+# own defaulting writes it (conformance/config/kubelet_defaults.v1beta1.yaml, the fully defaulted round-trip
+# test data of kubernetes/kubernetes), and the empty value of its type for a key that object leaves out.
+CHECKED_KEYS = (
+    "cpuManagerPolicy", "cpuManagerPolicyOptions", "cpuManagerReconcilePeriod", "topologyManagerPolicy",
+    "topologyManagerScope", "memoryManagerPolicy", "reservedMemory", "reservedSystemCPUs", "kubeReserved",
+    "systemReserved", "cgroupDriver", "cgroupsPerQOS", "featureGates", "allowedUnsafeSysctls", "cpuCFSQuota",
+)  # fmt: skip
 
-# Deprecated kubelet flags that still override config keys the checks read.
-_STRING_FLAGS = {
-    "cpu-manager-policy": "cpuManagerPolicy",
-    "cpu-manager-reconcile-period": "cpuManagerReconcilePeriod",
-    "topology-manager-policy": "topologyManagerPolicy",
-    "topology-manager-scope": "topologyManagerScope",
-    "memory-manager-policy": "memoryManagerPolicy",
-    "reserved-cpus": "reservedSystemCPUs",
-    "cgroup-driver": "cgroupDriver",
-    "container-runtime-endpoint": "containerRuntimeEndpoint",
+# v1beta1 fields (k8s.io/kubelet/config/v1beta1 types.go) that the defaulted object does not hold, with
+# their JSON type: what a flag's text becomes.
+EXTRA_FIELDS: dict[str, type] = {
+    "staticPodPath": str, "staticPodURL": str, "staticPodURLHeader": dict, "readOnlyPort": int, "providerID": str,
+    "tlsCertFile": str, "tlsPrivateKeyFile": str, "tlsCipherSuites": list, "tlsMinVersion": str,
+    "rotateCertificates": bool, "serverTLSBootstrap": bool, "enableContentionProfiling": bool, "clusterDomain": str,
+    "clusterDNS": list, "kubeletCgroups": str, "systemCgroups": str, "cgroupRoot": str, "cpuManagerPolicyOptions": dict,
+    "topologyManagerPolicyOptions": dict, "qosReserved": dict, "podCIDR": str, "runOnce": bool,
+    "maxParallelImagePulls": int, "evictionHard": dict, "evictionSoft": dict, "evictionSoftGracePeriod": dict,
+    "evictionMaxPodGracePeriod": int, "evictionMinimumReclaim": dict, "podsPerCore": int, "protectKernelDefaults": bool,
+    "featureGates": dict, "systemReserved": dict, "kubeReserved": dict, "reservedSystemCPUs": str,
+    "systemReservedCgroup": str, "kubeReservedCgroup": str, "allowedUnsafeSysctls": list,
+    "kernelMemcgNotification": bool, "reservedMemory": list, "registerWithTaints": list, "singleProcessOOMKill": bool,
+    "imageServiceEndpoint": str, "showHiddenMetricsForVersion": str, "shutdownGracePeriodByPodPriority": list,
+    "imagePullCredentialsVerificationPolicy": str, "preloadedImagesVerificationAllowlist": list,
+}  # fmt: skip
+
+# Flags whose field is not the flag's name in camel case (cmd/kubelet/app/options/options.go,
+# AddKubeletConfigFlags); a dotted field is nested.
+IRREGULAR_FLAGS = {
+    "reserved-cpus": "reservedSystemCPUs", "event-qps": "eventRecordQPS", "registry-qps": "registryPullQPS",
+    "kube-api-qps": "kubeAPIQPS", "kube-api-burst": "kubeAPIBurst", "cgroups-per-qos": "cgroupsPerQOS",
+    "cpu-cfs-quota": "cpuCFSQuota", "cpu-cfs-quota-period": "cpuCFSQuotaPeriod",
+    "image-gc-high-threshold": "imageGCHighThresholdPercent", "image-gc-low-threshold": "imageGCLowThresholdPercent",
+    "minimum-image-ttl-duration": "imageMinimumGCAge", "pod-max-pids": "podPidsLimit", "cluster-dns": "clusterDNS",
+    "provider-id": "providerID", "pod-cidr": "podCIDR", "make-iptables-util-chains": "makeIPTablesUtilChains",
+    "pod-manifest-path": "staticPodPath", "manifest-url": "staticPodURL", "manifest-url-header": "staticPodURLHeader",
+    "contention-profiling": "enableContentionProfiling", "anonymous-auth": "authentication.anonymous.enabled",
+    "authentication-token-webhook": "authentication.webhook.enabled",
+    "authentication-token-webhook-cache-ttl": "authentication.webhook.cacheTTL",
+    "client-ca-file": "authentication.x509.clientCAFile", "authorization-mode": "authorization.mode",
+    "authorization-webhook-cache-authorized-ttl": "authorization.webhook.cacheAuthorizedTTL",
+    "authorization-webhook-cache-unauthorized-ttl": "authorization.webhook.cacheUnauthorizedTTL",
+    "v": "logging.verbosity", "log-flush-frequency": "logging.flushFrequency", "logging-format": "logging.format",
+}  # fmt: skip
+
+UPSTREAM_DEFAULTS: dict[str, Any] = {
+    k: upstream_defaults()[k] if k in upstream_defaults() else EXTRA_FIELDS[k]() for k in CHECKED_KEYS
 }
-_MAP_FLAGS = {
-    "cpu-manager-policy-options": "cpuManagerPolicyOptions",
-    "kube-reserved": "kubeReserved",
-    "system-reserved": "systemReserved",
-    "feature-gates": "featureGates",
-}
-_BOOL_FLAGS = {"cgroups-per-qos": "cgroupsPerQOS", "cpu-cfs-quota": "cpuCFSQuota"}
-# String-slice flags (pflag StringSlice): comma lists; a repeated flag appends to the first.
-_LIST_FLAGS = {"allowed-unsafe-sysctls": "allowedUnsafeSysctls"}
 
 
 def go_parse_bool(value: str) -> bool | None:
@@ -183,36 +192,90 @@ def _parse_reserved_memory(values: list[str | None]) -> list[dict[str, Any]]:
     return out
 
 
+def _camel(flag: str) -> str:
+    head, *rest = flag.split("-")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+def field_of_flag(flag: str) -> str | None:
+    """The configuration field a kubelet flag sets (dotted when nested), or None for a flag that sets none
+    (`--node-ip`, `--hostname-override`, `--kubeconfig`, ...)."""
+    if flag in IRREGULAR_FLAGS:
+        return IRREGULAR_FLAGS[flag]
+    name = _camel(flag)
+    return name if name in upstream_defaults() or name in EXTRA_FIELDS else None
+
+
+def _type_of(path: str) -> type:
+    if path in EXTRA_FIELDS:
+        return EXTRA_FIELDS[path]
+    value: Any = upstream_defaults()
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return type(value) if value is not None else str
+
+
+def _taints(values: list[str | None]) -> list[dict[str, str]]:
+    """`--register-with-taints key=value:Effect,key:Effect` as the v1.Taint list the field holds."""
+    out = []
+    for item in (x.strip() for v in values for x in (v or "").split(",")):
+        if not item:
+            continue
+        kv, colon, effect = item.rpartition(":")
+        if not colon:
+            raise ParseError(f"kubelet flag --register-with-taints: {item!r} is not key[=value]:Effect")
+        key, _, value = kv.partition("=")
+        out.append({"key": key, **({"value": value} if value else {}), "effect": effect})
+    return out
+
+
+def _flag_value(flag: str, path: str, values: list[str | None]) -> Any:
+    """A flag's text as its field's value, as the kubelet's flag types parse it: the last of a repeated scalar
+    flag wins, map flags (cliflag MapStringString, MapStringBool) and string slices gather every occurrence."""
+    last = values[-1]
+    kind = _type_of(path)
+    if path in ("evictionHard", "evictionSoft", "evictionMinimumReclaim"):  # --eviction-hard=memory.available<100Mi
+        sep = "=" if path == "evictionMinimumReclaim" else "<"
+        return {k.strip(): v.strip() for k, v in (_pair(i, flag, sep) for i in (last or "").split(",") if i.strip())}
+    if path == "registerWithTaints":
+        return _taints(values)
+    if path == "reservedMemory":
+        return _parse_reserved_memory(values)
+    if kind is bool:
+        return _parse_bool(last, flag)
+    if kind in (int, float):
+        try:
+            return kind(last or "")
+        except ValueError as e:
+            raise ParseError(f"kubelet flag --{flag}: {last!r} is not a number") from e
+    if kind is dict:
+        merged: dict[str, Any] = {}
+        for v in values:
+            merged.update(_parse_map(v or "", flag))
+        if path == "featureGates":  # map[string]bool: each value as Go's strconv.ParseBool reads it
+            return {k: _parse_bool(v, f"{flag} {k}") for k, v in merged.items()}
+        return merged
+    if kind is list:
+        return [x.strip() for v in values for x in (v or "").split(",") if x.strip()]
+    return last or ""
+
+
+def _pair(item: str, flag: str, sep: str) -> tuple[str, str]:
+    k, found, v = item.partition(sep)
+    if not found:
+        raise ParseError(f"kubelet flag --{flag}: {item!r} is not signal{sep}quantity")
+    return k, v
+
+
 def flags_to_config(flags: dict[str, list[str | None]]) -> dict[str, tuple[Any, str]]:
-    """The config keys that command-line flags set: key -> (value, "flag --name")."""
+    """The configuration fields that command-line flags set: field (dotted when nested) -> (value, "flag --name").
+    A flag the kubelet would refuse (a number that is not one, a boolean Go does not read) is a ParseError: a
+    running kubelet was not started with it."""
     out: dict[str, tuple[Any, str]] = {}
-    for flag, key in _STRING_FLAGS.items():
-        if flag in flags:
-            out[key] = (flags[flag][-1] or "", f"flag --{flag}")
-    for flag, key in _MAP_FLAGS.items():
-        if flag in flags:
-            merged: dict[str, str] = {}
-            for v in flags[flag]:
-                merged.update(_parse_map(v or "", flag))
-            out[key] = (merged, f"flag --{flag}")
-    for flag, key in _BOOL_FLAGS.items():
-        if flag in flags:
-            out[key] = (_parse_bool(flags[flag][-1], flag), f"flag --{flag}")
-    for flag, key in _LIST_FLAGS.items():
-        if flag in flags:
-            items = [x.strip() for v in flags[flag] for x in (v or "").split(",") if x.strip()]
-            out[key] = (items, f"flag --{flag}")
-    if "eviction-hard" in flags:  # --eviction-hard=memory.available<100Mi,nodefs.available<10%
-        thresholds: dict[str, str] = {}
-        for item in (flags["eviction-hard"][-1] or "").split(","):
-            if item.strip():
-                signal, lt, value = item.partition("<")
-                if not lt:
-                    raise ParseError(f"kubelet flag --eviction-hard: {item!r} is not signal<quantity")
-                thresholds[signal.strip()] = value.strip()
-        out["evictionHard"] = (thresholds, "flag --eviction-hard")
-    if "reserved-memory" in flags:
-        out["reservedMemory"] = (_parse_reserved_memory(flags["reserved-memory"]), "flag --reserved-memory")
+    for flag, values in flags.items():
+        path = field_of_flag(flag)
+        if path is not None:
+            out[path] = (_flag_value(flag, path, values), f"flag --{flag}")
     return out
 
 
@@ -256,11 +319,17 @@ def _one_line(e: Exception) -> str:
     return " ".join(str(e).split())
 
 
-def _deep_merge(base: Any, over: Any) -> Any:
+def _nested(path: str, value: Any) -> dict[str, Any]:
+    head, _, rest = path.partition(".")
+    return {head: _nested(rest, value) if rest else value}
+
+
+def deep_merge(base: Any, over: Any) -> Any:
+    """`over` merged into `base` as the kubelet merges its config files: maps key by key, anything else replaced."""
     if isinstance(base, dict) and isinstance(over, dict):
         out = dict(base)
         for k, v in over.items():
-            out[k] = _deep_merge(base.get(k), v) if k in base else v
+            out[k] = deep_merge(base.get(k), v) if k in base else v
         return out
     return over
 
@@ -331,12 +400,15 @@ def effective_config(
         for k, v in doc.items():
             if k in ("kind", "apiVersion"):
                 continue
-            values[k] = _deep_merge(values[k], v) if k in values else v
+            values[k] = deep_merge(values[k], v) if k in values else v
             origins[k] = label
     if flag_values:
         layers.append("command-line flags")
-    for k, (v, label) in flag_values.items():
-        if k == "featureGates" and isinstance(values.get(k), dict):
+    for path, (v, label) in flag_values.items():
+        k, _, rest = path.partition(".")
+        if rest:  # a nested field (--anonymous-auth: authentication.anonymous.enabled)
+            v = deep_merge(values.get(k), _nested(rest, v))
+        elif k == "featureGates" and isinstance(values.get(k), dict):
             # the gates of --feature-gates add to the file's, they do not replace them: the kubelet re-parses its
             # flags over the loaded file and adds back the file's gates the flags did not set
             # (cmd/kubelet/app/server.go, kubeletConfigFlagPrecedence)

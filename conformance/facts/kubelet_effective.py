@@ -37,7 +37,7 @@ from typing import Any
 from conformance.config.kubelet_defaults import upstream_defaults
 from conformance.config.units import parse_duration, parse_quantity
 from conformance.errors import ParseError
-from conformance.facts.kubelet import KubeletConfig, go_parse_bool
+from conformance.facts.kubelet import KubeletConfig, deep_merge
 
 # Linux's default hard eviction thresholds (pkg/kubelet/apis/config/v1beta1/defaults_linux.go,
 # DefaultEvictionHard), applied by SetDefaults_KubeletConfiguration when evictionHard is unset.
@@ -48,49 +48,13 @@ LINUX_EVICTION_HARD = {
     "imagefs.available": "15%",
 }
 
-# v1beta1 fields (k8s.io/kubelet/config/v1beta1 types.go) that the defaulted object does not hold, with
-# their JSON type: what a flag's text becomes.
-EXTRA_FIELDS: dict[str, type] = {
-    "staticPodPath": str, "staticPodURL": str, "staticPodURLHeader": dict, "readOnlyPort": int, "providerID": str,
-    "tlsCertFile": str, "tlsPrivateKeyFile": str, "tlsCipherSuites": list, "tlsMinVersion": str,
-    "rotateCertificates": bool, "serverTLSBootstrap": bool, "enableContentionProfiling": bool, "clusterDomain": str,
-    "clusterDNS": list, "kubeletCgroups": str, "systemCgroups": str, "cgroupRoot": str, "cpuManagerPolicyOptions": dict,
-    "topologyManagerPolicyOptions": dict, "qosReserved": dict, "podCIDR": str, "runOnce": bool,
-    "maxParallelImagePulls": int, "evictionHard": dict, "evictionSoft": dict, "evictionSoftGracePeriod": dict,
-    "evictionMaxPodGracePeriod": int, "evictionMinimumReclaim": dict, "podsPerCore": int, "protectKernelDefaults": bool,
-    "featureGates": dict, "systemReserved": dict, "kubeReserved": dict, "reservedSystemCPUs": str,
-    "systemReservedCgroup": str, "kubeReservedCgroup": str, "allowedUnsafeSysctls": list,
-    "kernelMemcgNotification": bool, "reservedMemory": list, "registerWithTaints": list, "singleProcessOOMKill": bool,
-    "imageServiceEndpoint": str, "showHiddenMetricsForVersion": str, "shutdownGracePeriodByPodPriority": list,
-    "imagePullCredentialsVerificationPolicy": str, "preloadedImagesVerificationAllowlist": list,
-}  # fmt: skip
-
-# Flags whose field is not the flag's name in camel case (cmd/kubelet/app/options/options.go,
-# AddKubeletConfigFlags); a dotted field is nested.
-IRREGULAR_FLAGS = {
-    "reserved-cpus": "reservedSystemCPUs", "event-qps": "eventRecordQPS", "registry-qps": "registryPullQPS",
-    "kube-api-qps": "kubeAPIQPS", "kube-api-burst": "kubeAPIBurst", "cgroups-per-qos": "cgroupsPerQOS",
-    "cpu-cfs-quota": "cpuCFSQuota", "cpu-cfs-quota-period": "cpuCFSQuotaPeriod",
-    "image-gc-high-threshold": "imageGCHighThresholdPercent", "image-gc-low-threshold": "imageGCLowThresholdPercent",
-    "minimum-image-ttl-duration": "imageMinimumGCAge", "pod-max-pids": "podPidsLimit", "cluster-dns": "clusterDNS",
-    "provider-id": "providerID", "pod-cidr": "podCIDR", "make-iptables-util-chains": "makeIPTablesUtilChains",
-    "pod-manifest-path": "staticPodPath", "manifest-url": "staticPodURL", "manifest-url-header": "staticPodURLHeader",
-    "contention-profiling": "enableContentionProfiling", "anonymous-auth": "authentication.anonymous.enabled",
-    "authentication-token-webhook": "authentication.webhook.enabled",
-    "authentication-token-webhook-cache-ttl": "authentication.webhook.cacheTTL",
-    "client-ca-file": "authentication.x509.clientCAFile", "authorization-mode": "authorization.mode",
-    "authorization-webhook-cache-authorized-ttl": "authorization.webhook.cacheAuthorizedTTL",
-    "authorization-webhook-cache-unauthorized-ttl": "authorization.webhook.cacheUnauthorizedTTL",
-    "v": "logging.verbosity", "log-flush-frequency": "logging.flushFrequency", "logging-format": "logging.format",
-}  # fmt: skip
-
 # Fields holding a map of quantities (or percentages), of durations, and the fields (and map values) that are
 # durations though their default is not held: the ones normalised by amount or by length of time.
 QUANTITY_MAPS = ("kubeReserved", "systemReserved", "evictionHard", "evictionSoft", "evictionMinimumReclaim", "qosReserved")
 DURATION_MAPS = ("evictionSoftGracePeriod",)
 EXTRA_DURATIONS = ("crashLoopBackOff.maxContainerRestartPeriod",)
 QUANTITIES = ("containerLogMaxSize",)
-# Fields whose value is a map or list as a whole: a set value replaces the default, never merges into it.
+# Fields whose value is a map as a whole (normalised as one value, not walked key by key as a struct).
 WHOLE_VALUES = frozenset((*QUANTITY_MAPS, *DURATION_MAPS, "featureGates", "cpuManagerPolicyOptions",
                           "topologyManagerPolicyOptions", "staticPodURLHeader"))  # fmt: skip
 
@@ -125,127 +89,15 @@ def _duration_paths() -> frozenset[str]:
     return frozenset(out)
 
 
-def _camel(flag: str) -> str:
-    head, *rest = flag.split("-")
-    return head + "".join(p[:1].upper() + p[1:] for p in rest)
-
-
-def field_of_flag(flag: str) -> str | None:
-    """The configuration field a kubelet flag sets (dotted when nested), or None for a flag that sets none."""
-    if flag in IRREGULAR_FLAGS:
-        return IRREGULAR_FLAGS[flag]
-    name = _camel(flag)
-    return name if name in upstream_defaults() or name in EXTRA_FIELDS else None
-
-
-def _type_of(path: str) -> type:
-    if path in EXTRA_FIELDS:
-        return EXTRA_FIELDS[path]
-    default = _default_paths().get(path, upstream_defaults().get(path))
-    return type(default) if default is not None else str
-
-
-def _map(values: list[str | None], flag: str, sep: str = "=") -> dict[str, str]:
-    out: dict[str, str] = {}
-    for value in values:
-        for item in (value or "").split(","):
-            if not item.strip():
-                continue
-            k, found, v = item.partition(sep)
-            if not found:
-                raise ParseError(f"kubelet flag --{flag}: {item!r} is not key{sep}value")
-            out[k.strip()] = v.strip()
-    return out
-
-
-def _taints(values: list[str | None]) -> list[dict[str, str]]:
-    """`--register-with-taints key=value:Effect,key:Effect` as the v1.Taint list the field holds."""
-    out = []
-    for item in (x.strip() for v in values for x in (v or "").split(",")):
-        if not item:
-            continue
-        kv, colon, effect = item.rpartition(":")
-        if not colon:
-            raise ParseError(f"kubelet flag --register-with-taints: {item!r} is not key[=value]:Effect")
-        key, _, value = kv.partition("=")
-        out.append({"key": key, **({"value": value} if value else {}), "effect": effect})
-    return out
-
-
-def flag_fields(flags: dict[str, list[str | None]]) -> dict[str, Any]:
-    """The configuration fields the kubelet's flags set: dotted path -> value, typed as the field is."""
-    from conformance.facts.kubelet import _parse_reserved_memory
-
-    out: dict[str, Any] = {}
-    for flag, values in flags.items():
-        path = field_of_flag(flag)
-        if path is None:
-            continue
-        last = values[-1]
-        kind = _type_of(path)
-        if path in ("evictionHard", "evictionSoft"):
-            value: Any = _map(values[-1:], flag, "<")
-        elif path == "registerWithTaints":
-            value = _taints(values)
-        elif path == "reservedMemory":
-            value = _parse_reserved_memory(values)
-        elif path == "featureGates":
-            value = {}
-            for k, v in _map(values, flag).items():
-                b = go_parse_bool(v)
-                if b is None:
-                    raise ParseError(f"kubelet flag --feature-gates: {k}={v!r} is not a boolean")
-                value[k] = b
-        elif kind is bool:
-            b = True if last is None else go_parse_bool(last.strip())
-            if b is None:
-                raise ParseError(f"kubelet flag --{flag}: {last!r} is not a boolean the kubelet accepts")
-            value = b
-        elif kind in (int, float):
-            try:
-                value = kind(last or "")
-            except ValueError as e:
-                raise ParseError(f"kubelet flag --{flag}: {last!r} is not a number") from e
-        elif kind is dict:
-            value = _map(values, flag)
-        elif kind is list:
-            value = [x.strip() for v in values for x in (v or "").split(",") if x.strip()]
-        else:
-            value = last or ""
-        out[path] = value
-    return out
-
-
-def _set(tree: dict[str, Any], path: str, value: Any) -> None:
-    *parents, leaf = path.split(".")
-    for p in parents:
-        child = tree.get(p)
-        tree[p] = child = dict(child) if isinstance(child, dict) else {}
-        tree = child
-    tree[leaf] = value
-
-
-def _merge(base: Any, over: Any, path: str = "") -> Any:
-    if isinstance(base, dict) and isinstance(over, dict) and path not in WHOLE_VALUES:
-        out = dict(base)
-        for k, v in over.items():
-            out[k] = _merge(base.get(k), v, f"{path}.{k}" if path else k) if k in base else v
-        return out
-    return over
-
-
-def effective(cfg: KubeletConfig, reading: str, flags: dict[str, list[str | None]] | None) -> dict[str, Any]:
-    """The canonical effective configuration of a `configz` or `files` reading (see the module's text)."""
+def effective(cfg: KubeletConfig, reading: str) -> dict[str, Any]:
+    """The canonical effective configuration of a `configz` or `files` reading (see the module's text); a files
+    reading's KubeletConfig already holds what the flags set (conformance.facts.kubelet.flags_to_config)."""
     if reading == "configz":
         tree = {k: v for k, v in cfg.values.items() if k not in ("kind", "apiVersion")}
     else:
         chosen = {k: v for k, v in cfg.values.items()
                   if k not in ("kind", "apiVersion") and not cfg.origins.get(k, "").startswith("upstream default")}  # fmt: skip
-        for path, value in flag_fields(flags or {}).items():
-            if path == "featureGates":  # flags add to the file's gates, they do not replace them (server.go)
-                value = {**(chosen.get("featureGates") or {}), **value}
-            _set(chosen, path, value)
-        tree = _merge(upstream_defaults(), chosen)
+        tree = deep_merge(upstream_defaults(), chosen)  # the defaults hold no map a set value would merge into
         if "evictionHard" not in chosen:
             tree["evictionHard"] = dict(LINUX_EVICTION_HARD)
         if "nodeStatusReportFrequency" not in chosen and "nodeStatusUpdateFrequency" in chosen:
