@@ -734,7 +734,7 @@ def _finish(rc: int, out: Path, pushgateway: str | None, verbose: int = 0) -> in
     if not results.is_file():
         print(f"error: pytest ended with exit code {rc} and wrote no results", file=sys.stderr)
         return EXIT_INTERRUPTED if rc == pytest.ExitCode.INTERRUPTED else EXIT_USAGE
-    from conformance.config.verdict import why_not_accepted
+    from conformance.config.verdict import verdict_counts, why_not_accepted
     from conformance.plugin import written_summary
 
     doc = written_summary(results) or _read_summary(results)
@@ -773,7 +773,7 @@ def _finish(rc: int, out: Path, pushgateway: str | None, verbose: int = 0) -> in
         print("\n".join(diff_lines(doc["diff"])))
     # one count, stated once: the nodes' verdicts and their results as results.json counts them (pytest's own
     # line is not printed: a live run's item holds a node's checks, so its numbers are not the results')
-    shown = ", ".join(f"{counts[v]} {v}" for v in ("rejected", "unreachable", "incomplete", "accepted") if counts.get(v))
+    shown = verdict_counts(counts)
     line = f"\n{total} node(s): {shown or 'none'}"
     if len(doc["nodes"]) == total:
         sums = Counter[str]()

@@ -16,7 +16,7 @@ here too; the run hands in what its parts know (the collection record, the profi
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from conformance.config.check_contract import BLOCKING
@@ -24,6 +24,12 @@ from conformance.config.check_contract import BLOCKING
 INTERRUPTED = "interrupted"  # a collection's error kind when the run was stopped under it
 MISSING = "missing"  # a node `merge --expect` names whose results never came
 VERDICTS = ("accepted", "rejected", "unreachable", "incomplete")
+ATTENTION_ORDER = ("rejected", "unreachable", "incomplete", "accepted")  # what needs attention first
+
+
+def verdict_counts(counts: Mapping[str, int], form: str = "{n} {v}") -> str:
+    """The verdict counts in one line, what needs attention first, the verdicts no node has left out."""
+    return ", ".join(form.format(n=counts[v], v=v) for v in ATTENTION_ORDER if counts.get(v))
 
 
 def blocking_failures(rows: Iterable[dict[str, Any]]) -> list[str]:

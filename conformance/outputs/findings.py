@@ -13,11 +13,12 @@ from typing import Any
 
 from conformance.checks import REGISTRY
 from conformance.config.check_contract import BLOCKING, SEVERITY_RANK
+from conformance.config.verdict import ATTENTION_ORDER
 from conformance.outputs.fleet_view import e
 
 FINDINGS = ("failed", "error", "waived")
 OUTCOME_RANK = {"failed": 0, "error": 1, "waived": 2}
-VERDICT_RANK = {"rejected": 0, "unreachable": 1, "incomplete": 2, "accepted": 3}
+VERDICT_RANK = {v: i for i, v in enumerate(ATTENTION_ORDER)}
 FOLD_MIN = 3  # a node's results with one outcome and one message fold from this many on
 ROWS_MAX = 2000  # rows on the page; results.json has every result
 EVIDENCE_LINES = 40
@@ -62,21 +63,18 @@ def _entries(results: list[dict[str, Any]], verdicts: dict[str, str]) -> list[li
     return sorted(rows, key=rank)
 
 
-def first_anchors(results: list[dict[str, Any]], verdicts: dict[str, str]) -> set[str]:
-    """The `NODE/CHECK` permalinks the findings table holds (the matrix links its cells to them)."""
-    return {anchor(r["node"], r["check"]) for group in _entries(results, verdicts)[:ROWS_MAX] for r in group}
-
-
-def findings_section(results: list[dict[str, Any]], nodes: list[dict[str, Any]]) -> str:
+def findings_section(results: list[dict[str, Any]], nodes: list[dict[str, Any]]) -> tuple[str, set[str]]:
+    """The section, and the `NODE/CHECK` permalinks its rows hold (the matrix links its cells to them)."""
     verdicts = {n["name"]: n["verdict"] for n in nodes}
     entries = _entries(results, verdicts)
     total = sum(len(g) for g in entries)
+    used: set[str] = set()
     if not entries:
         return (
             "<section aria-label='Findings' id='gnc-findings'><h2>Findings</h2>"
-            "<p>No check failed, errored or was waived.</p></section>"
+            "<p>No check failed, errored or was waived.</p></section>",
+            used,
         )
-    used: set[str] = set()
     rows = [_row(group, used) for group in entries[:ROWS_MAX]]
     more = len(entries) - len(rows)
     shown = f"{total} result(s) in {len(entries)} row(s)" + (
@@ -97,7 +95,8 @@ def findings_section(results: list[dict[str, Any]], nodes: list[dict[str, Any]])
         "<table class='findings'><thead><tr><th scope='col'>outcome</th><th scope='col'>severity</th>"
         "<th scope='col'>node</th><th scope='col'>check</th><th scope='col'>message and evidence</th>"
         f"<th scope='col'><span class='sr'>permalink</span></th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
-        f"{_SCRIPT}</section>"
+        f"{_SCRIPT}</section>",
+        used,
     )
 
 

@@ -4,7 +4,7 @@ pytest-html 4 inserts cells as HTML in the browser: every value from a node is e
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -16,8 +16,8 @@ from conformance import __version__
 from conformance.checks import REGISTRY
 from conformance.config.check_contract import BLOCKING
 from conformance.config.fleet import FLEET_CHECK_ID
-from conformance.config.verdict import why_not_accepted
-from conformance.outputs.findings import anchor, check_anchor, findings_section, first_anchors, node_anchor
+from conformance.config.verdict import ATTENTION_ORDER, verdict_counts, why_not_accepted
+from conformance.outputs.findings import anchor, check_anchor, findings_section, node_anchor
 from conformance.outputs.fleet_view import (
     MATRIX_MAX_NODES,
     TABLE_NODES_MAX,
@@ -292,7 +292,7 @@ def dated_title(doc: dict[str, Any]) -> str:
     """The tab's title carries the run's date and its verdict counts, so a tab or a saved file says what it is."""
     title = "GPU node conformance report"
     counts = Counter(n["verdict"] for n in doc.get("nodes") or [])
-    shown = ", ".join(f"{counts[v]} {v}" for v in ("rejected", "unreachable", "incomplete", "accepted") if counts[v])
+    shown = verdict_counts(counts)
     day = str(doc.get("started_at") or "")[:10]
     return " ".join(p for p in (title, day) if p) + (f": {shown}" if shown else "")
 
@@ -346,9 +346,7 @@ def scope_section(run: ReportView) -> str:
     doc, nodes = run.doc, run.doc["nodes"]
     counts = Counter(n["verdict"] for n in nodes)
     total = doc.get("node_count", len(nodes))
-    totals = " ".join(
-        f"<span class='verdict v-{v}'>{counts[v]} {v}</span>" for v in ("rejected", "unreachable", "incomplete", "accepted")
-    )
+    totals = " ".join(f"<span class='verdict v-{v}'>{counts[v]} {v}</span>" for v in ATTENTION_ORDER)
     judged = {r["check"] for r in run.results}
     known = {c for c, spec in REGISTRY.items() if spec.origin == "built-in"}
     checks = f"{len(judged & known)} of the {len(known)} built-in checks" + (
@@ -494,8 +492,14 @@ def matrix(run: ReportView, linked: set[str] | None = None) -> str:
         if key not in cells or order[r["outcome"]] > order[cells[key]["outcome"]]:
             cells[key] = r
     every = sorted({r["check"] for r in run.results}, key=lambda c: (REGISTRY[c].family, c) if c in REGISTRY else ("", c))
-    skipped_everywhere = {c: next(r["message"] for (_, cc), r in cells.items() if cc == c) for c in every
-                          if all(r["outcome"] == "skipped" for (_, cc), r in cells.items() if cc == c)}  # fmt: skip
+    skipped_everywhere: dict[str, str] = {}  # check -> the reason of its first skip, while it skips everywhere
+    ran: set[str] = set()
+    for (_, c), r in cells.items():
+        if r["outcome"] != "skipped":
+            ran.add(c)
+        else:
+            skipped_everywhere.setdefault(c, r["message"])
+    skipped_everywhere = {c: why for c, why in skipped_everywhere.items() if c not in ran}
     ids = [c for c in every if c not in skipped_everywhere]
     if not every:
         return ""
@@ -510,11 +514,10 @@ def matrix(run: ReportView, linked: set[str] | None = None) -> str:
     head1 = "".join(f"<th class='fam' colspan='{n}'>{e(f)}</th>" for f, n in fams)
     # A passed or skipped cell has no row of its own; a click finds its pytest-html row from its test id. Where a
     # column's ids differ only by node name, the column carries the pattern once (data-tpl) instead of every cell.
-    templates: dict[str, str] = {}
-    for c in ids:
-        pats = {(r.get("test") or "").replace(node, "{node}", 1) for (node, cc), r in cells.items() if cc == c}
-        if len(pats) == 1:
-            templates[c] = next(iter(pats))
+    patterns: dict[str, set[str]] = defaultdict(set)
+    for (node, c), r in cells.items():  # one pass over the cells, not one per column
+        patterns[c].add((r.get("test") or "").replace(node, "{node}", 1))
+    templates = {c: next(iter(p)) for c, p in patterns.items() if len(p) == 1 and c in ids}
     head2 = "".join(
         f"<th scope='col' class='r' id='{e(check_anchor(c))}' title='{e(REGISTRY[c].title if c in REGISTRY else c)}'"
         + (f" data-tpl='{e(templates[c])}'" if c in templates else "")
@@ -642,13 +645,13 @@ def pytest_html_results_summary(prefix: list[str], summary: list[str], postfix: 
         sections = [scope_section(run), fleet_view(fleet), verdict_table(run, summaries), waivers_and_diff(run), _left_out(run)]
     else:
         wanted = session.config.getoption("conformance_group_by")
-        verdicts = {n["name"]: n["verdict"] for n in summaries}
+        findings, linked = findings_section(run.results, summaries)
         sections = [
             scope_section(run),
             verdict_table(run, summaries),
-            findings_section(run.results, summaries),
+            findings,
             waivers_and_diff(run),
-            matrix(run, first_anchors(run.results, verdicts)),
+            matrix(run, linked),
             drift_section(summaries, wanted),
         ]
     sections += [bandwidth_section(run), latency_section(run)]

@@ -11,10 +11,9 @@ from typing import Any
 
 from conformance.config.check_contract import SEVERITY_RANK
 from conformance.config.fleet import GROUP_LABELS
-from conformance.config.verdict import why_not_accepted
+from conformance.config.verdict import ATTENTION_ORDER, verdict_counts, why_not_accepted
 from conformance.outputs.documents import parts_of_file
 
-VERDICTS = ("rejected", "unreachable", "incomplete", "accepted")
 NODES_LISTED = 30
 CHECKS_LISTED = 10
 DIFF_LISTED = 20
@@ -54,19 +53,19 @@ def summary_markdown(results: Path) -> str:
     total = sum(verdicts.values())
     day = str(meta.get("started_at") or "")[:10]
     lines = [f"# GPU node conformance {day}".rstrip(), ""]
-    shown = ", ".join(f"**{verdicts[v]} {v}**" for v in VERDICTS if verdicts[v])
+    shown = verdict_counts(verdicts, "**{n} {v}**")
     state = "complete" if meta.get("complete", True) else "**interrupted**: what was not collected is incomplete"
     lines += [f"{total} node(s): {shown or 'none'}; run {state}.", ""]
     if len(per_profile) > 1 or any(p != "default" for p in per_profile):
-        lines += ["| profile | " + " | ".join(VERDICTS) + " |", "|---|" + "---:|" * len(VERDICTS)]
+        lines += ["| profile | " + " | ".join(ATTENTION_ORDER) + " |", "|---|" + "---:|" * len(ATTENTION_ORDER)]
         for profile, c in sorted(per_profile.items()):
-            lines.append(f"| {cell(profile)} | " + " | ".join(str(c[v]) for v in VERDICTS) + " |")
+            lines.append(f"| {cell(profile)} | " + " | ".join(str(c[v]) for v in ATTENTION_ORDER) + " |")
         lines.append("")
     label = next((k for k in GROUP_LABELS if sum(sum(c.values()) for c in per_label[k].values()) * 2 > total), None)
     if label is not None:
-        lines += [f"| pool (`{cell(label)}`) | " + " | ".join(VERDICTS) + " |", "|---|" + "---:|" * len(VERDICTS)]
+        lines += [f"| pool (`{cell(label)}`) | " + " | ".join(ATTENTION_ORDER) + " |", "|---|" + "---:|" * len(ATTENTION_ORDER)]
         for pool, c in sorted(per_label[label].items()):
-            lines.append(f"| {cell(pool)} | " + " | ".join(str(c[v]) for v in VERDICTS) + " |")
+            lines.append(f"| {cell(pool)} | " + " | ".join(str(c[v]) for v in ATTENTION_ORDER) + " |")
         lines.append("")
     if not_accepted:
         count = total - verdicts["accepted"]
