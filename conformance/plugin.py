@@ -219,7 +219,9 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[html_report.VIEW_KEY] = lambda: (
             html_report.ReportView(run.to_json(), run.snapshot_dir, bool(run.pods.acceptance))
             if run.shown is None
-            else html_report.ReportView(run.shown.doc, fleet=run.shown.fleet, left_out=run.shown.left_out)
+            else html_report.ReportView(
+                run.shown.doc, fleet=run.shown.fleet, left_out=run.shown.left_out, outcomes=run.shown.outcomes
+            )
         )
 
 

@@ -70,3 +70,13 @@ def test_a_live_run_above_the_matrix_size_writes_a_bounded_page(tmp_path):
         assert shown_nodes + more_nodes == len({r["node"] for r in failing})
         assert rows + more_results == len(failing)
     assert len(page) < 12 * 1024 * 1024
+
+
+def test_a_streamed_pages_filter_bar_counts_every_result(tmp_path):
+    """A merge above the matrix size is streamed and its page holds few results: pytest-html's filter bar still
+    counts every result of results.json, as the scope section and the terminal do."""
+    html = render(tmp_path, fleet(MATRIX_MAX_NODES + 30))
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    for outcome, label in (("passed", "Passed"), ("failed", "Failed"), ("error", "Errors")):
+        n = sum(r["outcome"] == outcome for r in doc["results"])
+        assert f'<span class="{outcome}">{n} {label},</span>' in html, (outcome, n)

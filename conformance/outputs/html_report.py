@@ -302,6 +302,7 @@ class ReportView:
     # the results with figures only; these say what the page leaves to results.json and junit.xml
     fleet: FleetSummary | None = None
     left_out: dict[str, int] | None = None
+    outcomes: Counter[str] | None = None  # every result's outcome, where `doc` holds only some results
 
     @property
     def results(self) -> list[dict[str, Any]]:
@@ -658,9 +659,7 @@ def _tool_counts(report: Any, run: ReportView) -> None:
     outcomes = getattr(report, "outcomes", None)
     if not isinstance(outcomes, dict):
         return
-    counts = run.doc.get("result_counts") or Counter(r["outcome"] for r in run.results)
-    if run.fleet is not None and not run.doc.get("result_counts"):
-        return  # a streamed merge's page holds only some results: its own table's counts stand
+    counts = run.outcomes if run.outcomes is not None else Counter(r["outcome"] for r in run.results)
     for outcome, key in (("passed", "passed"), ("failed", "failed"), ("error", "error"), ("skipped", "skipped"),
                          ("waived", "xfailed")):  # fmt: skip
         if key in outcomes:

@@ -55,6 +55,7 @@ class Shown:
     table: list[tuple[str, list[dict[str, Any]], int]] = field(default_factory=list)  # (node, failing, results)
     left_out: dict[str, int] = field(default_factory=dict)
     verdicts: Counter[str] = field(default_factory=Counter)
+    outcomes: Counter[str] = field(default_factory=Counter)  # every result's outcome, counted (the page holds few)
     figures: Counter[str] = field(default_factory=Counter)  # bandwidth and latency figures seen
 
 
@@ -95,6 +96,7 @@ def stream(run: Run, spool: NodeSpool, out: Outputs, ticker: Ticker | None = Non
             diff.add_node(summary)
         used.update(r["check"] for r in every)
         shown.verdicts[summary["verdict"]] += 1
+        shown.outcomes.update(summary["counts"])
         if fleet is not None:
             fleet.add(summary, every)
         _keep(shown, summary, every, listed, drawn, small)
