@@ -31,10 +31,12 @@ def group_label(nodes: list[dict[str, Any]], wanted: str | None) -> str | None:
     """The label that groups the nodes: `wanted`, else the first known pool label on most nodes."""
     if wanted:
         return wanted
-    for key in GROUP_LABELS:
-        if sum(key in (n.get("labels") or {}) for n in nodes) * 2 > len(nodes):
-            return key
-    return None
+    return most_carried({key: sum(key in (n.get("labels") or {}) for n in nodes) for key in GROUP_LABELS}, len(nodes))
+
+
+def most_carried(carried: dict[str, int], total: int) -> str | None:
+    """The first of GROUP_LABELS that more than half of `total` nodes carry (`carried`: label -> nodes)."""
+    return next((key for key in GROUP_LABELS if carried.get(key, 0) * 2 > total), None)
 
 
 def group_of(node: dict[str, Any], label: str | None) -> str:

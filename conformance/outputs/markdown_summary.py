@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.config.check_contract import SEVERITY_RANK
-from conformance.config.fleet import GROUP_LABELS
+from conformance.config.fleet import GROUP_LABELS, most_carried
 from conformance.config.verdict import ATTENTION_ORDER, verdict_counts, why_not_accepted
 from conformance.outputs.documents import parts_of_file
 
@@ -61,7 +61,7 @@ def summary_markdown(results: Path) -> str:
         for profile, c in sorted(per_profile.items()):
             lines.append(f"| {cell(profile)} | " + " | ".join(str(c[v]) for v in ATTENTION_ORDER) + " |")
         lines.append("")
-    label = next((k for k in GROUP_LABELS if sum(sum(c.values()) for c in per_label[k].values()) * 2 > total), None)
+    label = most_carried({k: sum(sum(c.values()) for c in per_label[k].values()) for k in GROUP_LABELS}, total)
     if label is not None:
         lines += [f"| pool (`{cell(label)}`) | " + " | ".join(ATTENTION_ORDER) + " |", "|---|" + "---:|" * len(ATTENTION_ORDER)]
         for pool, c in sorted(per_label[label].items()):
