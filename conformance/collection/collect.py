@@ -202,7 +202,7 @@ CI_PROGRESS_EVERY_S = 15.0
 
 def stderr_progress(
     verbose: bool, write: Callable[[str], None] | None = None, tty: bool | None = None
-) -> Callable[[int, int, Bundle], None] | None:
+) -> Callable[[int, int, Bundle], None]:
     """Progress on stderr: on a terminal one line rewritten in place; in a CI log (not a terminal) a plain line
     every CI_PROGRESS_EVERY_S, and with -v a plain line per node. `tty`: whether stderr is a terminal, when asked
     while pytest captures it (it is not one then)."""
