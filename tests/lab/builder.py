@@ -62,6 +62,38 @@ int main(int argc, char **argv) {
 """
 
 
+# A decoy (issue 50): a program any local user can write, named like a daemon. Started with `serve` it waits
+# forever, as the daemon would; run any other way (as an audit that executes what the process table names
+# would run it) it appends its arguments to /tmp/gnc-decoy-ran and prints a release, so a test sees both.
+DECOY_C = r"""#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "serve") == 0)
+    for (;;) pause();
+  FILE *f = fopen("/tmp/gnc-decoy-ran", "a");
+  if (f) {
+    for (int i = 0; i < argc; i++) fprintf(f, "%s ", argv[i]);
+    fputc('\n', f);
+    fclose(f);
+  }
+  puts("Kubernetes v1.99.0");
+  return 0;
+}
+"""
+
+
+@dataclass(frozen=True)
+class Decoy:
+    """A process named like a daemon that a local user could start: its program `name` lies in a folder of
+    /tmp owned by `owner` (uid), and it runs as `uid` with `args` after `serve`."""
+
+    name: str
+    args: tuple[str, ...] = ()
+    uid: int = 65534  # nobody
+    owner: int = 65534
+
+
 @dataclass(frozen=True)
 class Userland:
     """The node's own shell, awk and small tools, as the distribution ships them. Made the node's own in its
@@ -147,6 +179,7 @@ class NodeSpec:
     # makes them; None: PID 1 keeps every CPU this machine lets the lab use (a node without CPUAffinity=)
     pid1_cpus: str | None = "0"
     userland: Userland = DEBIAN  # the node's sh, awk and small tools
+    decoys: list[Decoy] = field(default_factory=list)  # started before every daemon of the node (issue 50)
 
 
 @dataclass
@@ -222,6 +255,8 @@ class Lab:
         (root / "kubelet.c").write_text(KUBELET_C)
         _run("cc", "-O1", "-o", str(bindir / "kubelet"), str(root / "kubelet.c"))
         shutil.copy(bindir / "kubelet", bindir / "pause")  # the same do-nothing program, named as a pod sandbox's
+        (root / "decoy.c").write_text(DECOY_C)
+        _run("cc", "-O1", "-o", str(bindir / "decoy"), str(root / "decoy.c"))
         self.known_hosts.write_text("")
         if self.host_ca is not None:
             _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.host_ca))
@@ -446,6 +481,16 @@ class Lab:
             (own / name).chmod(0o755)
             return f"/opt/gnc-lab/{name}"
 
+        for i, decoy in enumerate(s.decoys):  # first: their PIDs come before the daemons' in every listing
+            folder = d / "upper" / "tmp" / "gnc-decoy" / str(i)
+            folder.mkdir(parents=True)
+            shutil.copy(self.root / "bin" / "decoy", folder / decoy.name)
+            for p in (folder, folder / decoy.name):
+                os.chown(p, decoy.owner, decoy.owner)
+            run = [f"/tmp/gnc-decoy/{i}/{decoy.name}", "serve", *decoy.args]
+            if decoy.uid != 0:
+                run = ["setpriv", f"--reuid={decoy.uid}", f"--regid={decoy.uid}", "--clear-groups", *run]
+            lines.append(" ".join(q(a) for a in run) + " &")
         if s.containerd is not None:  # the stand-in, its --version answer appended; its file name makes its comm
             stand_in("containerd", s.containerd)
             lines.append(f"(cd {q(s.containerd_cwd)} && exec /opt/gnc-lab/containerd --config /etc/containerd/config.toml) &")
