@@ -21,6 +21,24 @@ def make_host_root(
     proc.mkdir(parents=True)
     (proc / "comm").write_text(comm + "\n")
     (proc / "cmdline").write_bytes(b"\0".join(a.encode() for a in [exe, *kubelet_argv]) + b"\0")
+    # What makes it the node's daemon rather than a process any user could name so (issue 50): it runs as root,
+    # in PID 1's namespaces, from an executable only root (here: this test's own user) could write.
+    (proc / "status").write_text(f"Name:\t{comm}\nUid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\n")
+    for p in (proc, root / "proc" / "1"):
+        (p / "ns").mkdir(parents=True, exist_ok=True)
+        for ns, inode in (("pid", 4026531836), ("mnt", 4026531841)):
+            if not (p / "ns" / ns).is_symlink():
+                os.symlink(f"{ns}:[{inode}]", p / "ns" / ns)
+    os.symlink(exe, proc / "exe")
+    program = root / exe.lstrip("/")
+    program.parent.mkdir(parents=True, exist_ok=True)
+    if not program.exists():
+        program.write_bytes(b"\x7fELF stand-in\n")
+    program.chmod(0o755)
+    for folder in (root, *program.parents):  # no folder a user other than this one may write
+        if folder == root.parent:
+            break
+        folder.chmod(folder.stat().st_mode & ~0o022)
     (root / "kubelet-cwd").mkdir()
     os.symlink("/kubelet-cwd", proc / "cwd")
     for path, content in files.items():

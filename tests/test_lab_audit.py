@@ -130,7 +130,8 @@ def test_system_cpus_are_judged_on_pid1_and_effective_irq_affinity(audit):
 
 
 def test_pod_sysctls_are_judged_by_the_running_kubelets_release(audit):
-    """The lab's kubelet binaries answer --version as real ones do (one is 1.26, one never answers)."""
+    """The lab's kubelets are installed as packages say (one is 1.26), except one installed by hand: its release
+    is unknown, since the audit never runs a binary to ask it (issue 50)."""
     _, _, doc = audit
     got = {(r["node"], r["check"]): r for r in doc["results"]}
     good = got[("good", "KUBELET-ALLOWED-UNSAFE-SYSCTLS")]
@@ -139,4 +140,4 @@ def test_pod_sysctls_are_judged_by_the_running_kubelets_release(audit):
     assert "net.ipv4.ip_local_reserved_ports (safe only from Kubernetes 1.27 on kernel 3.16+; kubelet 1.26.15" in old, old
     hang = got[("hostile", "KUBELET-ALLOWED-UNSAFE-SYSCTLS")]
     assert hang["outcome"] == "error"
-    assert "the kubelet's --version exited 137 (killed after 5 s)" in hang["message"], hang["message"]
+    assert "the running kubelet's release is unknown: no package of the node's package database" in hang["message"]

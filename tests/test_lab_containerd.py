@@ -1,8 +1,8 @@
-"""The collector asks the running containerd for its release, bounded in time: a binary that never
-answers `--version` costs its bound, not the collection, and the files are then judged under the rules of
-every release (the result says so). A release read from a real distribution's version string decides
-how relative import globs are matched: the collector expands them against the daemon's working directory
-too."""
+"""The running containerd's release is the one the node's package database records for the package that
+owns its executable (the binary is never run, issue 50): a containerd no package owns, or one replaced on
+disk since it started, has no known release, and its files are then judged under the rules of every release
+(the result says so). A release from a real distribution's version decides how relative import globs are
+matched: the collector expands them against the daemon's working directory too."""
 
 from __future__ import annotations
 
@@ -62,11 +62,11 @@ def _collect(lab, name):
     return collect_node(NodeSpec(name=name, address=node.address, ssh=ssh), timeout=120, retries=0)
 
 
-def test_a_containerd_that_never_answers_does_not_hang_the_collection(containerd_lab):
+def test_a_containerd_no_package_owns_has_no_known_release(containerd_lab):
     b = _collect(containerd_lab, "hung-containerd")
     assert b.error is None and b.complete, b.error
-    asked = b.optional_command("containerd-version")
-    assert asked is not None and asked.status == "137"  # killed at its bound (timeout -s KILL)
+    asked = b.optional_command("containerd-package")
+    assert asked is not None and asked.status == "unowned"  # installed by hand: only running it would tell
     facts = NodeFacts(b)
     assert facts.containerd_release is None
     rc = facts.runtime_config
@@ -89,7 +89,7 @@ def test_a_relative_glob_is_matched_where_the_running_release_matches_it(contain
     assert ("/etc/containerd/conf.d/50-cgroupfs.toml" in rc.files) is (not systemd)
 
 
-def test_the_release_is_read_from_the_running_binary(lab):
+def test_the_release_is_read_from_the_package_of_the_running_binary(lab):
     node = next(n for n in lab.nodes if n.spec.name == "containerd2")
     ssh = {"user": "root", "identity_file": str(lab.client_key), "known_hosts": str(lab.known_hosts)}
     b = collect_node(NodeSpec(name="containerd2", address=node.address, ssh=ssh), retries=0)
@@ -101,18 +101,18 @@ def test_the_release_is_read_from_the_running_binary(lab):
 
 def test_an_upgraded_binary_on_disk_does_not_answer_for_the_running_daemon(containerd_lab):
     """A package upgrade replaces containerd's file under the running daemon (a rename over it: the daemon's
-    executable is now deleted). The release is asked of the running process's own executable (/proc/PID/exe),
-    as the kubelet's is: it answers with the release that runs, not the new file's (and not "no answer", which
-    asking the path `readlink /proc/PID/exe` prints, "... (deleted)", gave)."""
+    executable is now deleted). The package database then describes the new file, not the one that runs: the
+    running release is unknown (the facts say to restart), never the new package's."""
     lab = containerd_lab
     name = "deb-cwd-root"
     q = "/opt/gnc-lab"
     running = _collect(lab, name)
     before = str(NodeFacts(running).containerd_release)
-    swap = (  # the new file answers for another release (the stand-in prints the last answer appended to it)
-        f"cp {q}/containerd {q}/containerd.new && printf 'GNC-VERSION:%s\\n' "
-        f"'containerd github.com/containerd/containerd v1.7.99 abc' >> {q}/containerd.new && mv {q}/containerd.new {q}/containerd"
-    )
+    assert before.startswith("1.6"), before
+    swap = f"cp {q}/containerd {q}/containerd.new && mv {q}/containerd.new {q}/containerd"
     subprocess.run(["nsenter", "-t", str(lab.node_pid(name)), "-m", "--", "sh", "-c", swap], check=True, timeout=60)
-    after = NodeFacts(_collect(lab, name)).containerd_release
-    assert str(after) == before and before.startswith("1.6"), (before, after)
+    after = _collect(lab, name)
+    assert after.optional_command("containerd-package").status == "deleted"
+    assert NodeFacts(after).containerd_release is None
+    (daemon,) = after.daemons("containerd")
+    assert daemon.trusted and daemon.exe == f"{q}/containerd (deleted)", daemon  # still root's: still the daemon

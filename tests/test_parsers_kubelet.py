@@ -95,6 +95,8 @@ def _k3s_bundle(drop_ins_status: str, drop_ins: dict[str, str]):
     records = [
         Record("P", "k3s", "42"),
         Record("F", "/proc/42/cmdline", "ok", b"/usr/local/bin/k3s\0agent\0"),
+        Record("L", "/proc/42/exe", "ok", b"/usr/local/bin/k3s"),
+        Record("M", "daemon:42", "ok", b""),  # the collector found it to be the node's daemon (issue 50)
         Record("F", "/etc/rancher/k3s/config.yaml", "ok", b"kubelet-arg:\n  - cpu-manager-policy=static\n"),
         Record("G", "/etc/rancher/k3s/config.yaml.d/*.yaml", drop_ins_status, "\n".join(drop_ins).encode()),
         *(Record("F", path, "ok", text.encode()) for path, text in drop_ins.items()),
@@ -114,3 +116,35 @@ def test_k3s_drop_ins_set_kubelet_flags_and_an_unlistable_folder_is_unknown():
     assert args.flags["cpu-manager-policy"][-1] == "none"
     with pytest.raises(FactUnavailable, match=r"config\.yaml\.d"):
         _ = NodeFacts(_k3s_bundle("denied", {})).kubelet_args
+
+
+def _kubelets(*procs: tuple[int, str | None]):
+    """A bundle with processes named kubelet: (pid, the collector's verdict; None: no verdict recorded)."""
+    from conformance.collection.bundle import Bundle, Record
+
+    records = [Record("M", "start", "ok")]
+    for pid, why in procs:
+        records += [
+            Record("P", "kubelet", str(pid)),
+            Record("F", f"/proc/{pid}/cmdline", "ok", b"/usr/bin/kubelet\0--config=/etc/kubelet.yaml\0"),
+            Record("L", f"/proc/{pid}/exe", "ok", b"/usr/bin/kubelet"),
+        ]
+        if why is not None:
+            records.append(Record("M", f"daemon:{pid}", "ok", why.encode()))
+    return Bundle("n", [*records, Record("M", "end", "ok")])
+
+
+def test_the_kubelet_is_the_one_verified_process_never_the_first_named_one():
+    """Issue 50: a name is forgeable. The verified process is the kubelet wherever it comes in the listing;
+    two verified ones, none, or a snapshot without verdicts leave it unknown, naming every candidate."""
+    from conformance.errors import FactUnavailable
+    from conformance.facts.node_facts import NodeFacts
+
+    decoy = "it runs as uid 65534 (uids 65534 65534 65534 65534), not root"
+    assert NodeFacts(_kubelets((7, decoy), (9, ""))).kubelet_pid == 9
+    with pytest.raises(FactUnavailable, match=r"2 processes qualify as the kubelet.*pid 7.*pid 9"):
+        _ = NodeFacts(_kubelets((7, ""), (9, ""))).kubelet_pid
+    with pytest.raises(FactUnavailable, match=r"could not have started: kubelet pid 7 .*uid 65534"):
+        _ = NodeFacts(_kubelets((7, decoy))).kubelet_args
+    with pytest.raises(FactUnavailable, match=r"not verified as the node's daemon"):
+        _ = NodeFacts(_kubelets((7, None))).kubelet_config

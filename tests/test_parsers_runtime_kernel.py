@@ -284,6 +284,7 @@ def _crio_facts(
     records = [Record("M", "start", "ok"), Record("C", "uname", "0", b"6.1.0")]
     if argv is not None:
         records += [Record("P", "crio", "77"), Record("F", "/proc/77/cmdline", "ok", "\0".join(argv).encode() + b"\0")]
+        records += [Record("L", "/proc/77/exe", "ok", b"/usr/bin/crio"), Record("M", "daemon:77", "ok", b"")]
         records.append(Record("C", "crio-environ", "0", (env or "").encode()))
     records.append(Record("F", "/etc/crio/crio.conf", "missing") if "/etc/crio/crio.conf" not in files else
                    Record("F", "/etc/crio/crio.conf", "ok", files["/etc/crio/crio.conf"].encode()))  # fmt: skip
@@ -348,10 +349,11 @@ def test_a_containerd_import_the_collector_did_not_return_is_unknown_not_missing
     main = 'version = 2\nimports = ["/etc/containerd/deep.toml"]\n'
 
     def facts(*extra: Record) -> NodeFacts:
-        version = b"containerd github.com/containerd/containerd/v2 v2.0.0 207ad711\n"
+        package = b"dpkg containerd.io 2.0.0-1"
         records = [
             Record("M", "start", "ok"), Record("P", "containerd", "9"), Record("F", "/proc/9/cmdline", "ok", b"containerd\0"),
-            Record("L", "/proc/9/cwd", "ok", b"/"), Record("C", "containerd-version", "0", version),
+            Record("L", "/proc/9/cwd", "ok", b"/"), Record("L", "/proc/9/exe", "ok", b"/usr/bin/containerd"),
+            Record("M", "daemon:9", "ok", b""), Record("C", "containerd-package", "0", package),
             Record("F", "/etc/containerd/config.toml", "ok", main.encode()), *extra, Record("M", "end", "ok"),
         ]  # fmt: skip
         return NodeFacts(Bundle("n", records))

@@ -60,7 +60,8 @@ def across_releases(rc: RuntimeConfig, judge: Judge) -> tuple[list[str], list[st
         return [f"under every containerd release: {first[0]}", *first[1:]], evidence
     unread = [label for label, p in results.items() if p is None]
     raise FactUnavailable(
-        "containerd's release is not known (no running containerd answered --version), and its releases read these "
+        "containerd's release is not known (no package of the node owns the running containerd's executable, or it "
+        "was replaced since it started), and its releases read these "
         f"files differently: they pass under {'; '.join(passing) or 'none'}, fail under {'; '.join(failing) or 'none'}"
         + (f", and cannot be read under {'; '.join(unread)} ({notes[unread[0]]})" if unread else "")
     )

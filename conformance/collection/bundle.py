@@ -23,6 +23,25 @@ class Record:
     truncated: bool = False
 
 
+@dataclass(frozen=True)
+class Daemon:
+    """A process whose command name is a daemon's, and whether the collector found it to be one: it runs as
+    root, in the node's own PID and mount namespaces, from an executable only root could have written
+    (collector.sh daemon_check; issue 50). `why` says why not ("" for a daemon)."""
+
+    comm: str
+    pid: int
+    exe: str
+    why: str
+
+    @property
+    def trusted(self) -> bool:
+        return not self.why
+
+    def describe(self) -> str:
+        return f"pid {self.pid} ({self.exe or 'executable unread'}{': ' + self.why if self.why else ''})"
+
+
 @dataclass
 class Bundle:
     """Everything gathered from one node, addressable by path or label."""
@@ -146,6 +165,22 @@ class Bundle:
                     raise self._unreadable(r, f"the process {comm}")
                 pids.append(int(r.status))
         return pids
+
+    def daemons(self, comm: str) -> list[Daemon]:
+        """Every process named `comm`, each with the collector's verdict on whether it is the node's daemon. A
+        snapshot from a collector that gave no verdict names none as a daemon: a command name alone is forgeable."""
+        out = []
+        for pid in self.processes(comm):
+            exe = self._index.get(("L", f"/proc/{pid}/exe"))
+            verdict = self._index.get(("M", f"daemon:{pid}"))
+            why = (
+                verdict.data.decode("utf-8", "replace")
+                if verdict is not None and verdict.status == "ok"
+                else "not verified as the node's daemon (a snapshot taken before the collector verified daemons: "
+                "a command name alone is forgeable)"
+            )
+            out.append(Daemon(comm, pid, exe.data.decode("utf-8", "replace") if exe is not None else "", why))
+        return out
 
     def link(self, path: str) -> str | None:
         """Where a symlink points (None: not a symlink, or not looked at)."""

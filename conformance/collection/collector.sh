@@ -17,6 +17,66 @@ export LC_ALL
 set -f
 NL='
 '
+# The programs this collector runs come only from folders that no user but root (or the user the audit runs as)
+# can write, the folder and every folder above it: a PATH entry a node's user could write (a home's bin, a
+# world-writable folder) is dropped before anything is looked up in it (issue 50). The check itself runs the
+# system's own stat and awk (/usr/bin, /bin), which are checked like every other folder.
+GNC_PATH_IN=${PATH:-}
+PATH=/usr/sbin:/usr/bin:/sbin:/bin
+ME=
+while IFS= read -r _l; do case $_l in Uid:*) set -f; set -- $_l; ME=$3; break ;; esac; done < /proc/self/status
+safe_set() {  # $1 a prefix ("" or the host root), $2 newline-separated paths below it (prefixed): prints those
+  # that no user but root (or this collector's own user) could replace: the path and every folder above it, up
+  # to the prefix, owned by them and writable by neither group nor others (links followed), except a folder
+  # with the sticky bit (/tmp), where only an entry's owner may remove or rename it (the next component, which
+  # must pass itself). One stat and one awk for all the paths, whatever their number.
+  _all=; _seen=$NL; _top=$1; _want=$2
+  for _p in $2; do
+    _c=${_p%/}
+    while :; do
+      case $_seen in *"$NL${_c:-/}$NL"*) ;; *) _seen="$_seen${_c:-/}$NL"; _all="$_all${_c:-/}$NL" ;; esac
+      case $_c in ''|/|"$1") break ;; esac
+      _c=${_c%/*}
+    done
+  done
+  [ -n "$_all" ] || return 0
+  set --
+  for _p in $_all; do set -- "$@" "$_p"; done
+  stat -L -c '%u %a %F|%n' -- "$@" 2>/dev/null | GNC_WANT=$_want GNC_TOP=$_top GNC_ME=${ME:-0} awk '
+    { i = index($0, "|"); split(substr($0, 1, i - 1), a, " "); m = a[2]
+      g = substr(m, length(m) - 1, 1); o = substr(m, length(m), 1)
+      sticky = length(m) == 4 && substr(m, 1, 1) ~ /[1357]/ && a[3] == "directory"
+      ok[substr($0, i + 1)] = (a[1] == 0 || a[1] == ENVIRON["GNC_ME"]) && (sticky || (g !~ /[2367]/ && o !~ /[2367]/)) }
+    END {
+      n = split(ENVIRON["GNC_WANT"], want, "\n"); top = ENVIRON["GNC_TOP"]
+      for (k = 1; k <= n; k++) {
+        c = want[k]; if (c == "") continue
+        sub(/\/$/, "", c); good = 1
+        while (1) {
+          q = c == "" ? "/" : c
+          if (!(q in ok) || !ok[q]) { good = 0; break }
+          if (c == "" || c == "/" || c == top) break
+          sub(/\/[^\/]*$/, "", c)
+        }
+        if (good) print want[k]
+      }
+    }'
+}
+cands=; dropped=
+IFS=:
+for _d in $GNC_PATH_IN; do
+  case $_d in /*) cands="$cands$_d$NL" ;; *) dropped="$dropped$_d (not absolute)$NL" ;; esac
+done
+IFS=$NL
+set -f
+kept=$(safe_set "" "$cands")
+PATH=
+for _d in $cands; do
+  case $NL$kept$NL in *"$NL$_d$NL"*) PATH="$PATH${PATH:+:}$_d" ;; *) dropped="$dropped$_d$NL" ;; esac
+done
+IFS=' 	
+'
+[ -n "$PATH" ] || PATH=/nonexistent
 miss=
 for t in awk base64 head tail cat tr cut stat readlink dirname uname; do command -v "$t" >/dev/null 2>&1 || miss="$miss $t"; done
 if [ -n "$miss" ]; then
@@ -241,8 +301,40 @@ read_containerd() {  # $1 path, $2 depth; $ccwd: the daemon's working directory 
   done
 }
 
+emit_owner() {  # $1 daemon, $2 its executable (as /proc/PID/exe names it): "dpkg PACKAGE VERSION" or "rpm NAME
+  # VERSION-RELEASE" of the installed package that owns the file, read from the node's package database with
+  # the node's system tools (bounded in time); status "deleted" (the file was replaced since the daemon
+  # started: the database describes the new one), "unowned" (no package owns it), 127 (no database tool)
+  case $2 in
+    '') rec C "$1-package" unread; echo; return 0 ;;
+    *' (deleted)') rec C "$1-package" deleted; echo; return 0 ;;
+  esac
+  _tried=
+  if [ -f "$R/var/lib/dpkg/status" ] && command -v dpkg-query >/dev/null 2>&1 && command -v timeout >/dev/null 2>&1; then
+    _tried=1
+    _own=$(timeout -s KILL 20 dpkg-query --admindir="$R/var/lib/dpkg" -S -- "$2" 2>/dev/null | awk -v f="$2" '
+      { i = index($0, ": "); if (i && substr($0, i + 2) == f && $0 !~ /^diversion /) { print substr($0, 1, i - 1); exit } }')
+    _own=${_own%%,*}
+    if [ -n "$_own" ]; then
+      _v=$(timeout -s KILL 20 dpkg-query --admindir="$R/var/lib/dpkg" -W -f '${Version}' -- "$_own" 2>/dev/null)
+      if [ -n "$_v" ]; then rec C "$1-package" 0; b64s "dpkg $_own $_v"; echo; return 0; fi
+    fi
+  fi
+  for _db in /var/lib/rpm /usr/lib/sysimage/rpm; do
+    [ -f "$R$_db/rpmdb.sqlite" ] || [ -f "$R$_db/Packages" ] || [ -f "$R$_db/Packages.db" ] || continue
+    command -v rpm >/dev/null 2>&1 && command -v timeout >/dev/null 2>&1 || break
+    _tried=1
+    _v=$(timeout -s KILL 60 rpm ${R:+--root "$R"} --dbpath "$_db" -qf --queryformat '%{NAME} %{VERSION}-%{RELEASE}\n' -- "$2" 2>/dev/null | head -n 1)
+    case $_v in *' '*) rec C "$1-package" 0; b64s "rpm $_v"; echo; return 0 ;; esac
+    break
+  done
+  if [ -n "$_tried" ]; then rec C "$1-package" unowned; else rec C "$1-package" 127; fi
+  echo
+}
+
 rec M version ok; b64s 1; echo
 rec M root ok; b64s "$R"; echo
+rec M path-dropped ok; b64s "$dropped"; echo  # PATH folders a user other than root could write: not used
 emit_file /proc/sys/kernel/hostname
 emit_file /etc/os-release  # the OS image, for the node's identity record
 emit_cmd uname uname -r
@@ -258,21 +350,84 @@ procs=$(head -n 1 /dev/null "$R"/proc/[0-9]*/comm 2>/dev/null | awk '
   pid != "" && /^(kubelet|containerd|crio|dockerd|k3s|k3s-server|k3s-agent|nv-fabricmanage|nvidia-persiste)$/ { print pid " " $0 }
   { pid = "" }')
 set -f
-kpid=; cpid=; kcwd=; ccwd=; rpid=
+trusted_file() {  # $1 a path on the node: true when only root could have written it (or this collector's user):
+  # the file and every folder above it as named, and again once its links are resolved inside the root
+  resolve_in_root "$1" || return 1
+  [ "$(safe_set "$R" "$R$1$NL$R$IR")" = "$R$1$NL$R$IR" ]
+}
+# A process is one of the node's daemons only when nothing a local user can forge says so (issue 50): its
+# command name is free to choose (a file named kubelet, prctl(PR_SET_NAME)), so it must also run as root (real,
+# effective, saved and filesystem uids 0), in the node's own PID and mount namespaces (those of PID 1, which a
+# container's processes are not in), from an executable that only root could have written: the file and every
+# folder above it, as named and with its links resolved (for an executable replaced since it started, the
+# running file itself, through /proc/PID/exe, and its folder). daemon_facts sets why (what already rules the
+# process out, "" if nothing), exe (as the kernel names it, " (deleted)" when replaced) and need (the paths,
+# prefixed, that safe_set must keep).
+ns_pid1=$(readlink "$R/proc/1/ns/pid" 2>/dev/null); ns_mnt1=$(readlink "$R/proc/1/ns/mnt" 2>/dev/null)
+daemon_facts() {
+  _d=$R/proc/$1; why=; exe=; need=; _u=
+  { while IFS= read -r _l; do case $_l in Uid:*) _u=${_l#Uid:}; break ;; esac; done < "$_d/status"; } 2>/dev/null
+  IFS=' 	'; set -- $_u; _u="$*"; IFS=$NL  # "0 0 0 0": real, effective, saved, filesystem uids
+  if [ -z "$_u" ]; then why="its /proc/$1/status could not be read"; return; fi
+  if [ "$_u" != "0 0 0 0" ]; then why="it runs as uid ${_u%% *} (uids $_u), not root"; return; fi
+  _a=$(readlink "$_d/ns/pid" 2>/dev/null); _b=$(readlink "$_d/ns/mnt" 2>/dev/null)
+  if [ -z "$_a" ] || [ -z "$_b" ] || [ -z "$ns_pid1" ] || [ -z "$ns_mnt1" ]; then
+    why="its namespaces or PID 1's could not be read (another user's /proc/PID/ns needs root or CAP_SYS_PTRACE)"; return
+  fi
+  if [ "$_a" != "$ns_pid1" ] || [ "$_b" != "$ns_mnt1" ]; then
+    why="it runs in other namespaces than the node's PID 1 (a container's process)"; return
+  fi
+  exe=$(readlink "$_d/exe" 2>/dev/null)
+  case $exe in
+    '') why="its executable (/proc/$1/exe) could not be read" ;;
+    *' (deleted)')
+      _f=${exe% (deleted)}
+      if resolve_in_root "${_f%/*}/"; then need="$_d/exe$NL$R${_f%/*}$NL$R$IR$NL"; else why="its folder ${_f%/*} is gone"; fi ;;
+    *) if resolve_in_root "$exe"; then need="$R$exe$NL$R$IR$NL"; else why="its executable $exe could not be resolved"; fi ;;
+  esac
+}
+kpid=; cpid=; kcwd=; ccwd=; rpid=; kpid_k3s=; kexe=; cexe=; rexe=; k3exe=; nk=0; nc=0; nr=0; n3=0
+allneed=
+while IFS=" " read -r pid c; do  # first what each candidate is, then one check of every executable
+  [ -n "$pid" ] || continue
+  daemon_facts "$pid"
+  allneed=$allneed$need
+  eval "why_$pid=\$why; exe_$pid=\$exe; need_$pid=\$need"
+done <<EOF
+$procs
+EOF
+safe=$NL$(safe_set "$R" "$allneed")$NL
 while IFS=" " read -r pid c; do
   [ -n "$pid" ] || continue
+  eval "why=\$why_$pid; exe=\$exe_$pid; need=\$need_$pid"
+  if [ -z "$why" ]; then
+    for _p in $need; do
+      case $safe in *"$NL$_p$NL"*) ;; *) why="its executable $exe can be written by a user other than root (the file or a folder above it)"; break ;; esac
+    done
+  fi
   d=$R/proc/$pid
   rec P "$c" "$pid"; echo
   emit_file "/proc/$pid/cmdline"
   w=$(readlink "$d/cwd" 2>/dev/null)
   rec L "/proc/$pid/cwd" ok
   case $w in *"$NL"*) printf '%s' "$w" | tr -d '\n' | b64 ;; *) b64s "$w" ;; esac; echo
-  [ "$c" = kubelet ] && [ -z "$kpid" ] && kpid=$pid && kcwd=$w
-  [ "$c" = containerd ] && [ -z "$cpid" ] && cpid=$pid && ccwd=$w
-  [ "$c" = crio ] && [ -z "$rpid" ] && rpid=$pid
+  rec L "/proc/$pid/exe" ok
+  case $exe in *"$NL"*) printf '%s' "$exe" | tr -d '\n' | b64 ;; *) b64s "$exe" ;; esac; echo
+  rec M "daemon:$pid" ok; b64s "$why"; echo
+  [ -z "$why" ] || continue
+  case $c in
+    kubelet) nk=$((nk + 1)); kpid=$pid; kcwd=$w; kexe=$exe ;;
+    containerd) nc=$((nc + 1)); cpid=$pid; ccwd=$w; cexe=$exe ;;
+    crio) nr=$((nr + 1)); rpid=$pid; rexe=$exe ;;
+    k3s|k3s-server|k3s-agent) n3=$((n3 + 1)); kpid_k3s=$pid; k3exe=$exe ;;
+  esac
 done <<EOF
 $procs
 EOF
+[ "$nk" -eq 1 ] || kpid=
+[ "$nc" -eq 1 ] || { cpid=; ccwd=; }
+[ "$nr" -eq 1 ] || rpid=
+[ "$n3" -eq 1 ] || kpid_k3s=
 
 # Kubelet: --config file (no default path), --config-dir drop-ins, state files under --root-dir.
 root_dir=/var/lib/kubelet
@@ -292,12 +447,7 @@ fi
 # k3s runs the kubelet inside its own process: the kubelet's flags are k3s's kubelet-arg values, from its
 # command line and /etc/rancher/k3s/config.yaml (+ config.yaml.d). Read those, and the files that
 # `config=` / `config-dir=` among them name (a YAML-blind scan: the runner parses the YAML itself).
-if [ -z "$kpid" ]; then
-  while IFS=" " read -r pid c; do
-    case $c in k3s|k3s-server|k3s-agent) kpid_k3s=$pid; break ;; esac
-  done <<EOF
-$procs
-EOF
+if [ "$nk" -eq 0 ]; then
   if [ -n "${kpid_k3s:-}" ]; then
     emit_file /etc/rancher/k3s/config.yaml
     emit_glob '/etc/rancher/k3s/config.yaml.d/*.yaml'
@@ -316,40 +466,24 @@ EOF
     done
   fi
 fi
-# The kubelet's release decides which pod sysctls it counts safe: ask the running binary itself (its
-# /proc/PID/exe, so an upgrade on disk does not answer for it), bounded in time. k3s answers for the kubelet
-# it runs.
-vpid=${kpid:-${kpid_k3s:-}}
-if [ -n "$vpid" ]; then
-  if command -v timeout >/dev/null 2>&1; then
-    emit_cmd kubelet-version timeout -s KILL 5 "$R/proc/$vpid/exe" --version
-  else
-    rec C kubelet-version 127; echo
-  fi
-fi
+# The kubelet's release decides which pod sysctls it counts safe. Nothing the process table names is ever run
+# (issue 50): the release is the one the node's package database records for the package that owns the
+# running executable (dpkg, else rpm), and unknown when that file was replaced since the daemon started.
+if [ -n "$kpid" ]; then emit_owner kubelet "$kexe"; elif [ -n "$kpid_k3s" ]; then emit_owner kubelet "$k3exe"; fi
 emit_file "$root_dir/cpu_manager_state"
 emit_file "$root_dir/memory_manager_state"
 emit_file "$root_dir/device-plugins/kubelet_internal_checkpoint"  # which pod holds which device (GPU)
 emit_file "$root_dir/dra_manager_state"  # which ResourceClaims (DRA: GPUs too) the kubelet prepared, for which pods
 emit_glob "$root_dir/plugins_registry/*"  # the plugins registered with the kubelet: DRA drivers hand out GPUs too
 
-# Runtime configuration. The running containerd's release decides how its config files merge: ask the
-# binary itself, bounded in time (a binary that hangs must not hang the collection).
-# The running process's own executable (/proc/PID/exe), as for the kubelet: a binary replaced or deleted on disk
-# after the daemon started (an upgrade without a restart) would answer for the new release, or not at all.
-if [ -n "${cpid:-}" ]; then
-  if command -v timeout >/dev/null 2>&1; then
-    emit_cmd containerd-version timeout -s KILL 5 "$R/proc/$cpid/exe" --version
-  else
-    rec C containerd-version 127; echo
-  fi
-fi
-if [ -n "${rpid:-}" ]; then  # the running CRI-O's release, for the node's identity record
-  if command -v timeout >/dev/null 2>&1; then
-    emit_cmd crio-version timeout -s KILL 5 "$R/proc/$rpid/exe" --version
-  else
-    rec C crio-version 127; echo
-  fi
+# Runtime configuration. The running containerd's release decides how its config files merge: the package
+# that owns its running executable says which (never the executable itself, which is not run). CRI-O writes
+# its own release to its version file each time it starts (internal/version WriteVersionFile; crio.conf(5)
+# version_file, default /var/run/crio/version).
+[ -n "$cpid" ] && emit_owner containerd "$cexe"
+if [ -n "$rpid" ]; then
+  emit_owner crio "$rexe"
+  emit_file /var/run/crio/version
 fi
 ccfg=
 if [ -n "$cpid" ]; then
@@ -453,9 +587,15 @@ if [ -n "$gpus" ]; then
   rec C nvml-probe "$rc"; b64s "$out"; echo
   if [ "$rc" -ne 0 ]; then
     smi=
-    for s in "$(command -v nvidia-smi 2>/dev/null)" "$R/run/nvidia/driver/usr/bin/nvidia-smi" "$R/usr/bin/nvidia-smi"; do
-      [ -n "$s" ] && [ -x "$s" ] && { smi=$s; break; }
-    done
+    # from the checked PATH, else the GPU Operator's driver root or the node's own /usr/bin below the host root,
+    # each run only when no user but root could have written it (the file and every folder above it)
+    smi=$(command -v nvidia-smi 2>/dev/null)
+    case $smi in /*) ;; *) smi= ;; esac
+    if [ -z "$smi" ]; then
+      for s in /run/nvidia/driver/usr/bin/nvidia-smi /usr/bin/nvidia-smi; do
+        [ -x "$R$s" ] && trusted_file "$s" && { smi=$R$s; break; }
+      done
+    fi
     if [ -n "$smi" ]; then
       emit_cmd nvidia-smi-q "$smi" -q -x
       emit_cmd nvidia-smi-topo "$smi" topo -m

@@ -78,7 +78,8 @@ class GpuNodeFacts(FactsBase):
         facts.pci_functions = functions
         facts.notes = notes + facts.notes
         facts.nvswitches = sorted(b.meta_lines("nvswitches") or [])
-        facts.daemons = {name: b.processes(comm) for name, comm in GPU_DAEMONS.items()}
+        # only processes verified as the node's daemons (a user can name a program nvidia-persistenced)
+        facts.daemons = {name: [d.pid for d in b.daemons(comm) if d.trusted] for name, comm in GPU_DAEMONS.items()}
         return facts
 
     @fact

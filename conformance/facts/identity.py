@@ -87,11 +87,11 @@ def identity(facts: Any) -> tuple[dict[str, Any], dict[str, str]]:
         if name == "containerd":
             release = facts.containerd_release
             if release is None:
-                raise ConformanceError("containerd did not answer --version")
+                raise ConformanceError(f"containerd's release: {facts.containerd_release_unknown}")
             return f"{name} {release}"
         release = facts.crio_release
         if release is None:
-            raise ConformanceError("CRI-O did not answer --version")
+            raise ConformanceError("CRI-O's release is unknown (no /var/run/crio/version, and no package owns its executable)")
         return f"{name} {release}"
 
     def runtime_config() -> str:
@@ -106,8 +106,8 @@ def identity(facts: Any) -> tuple[dict[str, Any], dict[str, str]]:
             }
             if len(set(seen.values())) > 1:
                 raise ConformanceError(
-                    "containerd's release is unknown (--version not read) and its releases merge these files differently: "
-                    + ", ".join(sorted(seen))
+                    f"containerd's release is unknown ({facts.containerd_release_unknown}) and its releases merge these "
+                    "files differently: " + ", ".join(sorted(seen))
                 )
         return cfg.effective
 

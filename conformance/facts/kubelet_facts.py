@@ -25,15 +25,8 @@ from conformance.facts.kubelet import (
     parse_kubelet_args,
     walk_order,
 )
-from conformance.facts.node_base import FactsBase, fact
+from conformance.facts.node_base import FactsBase, fact, package_version
 from conformance.facts.releases import Release, parse_release
-
-# what a bounded `--version` exit says: timeout(1) kills with SIGKILL (137), the shell's 126 and 127
-VERSION_EXITS = {
-    "137": "killed after 5 s",
-    "126": "not permitted to run it: /proc/PID/exe needs the kubelet's own user or root",
-    "127": "timeout(1) or the binary not found",
-}
 
 
 class KubeletFacts(FactsBase):
@@ -42,22 +35,26 @@ class KubeletFacts(FactsBase):
     @fact
     def kubelet_pid(self) -> int:
         self.require_reachable()
-        pids = self.bundle.processes("kubelet")
-        if not pids:
-            embedded = [(c, p) for c in ("k3s-server", "k3s-agent", "k3s") for p in self.bundle.processes(c)]
-            if embedded:
-                return embedded[0][1]  # k3s: the kubelet runs inside this process
+        pid = self.daemon_pid(("kubelet",), "the kubelet")
+        if pid is None:  # k3s: the kubelet runs inside its process
+            pid = self.daemon_pid(("k3s-server", "k3s-agent", "k3s"), "k3s (whose process holds its kubelet)")
+        if pid is None:
             raise FactUnavailable(
                 f"no process named kubelet runs on node {self.name}, nor k3s (whose process holds its kubelet); "
                 "looked at the command name of every process in /proc. RKE2 runs a kubelet process of its own"
             )
-        return pids[0]
+        return pid
+
+    @property
+    def _embedded_kubelet(self) -> bool:
+        """Whether the kubelet is k3s's (no process named kubelet at all)."""
+        return not self.bundle.processes("kubelet")
 
     @fact
     def kubelet_args(self) -> KubeletArgs:
         pid = self.kubelet_pid
         argv = self._argv(pid, "the kubelet")
-        if not self.bundle.processes("kubelet"):
+        if self._embedded_kubelet:
             argv = k3s_kubelet_argv(argv, self._k3s_config_docs())
         return parse_kubelet_args(argv, cwd=self.bundle.link(f"/proc/{pid}/cwd"))
 
@@ -134,9 +131,7 @@ class KubeletFacts(FactsBase):
         collector did not return raise FactUnavailable (the H2D probe then touches no GPU), and only files
         the collector found missing read as "nothing assigned"."""
         self.require_reachable()
-        kubelet = bool(self.bundle.processes("kubelet")) or any(
-            self.bundle.processes(c) for c in ("k3s-server", "k3s-agent", "k3s")
-        )
+        kubelet = any(self.bundle.processes(c) for c in ("kubelet", "k3s-server", "k3s-agent", "k3s"))
         # the kubelet's root folder (FactUnavailable: where its checkpoints are is unknown); when no kubelet
         # runs, the state files it left (its containers may still run) at the default
         root = (self.kubelet_args.root_dir if kubelet else "/var/lib/kubelet").rstrip("/")
@@ -174,13 +169,15 @@ class KubeletFacts(FactsBase):
 
     @fact
     def kubelet_version(self) -> Release:
-        """The running kubelet's release, as its binary (/proc/PID/exe --version; k3s's for the kubelet it runs)
-        reports it."""
+        """The running kubelet's release (k3s's for the kubelet it runs), as the node's package database records
+        it for the package that owns the running executable; nothing the process table names is run (issue 50).
+        A snapshot from before that keeps the answer its collector recorded."""
         self.require_reachable()
-        rec = self.bundle.optional_command("kubelet-version")
+        self.kubelet_pid  # noqa: B018 - the daemon itself must be known first (its candidates are named if not)
+        rec = self.bundle.optional_command("kubelet-package")
         if rec is None:
-            raise FactUnavailable(f"node {self.name}: no kubelet process, or its release was not asked (an older snapshot)")
-        if rec.status != "0":
-            why = VERSION_EXITS.get(rec.status, "")
-            raise FactUnavailable(f"the kubelet's --version exited {rec.status}{f' ({why})' if why else ''}: release unknown")
-        return parse_release(rec.data.decode("utf-8", "replace"), "the kubelet's --version")
+            old = self.bundle.optional_command("kubelet-version")  # an older collector asked the binary
+            if old is not None and old.status == "0":
+                return parse_release(old.data.decode("utf-8", "replace"), "the kubelet's --version")
+            raise FactUnavailable(f"node {self.name}: the kubelet's release was not recorded (an older snapshot)")
+        return parse_release(package_version(rec, "the kubelet", self.name), "the kubelet's package version")

@@ -14,6 +14,29 @@ from conformance.facts.kubelet import split_cmdline
 
 T = TypeVar("T")
 
+# What a `NAME-package` record's status says (collector.sh emit_owner)
+PACKAGE_STATUS = {
+    "deleted": "its executable was replaced on disk since it started (an upgrade without a restart): the package "
+    "database describes the new file, not the running one; restart it",
+    "unowned": "no package of the node's package database (dpkg or rpm) owns its executable (installed by hand or by "
+    "an installer script): its release cannot be read without running it, which the audit never does",
+    "unread": "its executable (/proc/PID/exe) could not be read",
+    "127": "the node has no package database tool (dpkg-query or rpm) and timeout(1)",
+}
+
+
+def package_version(rec: Any, who: str, node: str) -> str:
+    """The version text of a `NAME-package` record ("dpkg PACKAGE VERSION", "rpm NAME VERSION-RELEASE"),
+    the Debian epoch left off; FactUnavailable saying why it is unknown."""
+    if rec.status != "0":
+        why = PACKAGE_STATUS.get(rec.status, f"status {rec.status}")
+        raise FactUnavailable(f"node {node}: the running {who.removeprefix('the ')}'s release is unknown: {why}")
+    words = rec.data.decode("utf-8", "replace").split()
+    if len(words) < 3:
+        raise FactUnavailable(f"node {node}: the package record of {who} reads {' '.join(words)!r}: no version in it")
+    version = words[2].split(":", 1)[-1]  # dpkg's epoch ("1:1.7.27-1") is not part of the release
+    return f"{words[1]} {version}"
+
 
 def fact(fn: Callable[[Any], T]) -> property:
     """A lazily computed fact; the value or the failure is computed once and remembered."""
@@ -55,6 +78,26 @@ class FactsBase:
             raise FactUnavailable(f"node {self.name} {self.bundle.error_kind or 'unreachable'}: {self.bundle.error}")
         if not self.bundle.complete:
             raise FactUnavailable(f"node {self.name}: collection ended early (output incomplete)")
+
+    def daemon_pid(self, comms: tuple[str, ...], who: str) -> int | None:
+        """The pid of the node's one daemon among processes named `comms` (None: no process has such a name).
+        A name is forgeable: only a process the collector verified (root, the node's own namespaces, an
+        executable only root could write) is the daemon. Processes of that name that are not, or two that are,
+        leave it unknown (FactUnavailable naming every candidate), never the first one's (issue 50)."""
+        found = [d for c in comms for d in self.bundle.daemons(c)]
+        if not found:
+            return None
+        trusted = [d for d in found if d.trusted]
+        if len(trusted) == 1:
+            return trusted[0].pid
+        names = "; ".join(f"{d.comm} {d.describe()}" for d in found)
+        if trusted:
+            raise FactUnavailable(
+                f"node {self.name}: {len(trusted)} processes qualify as {who}, which one runs is unknown: {names}"
+            )
+        raise FactUnavailable(
+            f"node {self.name}: no process named {'/'.join(comms)} is {who} that a local user could not have started: {names}"
+        )
 
     def _argv(self, pid: int, who: str) -> list[str]:
         """A running process's command line. Never empty for a live process: /proc/PID/cmdline reads empty for

@@ -512,7 +512,7 @@ def containerd_config(
         )
     primary = copy.copy(parsed[0])
     primary.alternatives = alternatives
-    primary.rules = "containerd's release unknown (its --version was not read): judged under the rules of every release"
+    primary.rules = "containerd's release unknown (no package record of the running binary): judged under every release's rules"
     return primary
 
 

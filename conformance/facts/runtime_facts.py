@@ -3,11 +3,12 @@ running daemon reads it, and its release."""
 
 from __future__ import annotations
 
+import json
 import re
 
 from conformance.errors import FactUnavailable
 from conformance.facts.kubelet import parse_kubelet_args, walk_order
-from conformance.facts.node_base import FactsBase, fact
+from conformance.facts.node_base import FactsBase, fact, package_version
 from conformance.facts.runtime import (
     CRIO_CONFIG,
     CRIO_CONFIG_DIR,
@@ -39,8 +40,8 @@ class RuntimeFacts(FactsBase):
         except FactUnavailable:
             pass
         for comm, name in (("containerd", "containerd"), ("crio", "cri-o")):
-            if self.bundle.processes(comm):
-                return name, f"a process named {comm} runs"
+            if self.daemon_pid((comm,), name) is not None:
+                return name, f"{name} runs (pid {self.daemon_pid((comm,), name)})"
         if self.bundle.optional_text("/etc/containerd/config.toml") is not None:
             return "containerd", "/etc/containerd/config.toml exists"
         dropins = f"walk-all:{CRIO_CONFIG_DIR}" if self.bundle.listed(f"walk-all:{CRIO_CONFIG_DIR}") else f"{CRIO_CONFIG_DIR}/*"
@@ -77,12 +78,12 @@ class RuntimeFacts(FactsBase):
         b = self.bundle
         argv: list[str] = []
         env: dict[str, str] = {}
-        pids = b.processes("crio")
-        if pids:
-            argv = self._argv(pids[0], "CRI-O")
+        pid = self.daemon_pid(("crio",), "CRI-O")
+        if pid is not None:
+            argv = self._argv(pid, "CRI-O")
             envrec = b.optional_command("crio-environ")
             if envrec is not None and envrec.status != "0":
-                raise FactUnavailable(f"node {self.name}: CRI-O's environment (/proc/{pids[0]}/environ) could not be read")
+                raise FactUnavailable(f"node {self.name}: CRI-O's environment (/proc/{pid}/environ) could not be read")
             if envrec is not None:
                 env = dict(line.split("=", 1) for line in envrec.data.decode("utf-8", "replace").splitlines() if "=" in line)
         given = crio_command_line(argv, env)
@@ -108,26 +109,64 @@ class RuntimeFacts(FactsBase):
 
     @property
     def containerd_release(self) -> ContainerdRelease | None:
-        """The running containerd's release, from its own `--version` (None: not asked, or no answer)."""
-        rec = self.bundle.optional_command("containerd-version")
-        if rec is None or rec.status != "0":
+        """The running containerd's release, as the node's package database records it for the package that owns
+        its running executable (None: unknown; nothing the process table names is run, issue 50). A snapshot
+        from before that keeps the answer of the binary its collector asked."""
+        rec = self.bundle.optional_command("containerd-package")
+        if rec is None:
+            old = self.bundle.optional_command("containerd-version")
+            if old is None or old.status != "0":
+                return None
+            return parse_containerd_version(old.data.decode("utf-8", "replace"))
+        try:
+            return parse_containerd_version("containerd " + package_version(rec, "containerd", self.name))
+        except FactUnavailable:
             return None
-        return parse_containerd_version(rec.data.decode("utf-8", "replace"))
+
+    @property
+    def containerd_release_unknown(self) -> str:
+        """Why the running containerd's release is not known (for messages where it is needed)."""
+        rec = self.bundle.optional_command("containerd-package")
+        if rec is None:
+            return "its release was not recorded"
+        try:
+            words = package_version(rec, "containerd", self.name)
+        except FactUnavailable as e:
+            return str(e).split(": ", 1)[-1]
+        return f"its package version {words!r} names no release"
 
     @fact
     def crio_release(self) -> str | None:
-        """The running CRI-O's release, from its own `--version` (None: not asked, or no answer). CRI-O prints
-        `crio version 1.30.4` on its first line and `Version: 1.30.4` below it (internal/version/version.go)."""
-        rec = self.bundle.optional_command("crio-version")
-        if rec is None or rec.status != "0":
+        """The running CRI-O's release: the version file it writes each time it starts (/var/run/crio/version, a
+        JSON string; internal/version WriteVersionFile), else its package's version (None: unknown). A snapshot
+        from before that keeps its collector's `crio --version` answer (`crio version 1.30.4`)."""
+        text = self.bundle.optional_text("/var/run/crio/version") if self.bundle.file("/var/run/crio/version") else None
+        if text:
+            try:
+                value = json.loads(text)
+            except ValueError:
+                value = text.strip()
+            m = re.fullmatch(r"v?(\d+\.\d+\.\d+\S*)", str(value).strip())
+            if m:
+                return m.group(1)
+        rec = self.bundle.optional_command("crio-package")
+        if rec is not None:
+            try:
+                version = package_version(rec, "CRI-O", self.name).split()[1]
+            except FactUnavailable:
+                return None
+            m = re.match(r"(\d+\.\d+\.\d+)", version)
+            return m.group(1) if m else None
+        old = self.bundle.optional_command("crio-version")
+        if old is None or old.status != "0":
             return None
-        text = rec.data.decode("utf-8", "replace")
-        m = re.search(r"^(?:crio version|Version:)\s*v?(\d+\.\d+\.\d+\S*)", text, re.M)
+        m = re.search(r"^(?:crio version|Version:)\s*v?(\d+\.\d+\.\d+\S*)", old.data.decode("utf-8", "replace"), re.M)
         return m.group(1) if m else None
 
     def _containerd_main(self) -> str:
         # the running daemon's --config; an unread command line is unknown, never the default path
-        for pid in self.bundle.processes("containerd")[:1]:
+        pid = self.daemon_pid(("containerd",), "containerd")
+        if pid is not None:
             args = parse_kubelet_args(self._argv(pid, "containerd"), cwd=self.bundle.link(f"/proc/{pid}/cwd"))
             for flag in ("config", "c"):
                 if args.flags.get(flag) and args.flags[flag][-1]:
@@ -136,13 +175,17 @@ class RuntimeFacts(FactsBase):
 
     def _containerd_cwd(self) -> str | None:
         """The running containerd's working directory (where 1.x before 1.6.29/1.7.16 matches a relative
-        import glob); None when no containerd runs or the link was not read."""
-        for pid in self.bundle.processes("containerd"):
-            try:
-                return self.bundle.link(f"/proc/{pid}/cwd")
-            except FactUnavailable:
-                return None
-        return None
+        import glob); None when no containerd runs, it is not known which one does, or the link was not read."""
+        try:
+            pid = self.daemon_pid(("containerd",), "containerd")
+        except FactUnavailable:
+            return None
+        if pid is None:
+            return None
+        try:
+            return self.bundle.link(f"/proc/{pid}/cwd")
+        except FactUnavailable:
+            return None
 
     def _expand_import(self, importer: str, pattern: str) -> list[str]:
         # The collector expanded the importing file's globs on the node (against the file's folder and the

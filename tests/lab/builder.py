@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -81,6 +82,44 @@ int main(int argc, char **argv) {
   return 0;
 }
 """
+
+
+def package_of(program: str, version_text: str) -> tuple[str, str] | None:
+    """The package (name, Debian version) that installs a stand-in, from what its real program prints for
+    `--version`: the audit reads the release from the node's package database, never from the program (issue
+    50). kubelet v1.31.0 comes as pkgs.k8s.io's `kubelet 1.31.0-1.1`, containerd as Docker's `containerd.io`
+    (Debian's own `containerd` is installed on this machine, whose dpkg database the nodes' databases extend);
+    a program that never answers ("hang") is installed by hand: no package owns it."""
+    m = re.search(r"v?(\d+\.\d+\.\d+[0-9A-Za-z.~+]*)", version_text)
+    if version_text == "hang" or m is None:
+        return None
+    release = m.group(1)
+    if program == "kubelet":
+        return "kubelet", f"{release}-1.1"
+    if program == "containerd":
+        return "containerd.io", release if "-" in release else f"{release}-1"
+    return program, release
+
+
+def install_packages(upper: Path, packages: list[tuple[str, str, str]]) -> None:
+    """Add packages (name, version, the file each owns) to the node's dpkg database: its /var is an overlay of
+    this machine's, so the node's status file is its own (or this machine's) with their stanzas appended, and
+    each package's file list lies beside this machine's lists. dpkg-query on the node then answers for them."""
+    if not packages:
+        return
+    admin = upper / "var" / "lib" / "dpkg"
+    (admin / "info").mkdir(parents=True, exist_ok=True)
+    arch = _run("dpkg", "--print-architecture").stdout.strip()
+    own = admin / "status"  # the node's own database where its files give one, else this machine's
+    status = (own if own.exists() else Path("/var/lib/dpkg/status")).read_text().rstrip("\n") + "\n"
+    for name, version, path in packages:
+        status += (
+            f"\nPackage: {name}\nStatus: install ok installed\nPriority: optional\nSection: admin\n"
+            f"Installed-Size: 1\nMaintainer: gnc lab <lab@invalid>\nArchitecture: {arch}\nVersion: {version}\n"
+            f"Description: gpu-node-conformance lab stand-in\n"
+        )
+        (admin / "info" / f"{name}.list").write_text(f"/.\n/opt\n/opt/gnc-lab\n{path}\n")
+    own.write_text(status)
 
 
 @dataclass(frozen=True)
@@ -472,11 +511,15 @@ class Lab:
         own = d / "upper" / "opt" / "gnc-lab"
         own.mkdir(parents=True, exist_ok=True)
 
+        packages: list[tuple[str, str, str]] = []
+
         def stand_in(name: str, version: str | None = None) -> str:  # a copy per node, its --version answer appended
             data = (self.root / "bin" / "pause").read_bytes()
             version = version if version is not None else s.versions.get(name)
             if version is not None:
                 data += b"GNC-VERSION:" + version.encode() + b"\n"
+                if (owner := package_of(name, version)) is not None:
+                    packages.append((*owner, f"/opt/gnc-lab/{name}"))
             (own / name).write_bytes(data)
             (own / name).chmod(0o755)
             return f"/opt/gnc-lab/{name}"
@@ -498,6 +541,7 @@ class Lab:
             lines.append(f"{q(stand_in(name))} &")
         if s.kubelet_args:
             lines.append(" ".join(q(a) for a in [stand_in("kubelet"), *s.kubelet_args]) + " &")
+        install_packages(d / "upper", packages)
         # Last, so that the processes above have the same PIDs on every userland.
         lines += self._userland_mounts(node)
         lines.append(f"exec /usr/sbin/sshd -D -e -f {q(str(d / 'sshd_config'))}")

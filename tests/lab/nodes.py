@@ -208,7 +208,7 @@ def specs() -> list[NodeSpec]:
         sysctls=GOOD_SYSCTLS,
         nvme={"nvme0n1": b"\xff\xfe[none] \xc3\x28\n"},  # not UTF-8
         pid1_cpus="0-1",  # no CPUAffinity=: PID 1 and every service may use every CPU (the lab has two)
-        versions={**VERSIONS, "kubelet": "hang"},  # its kubelet binary never answers --version
+        versions={**VERSIONS, "kubelet": "hang"},  # its kubelet was installed by hand: no package owns it
     )
     bad_kubelet = NodeSpec(
         name="bad-kubelet",
