@@ -198,7 +198,7 @@ GATE = Command(
 def cmd_gate(args: argparse.Namespace) -> int:
     from conformance.checks import required_of
     from conformance.cluster.api import api_client
-    from conformance.cluster.gate import TAINT, GateSettings, gate
+    from conformance.cluster.gate import TAINT, DocumentRefused, GateSettings, gate
     from conformance.config.kubernetes import KubeSpec
 
     doc = load_results(args.results)
@@ -211,7 +211,11 @@ def cmd_gate(args: argparse.Namespace) -> int:
     else:
         spec = KubeSpec(kubeconfig=args.kubeconfig, context=args.context, in_cluster=args.in_cluster)
     settings = GateSettings(taint=args.taint or TAINT, effect=args.taint_effect, max_age_s=args.max_age * 3600)
-    plans = gate(api_client(spec), doc, settings, args.apply, required_of)
+    try:
+        plans = gate(api_client(spec), doc, settings, args.apply, required_of)
+    except DocumentRefused as e:
+        print(str(e))
+        return EXIT_REJECTED
     for plan in plans:
         head = f"{plan.node:<24} {plan.verdict:<11}"
         if plan.not_judged:

@@ -17,6 +17,7 @@ from conformance.cluster.pods import ContainerRef
 from conformance.config.check_contract import SEVERITY_RANK, CheckSpec
 from conformance.config.fleet import FLEET_CHECK_ID
 from conformance.config.site_rules import SiteRule
+from conformance.config.verdict import subject_id
 from conformance.errors import ConformanceError, UsageError
 from conformance.outputs import FAILING, diff, junit_chunks, load_results, prometheus_text, write_atomically
 from conformance.outputs.replay import NodeReplayItem, ReplayItem, make_items, node_summary_message, result_id
@@ -378,6 +379,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         # one test per (node, pod, container); a node without GPU pods (or without the API) gets one that skips
         pairs = [(node, ref) for node in run.node_names for ref in run.pods.pod_targets(node)]
         ids = [ref.id if isinstance(ref, ContainerRef) else node for node, ref in pairs]
+        check_id = spec_of(metafunc.function).id
+        for node, ref in pairs:
+            if isinstance(ref, ContainerRef):
+                subject = subject_id(_subject(None, ref))
+                run.ledger.planned.setdefault(node, {}).setdefault(check_id, []).append(subject)
         metafunc.parametrize(("node", "container"), pairs, ids=ids, scope="session")
     elif "endpoint" in metafunc.fixturenames:
         # one test per (node, endpoint); a node without endpoints gets one test that skips

@@ -101,7 +101,7 @@ class Run:
         out = verdicts.node_summary(
             node, rows, collection, self.required_checks(node), profile=self.fleet.profile_names[node],
             profile_reason=self.fleet.profile_reasons[node], transport=spec.transport, labels=spec.labels,
-            discovered=spec.discovered,
+            discovered=spec.discovered, planned=self.ledger.planned.get(node),
         )  # fmt: skip
         runs = (self.ledger.replayed_nodes.get(node) or {}).get("runs")
         if runs:

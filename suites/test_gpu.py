@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.checks import check
-from conformance.checks.dra_rules import dra_advertised
+from conformance.checks.dra_rules import device_plugin_gpu_resources, dra_advertised
 from conformance.checks.gpu_rules import expected_generation, floor_for, local_node, reconcile_advertised
 from conformance.errors import FactUnavailable
 from conformance.facts.cpulist import format_cpulist
@@ -46,7 +46,8 @@ def test_gpu_count(node, node_gpus, node_spec, dra_slices, profile, evidence):
         problems.append(f"on the PCI bus but not in {g.source}: {', '.join(lost)} (driver did not bring them up)")
     through_dra = False
     if dra_slices is not None:
-        found, lines, through_dra = dra_advertised(dra_slices, g, node_spec.gpu_capacity)
+        plugin = device_plugin_gpu_resources(node_spec.gpu_capacity, node_spec.gpu_resources)
+        found, lines, through_dra = dra_advertised(dra_slices, g, plugin)
         evidence.add(*lines)
         problems += found
     if through_dra:

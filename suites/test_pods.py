@@ -476,16 +476,33 @@ def test_pod_cpu_throttling(node, container, inside, assignment, facts, evidence
     if cfs is None:
         raise FactUnavailable("the container's cgroup shows no CPU bandwidth files (cpu.max or cpu.cfs_quota_us)")
     evidence.source = f"exec: {cfs.cgroup} (the container's cgroup)"
+    quota_unread = [u for u in cfs.unread if "cpu.max" in u or "cfs_" in u]
+    if quota_unread:
+        raise FactUnavailable(f"the CFS quota could not be read: {'; '.join(quota_unread)}")
     cpus = f"{cfs.quota_us / cfs.period_us:g} CPUs" if cfs.quota_us is not None else ""
+    counted = cfs.nr_throttled is not None and cfs.nr_periods is not None and cfs.throttled_us is not None
     evidence.add(
         f"exclusive CPUs {_fmt(assignment)}; CFS quota "
         + ("none" if cfs.quota_us is None else f"{cfs.quota_us} us per {cfs.period_us} us ({cpus})"),
-        f"throttled in {cfs.nr_throttled} of {cfs.nr_periods} periods, {cfs.throttled_us / 1e6:.3f} s in all",
+        f"throttled in {cfs.nr_throttled} of {cfs.nr_periods} periods, {cfs.throttled_us / 1e6:.3f} s in all"
+        if counted
+        else f"throttling counters not read: {'; '.join(cfs.unread)}",
         _quota_settings(facts),
     )
     if cfs.quota_us is None:
         evidence.add("verified: no CFS quota on a container with exclusive CPUs")
         return
+    # A quota below the exclusive CPUs throttles as soon as the container's threads use the CPUs it holds: a
+    # pinned container may run on all of them at once, and the quota lets it run on fewer per period
+    # (Documentation/scheduler/sched-bwc.rst: quota/period is the CPU bandwidth of the group).
+    assert cfs.quota_us >= cfs.period_us * len(assignment), (
+        f"a CFS quota of {cpus} on {len(assignment)} exclusive CPU(s) {_fmt(assignment)}: the quota throttles the "
+        f"container whenever it uses more than {cpus} of the CPUs it holds"
+        + (f" (throttled in {cfs.nr_throttled} of {cfs.nr_periods} periods so far)" if counted else "")
+    )
+    if not counted:
+        raise FactUnavailable(f"whether the container was throttled is unknown: {'; '.join(cfs.unread)} not read")
+    assert cfs.nr_throttled is not None and cfs.nr_periods is not None and cfs.throttled_us is not None
     share = cfs.nr_throttled / cfs.nr_periods if cfs.nr_periods else 0.0
     assert cfs.nr_throttled == 0, (
         f"throttled in {cfs.nr_throttled} of {cfs.nr_periods} CFS periods ({share:.1%}), {cfs.throttled_us / 1e6:.3f} s "

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import re
 import struct
 import threading
@@ -23,7 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import parse_qs, unquote, urlparse
 
 from tests.httpservers import quiet_handler, reply
@@ -280,9 +281,10 @@ class FakeApiServer:
         self.pods: dict[tuple[str, str], dict] = {}
         self.runtime_classes: dict[str, str] = {}  # RuntimeClass name -> handler (node.k8s.io/v1)
         self.vanish_on_exec: set[tuple[str, str]] = set()  # pods deleted when an exec reaches them
-        # (namespace, pod, container, argv) -> (exit code, stdout, stderr), or None: no such executable
-        self.exec_handler: Callable[[str, str, str, list[str]], tuple[int, bytes, bytes] | None] | None = None
+        # (namespace, pod, container, argv, stdin or None) -> (exit code, stdout, stderr), or None: no such executable
+        self.exec_handler: Callable[[str, str, str, list[str], BinaryIO | None], tuple[int, bytes, bytes] | None] | None = None
         self.exec_protocols = ["v5.channel.k8s.io", "v4.channel.k8s.io"]  # the server's preference
+        self.exec_requests: list[str] = []  # the request line of every exec, as a proxy in front would see it
         # the kubelet's part, emulated by the test: called (in a thread) for a created pod, and on delete
         self.on_create: Callable[[dict], None] | None = None
         self.on_delete: Callable[[dict], None] | None = None
@@ -698,7 +700,15 @@ class FakeApiServer:
         h.send_header("Sec-WebSocket-Protocol", protocol)
         h.end_headers()
         argv = query.get("command", [])
-        result = self.exec_handler(ns, name, container, argv) if self.exec_handler else None
+        self.exec_requests.append(h.requestline)
+        # stdin=true: the client's channel-0 frames reach the process while it runs (a pipe fed from the socket);
+        # without it the kubelet attaches no stdin, and what the client sends is dropped
+        stdin = self._stdin_pipe(h) if query.get("stdin", ["false"])[0] in ("true", "1") else None
+        try:
+            result = self.exec_handler(ns, name, container, argv, stdin) if self.exec_handler else None
+        finally:
+            if stdin is not None:
+                stdin.close()
         if result is None:
             program = argv[0] if argv else ""
             message = f'OCI runtime exec failed: exec failed: unable to start container process: exec: "{program}": '
@@ -718,6 +728,49 @@ class FakeApiServer:
         h.wfile.write(_frame(struct.pack("!H", 1000), opcode=8))
         h.wfile.flush()
         h.close_connection = True
+
+    @staticmethod
+    def _stdin_pipe(h: BaseHTTPRequestHandler) -> BinaryIO:
+        """A pipe the process reads as its stdin, fed by a thread with the payloads of the client's channel-0
+        frames (RFC 6455 client frames are masked; an unmasked one ends the stream, as a server must refuse it)
+        until the client closes stdin (v5: channel 255, stream 0), closes, or the connection ends."""
+        r, w = os.pipe()
+
+        def pump() -> None:
+            try:
+                with os.fdopen(w, "wb") as sink:
+                    while (frame := _client_frame(h.rfile)) is not None:
+                        opcode, data = frame
+                        if opcode == 8 or data[:2] == b"\xff\x00":
+                            return
+                        if data[:1] == b"\x00":
+                            sink.write(data[1:])
+                            sink.flush()
+            except (OSError, ValueError):
+                return
+
+        threading.Thread(target=pump, daemon=True).start()
+        return os.fdopen(r, "rb")
+
+
+def _client_frame(f: Any) -> tuple[int, bytes] | None:
+    """One client-to-server websocket frame (opcode, unmasked payload); None at the end of the stream or for an
+    unmasked frame."""
+    head = f.read(2)
+    if len(head) < 2:
+        return None
+    opcode, masked, n = head[0] & 0x0F, head[1] & 0x80, head[1] & 0x7F
+    if not masked:
+        return None
+    if n == 126:
+        n = struct.unpack("!H", f.read(2))[0]
+    elif n == 127:
+        n = struct.unpack("!Q", f.read(8))[0]
+    mask = f.read(4)
+    data = f.read(n)
+    if len(mask) < 4 or len(data) < n:
+        return None
+    return opcode, bytes(b ^ mask[i % 4] for i, b in enumerate(data))
 
 
 WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"

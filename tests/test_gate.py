@@ -18,7 +18,7 @@ import yaml
 
 from conformance.checks import blocking_builtin_ids, required_of
 from conformance.cluster.api import api_client
-from conformance.cluster.gate import ANNOTATION, LABEL, PROFILE_LABEL, TAINT, GateSettings, gate
+from conformance.cluster.gate import ANNOTATION, LABEL, PROFILE_LABEL, TAINT, DocumentRefused, GateSettings, gate
 from conformance.config.kubernetes import KubeSpec
 from tests.fakeapi import FakeApiServer, Subject, kubeconfig, node_object, serve
 from tests.kube_fixtures import RBAC
@@ -121,8 +121,11 @@ def test_a_conflicting_write_is_read_again_and_retried(cluster):
 def test_stale_or_mismatched_results_are_refused(cluster):
     api, client = cluster
     before = copy.deepcopy(api.nodes)
-    stale = gate(client()[0], results(datetime.now(UTC) - timedelta(hours=30)), GateSettings(), apply=True, required=required_of)
-    assert all(p.refused and "30.0 h old, more than the allowed 24 h" in p.refused for p in stale)
+    # issue 53.3: a document older than --max-age is refused as a whole: not one request writes to a node
+    writes = len([r for r in api.requests if r[1] == "PATCH"])
+    with pytest.raises(DocumentRefused, match=r"refused as a whole: it started 30.0 h ago, more than the allowed 24 h"):
+        gate(client()[0], results(datetime.now(UTC) - timedelta(hours=30)), GateSettings(), apply=True, required=required_of)
+    assert len([r for r in api.requests if r[1] == "PATCH"]) == writes and api.nodes == before
     api.nodes["gpu-ok"]["metadata"]["labels"][PROFILE_LABEL] = "h100-h200-inference"
     (plan, *_) = gate(client()[0], results(), GateSettings(), apply=True, required=required_of)
     assert plan.refused == f"the node's {PROFILE_LABEL} label says h100-h200-inference; it was judged by default"
@@ -240,4 +243,38 @@ def test_a_profile_name_that_is_no_label_value_is_refused_before_any_patch(clust
     doc["nodes"][0]["profile"] = "my profile/v2"
     with pytest.raises(UsageError, match="cannot be the value of the label"):
         gate(client()[0], doc, GateSettings(), apply=True, required=required_of)
+    assert not [r for r in api.requests if r[1] == "PATCH"]
+
+
+def test_a_pod_check_judged_for_some_containers_only_is_not_judged(cluster):
+    """Issue 53.3: pod checks give one row per container. A run narrowed with -k "not train-b", or interrupted
+    between two containers' items, leaves a container unjudged: the node is not accepted, whatever its entry
+    says. The entry's `planned` names the containers the run planned each check for."""
+    api, client = cluster
+    doc = results()
+    check = "POD-GPU-NUMA-ALIGNED"
+    assert check in blocking_builtin_ids(None)
+    doc["nodes"][0]["planned"] = {check: ["ml/train-a/app", "ml/train-b/app"]}
+    doc["results"] = [r for r in doc["results"] if not (r["node"] == "gpu-ok" and r["check"] == check)]
+    doc["results"].append({"node": "gpu-ok", "check": check, "outcome": "passed", "severity": "critical",
+                           "subject": {"namespace": "ml", "pod": "train-a", "container": "app"}})  # fmt: skip
+    (plan, *_) = gate(client()[0], doc, GateSettings(), apply=True, required=required_of)
+    assert plan.verdict == "incomplete" and check in plan.not_judged
+    assert LABEL not in api.nodes["gpu-ok"]["metadata"]["labels"]
+    # both containers judged: accepted
+    doc["results"].append({"node": "gpu-ok", "check": check, "outcome": "passed", "severity": "critical",
+                           "subject": {"namespace": "ml", "pod": "train-b", "container": "app"}})  # fmt: skip
+    (plan, *_) = gate(client()[0], doc, GateSettings(), apply=True, required=required_of)
+    assert plan.verdict == "accepted" and not plan.not_judged, plan
+
+
+def test_a_document_without_a_readable_start_is_refused_as_a_whole(cluster, tmp_path):
+    api, client = cluster
+    doc = results()
+    doc["started_at"] = "yesterday"
+    (tmp_path / "results.json").write_text(json.dumps(doc))
+    args = [sys.executable, "-m", "conformance", "gate", str(tmp_path / "results.json"), "--apply",
+            "--kubeconfig", str(client()[1])]  # fmt: skip
+    p = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1 and "refused as a whole" in p.stdout and "nothing was written" in p.stdout
     assert not [r for r in api.requests if r[1] == "PATCH"]

@@ -197,3 +197,25 @@ def test_merge_report_and_run_leave_nothing_in_the_temporary_directory(pod_logs,
     p.send_signal(signal.SIGTERM)
     p.communicate(timeout=300)
     assert sorted(p.name for p in tmp.iterdir()) == []
+
+
+def test_merge_of_a_combined_log_names_the_node_whose_block_was_cut(pod_logs, tmp_path):
+    """Issue 53.14: `kubectl logs -l ... > all.log` whose first block is cut (truncated mid-document, the next
+    pod's block following): the cut node is named with the file and that its block was cut, not as a node whose
+    Job never finished."""
+    a = (pod_logs / "node-a.log").read_text()
+    b = (pod_logs / "node-b.log").read_text()
+    begin = a.rfind(RESULTS_BEGIN)
+    cut_a = a[: a.index('"results"', begin)]  # node-a's last block, cut after its node entries
+    assert '"name": "node-a"' in cut_a[begin:] or '"name":"node-a"' in cut_a[begin:]
+    combined = tmp_path / "logs" / "all.log"
+    combined.parent.mkdir()
+    combined.write_text(cut_a[begin:] + "\n" + b)
+    (tmp_path / "nodes.txt").write_text("node-a\nnode-b\n")
+    out = tmp_path / "merged"
+    p = conformance("merge", str(combined.parent), "--expect", f"@{tmp_path / 'nodes.txt'}", "--output", str(out))
+    doc = json.loads((out / "results.json").read_text())
+    node_a = next(n for n in doc["nodes"] if n["name"] == "node-a")
+    assert node_a["verdict"] == "incomplete", p.stdout + p.stderr
+    assert f"{combined}: results block 1 was cut short" in node_a["collection"]["error"]
+    assert "did not finish" not in node_a["collection"]["error"]

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from conformance.checks.fleet_drift import drift_results
-from conformance.config.kubelet_defaults import upstream_defaults
+from conformance.config.kubelet_defaults import defaults_for, upstream_defaults
 from conformance.errors import ParseError
 from conformance.facts.identity import kubelet_digest
 from conformance.facts.kubelet import configz_config, effective_config, field_of_flag, flags_to_config, parse_kubelet_args
@@ -34,7 +34,7 @@ def from_files(doc: dict[str, Any], *argv: str) -> str:
 
 def from_configz(**set_keys: Any) -> str:
     """What configz serves for a configuration that sets `set_keys`: the defaulted object."""
-    doc = copy.deepcopy(upstream_defaults())
+    doc = copy.deepcopy(defaults_for(None))  # what the newest kubelet's defaulting writes
     doc["evictionHard"] = dict(LINUX_EVICTION_HARD)
     doc.update(set_keys)
     return "configz:" + kubelet_digest(effective(configz_config(doc, None, "not read"), "configz"), "node-a")
@@ -82,7 +82,9 @@ def test_an_explicit_default_equals_an_omitted_key():
         ("--register-with-taints=nvidia.com/gpu=present:NoSchedule",
          {"registerWithTaints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]}),
         ("--eviction-hard=memory.available<500Mi", {"evictionHard": {"memory.available": "500Mi"}}),
-        ("--node-status-update-frequency=20s", {"nodeStatusUpdateFrequency": "20s", "nodeStatusReportFrequency": "20s"}),
+        # the report frequency follows the update frequency only as the file sets it: the file is defaulted when
+        # it is loaded, before the flags re-apply (issue 53.7)
+        ("--node-status-update-frequency=20s", {"nodeStatusUpdateFrequency": "20s", "nodeStatusReportFrequency": "5m0s"}),
     ],
 )  # fmt: skip
 def test_flags_that_set_a_field_are_in_the_digest(flag, configz_keys):
@@ -99,6 +101,16 @@ def test_feature_gate_flags_add_to_the_files_gates():
     assert bare(from_files(doc, "--feature-gates=DynamicResourceAllocation=true")) == bare(
         from_configz(**GPU_POOL, featureGates=both)
     )
+
+
+def test_flags_whose_names_do_not_camel_case_to_their_field_set_it():
+    """Issue 53.6: the kubelet binds these flags to fields by hand (options.go AddKubeletConfigFlags)."""
+    assert field_of_flag("fail-cgroupv1") == "failCgroupV1"
+    assert field_of_flag("rotate-server-certificates") == "serverTLSBootstrap"
+    assert field_of_flag("runonce") == "runOnce" and field_of_flag("kube-api-content-type") == "contentType"
+    for flag in ("--fail-cgroupv1=false", "--rotate-server-certificates", "--runonce"):
+        assert bare(from_files(GPU_POOL, flag)) != bare(from_files(GPU_POOL)), flag
+    assert bare(from_files(GPU_POOL, "--fail-cgroupv1=false")) == bare(from_configz(**GPU_POOL, failCgroupV1=False))
 
 
 def test_flags_that_set_no_field_are_not_part_of_the_configuration():
@@ -153,3 +165,68 @@ def test_a_real_configz_of_another_release_is_not_failed_against_the_tables_defa
     assert bare(files) != bare(configz)
     rows = judged({"a": configz, "b": configz, "c": configz, "d": files})
     assert rows["d"]["outcome"] == "error" and "default of another kubelet release" in rows["d"]["message"]
+
+
+def test_a_kubelet_without_a_config_file_runs_on_its_legacy_flag_defaults():
+    """Issue 53.2: without --config the kubelet starts from NewKubeletConfiguration, whose applyLegacyDefaults
+    allows anonymous requests, authorizes everything and opens the read-only port (cmd/kubelet/app/options/
+    options.go); a loaded file is defaulted as v1beta1 only. A flags-only kubelet is not its secured peer."""
+    args = parse_kubelet_args(["kubelet", "--cpu-manager-policy=static"])
+    flags_only = effective_config(None, [], flags_to_config(args.flags))
+    assert flags_only.get("authorization").value["mode"] == "AlwaysAllow"
+    assert flags_only.get("authentication").value["anonymous"]["enabled"] is True
+    assert flags_only.get("readOnlyPort").value == 10255
+    with_file = effective_config(("/etc/k.yaml", {"cpuManagerPolicy": "static"}), [], {})
+    assert "authorization" not in with_file.values or with_file.get("authorization").value.get("mode") != "AlwaysAllow"
+    assert kubelet_digest(effective(flags_only, "files"), "n") != kubelet_digest(effective(with_file, "files"), "n")
+    secured = flags_to_config(parse_kubelet_args(["kubelet", "--cpu-manager-policy=static", "--anonymous-auth=false",
+                                                  "--authorization-mode=Webhook", "--read-only-port=0",
+                                                  "--authentication-token-webhook=true"]).flags)  # fmt: skip
+    assert kubelet_digest(effective(effective_config(None, [], secured), "files"), "n") == kubelet_digest(
+        effective(with_file, "files"), "n"
+    )
+
+
+def test_a_drop_in_eviction_map_merges_into_the_defaulted_one():
+    """Issue 53.8: drop-ins are JSON merge patches over the defaulted base (mergeKubeletConfigurations): a
+    drop-in's evictionHard adds to the default thresholds; the main file's own map replaces them."""
+    dropin = ("/etc/kubernetes/kubelet.conf.d/50-eviction.conf", {"evictionHard": {"nodefs.available": "5%"}})
+    merged = effective_config(("/etc/k.yaml", {"cpuManagerPolicy": "static"}), [dropin], {})
+    assert merged.get("evictionHard").value == {**LINUX_EVICTION_HARD, "nodefs.available": "5%"}
+    from conformance.facts.reservations import hard_eviction_memory
+
+    assert hard_eviction_memory(merged.get("evictionHard").value, None)[0] == 100 * 1024 * 1024
+    replaced = effective_config(("/etc/k.yaml", {"evictionHard": {"nodefs.available": "5%"}}), [], {})
+    assert replaced.get("evictionHard").value == {"nodefs.available": "5%"}
+
+
+def test_defaults_follow_the_kubelets_minor_release():
+    """Issue 53.7: the event and API client rates rose in 1.27 (PR 116121) and failCgroupV1 is true from 1.35
+    (KEP-5573); the round-trip test data's eventRecordQPS 5 is not what its own release's defaulting writes."""
+    assert defaults_for((1, 26, 15))["eventRecordQPS"] == 5 and defaults_for((1, 27, 0))["eventRecordQPS"] == 50
+    assert defaults_for((1, 31, 0))["eventBurst"] == 100 and defaults_for((1, 26, 0))["kubeAPIQPS"] == 5
+    assert defaults_for((1, 34, 2))["failCgroupV1"] is False and defaults_for((1, 35, 0))["failCgroupV1"] is True
+    # a 1.26 kubelet's configz shows its own defaults; its files read under 1.26's defaults equal it, and both
+    # digest as a 1.31 node with the same files does (the release itself is the `kubelet` attribute)
+    doc = {"cpuManagerPolicy": "static"}
+    files_126 = kubelet_digest(effective(effective_config(("/k.yaml", doc), [], {}), "files", (1, 26, 0)), "n")
+    files_131 = kubelet_digest(effective(effective_config(("/k.yaml", doc), [], {}), "files", (1, 31, 0)), "n")
+    live = {**copy.deepcopy(defaults_for((1, 26, 0))), "evictionHard": dict(LINUX_EVICTION_HARD), **doc}
+    configz_126 = kubelet_digest(effective(configz_config(live, None, "not read"), "configz", (1, 26, 0)), "n")
+    assert files_126 == files_131 == configz_126
+    # a value the file sets away from both releases' defaults stays a difference
+    set_qps = kubelet_digest(
+        effective(effective_config(("/k.yaml", {**doc, "eventRecordQPS": 20}), [], {}), "files", (1, 26, 0)), "n"
+    )
+    assert set_qps != files_126
+
+
+def test_a_zero_duration_in_the_file_is_the_default_the_kubelet_applies():
+    """Issue 53.19: kubeadm writes `cpuManagerReconcilePeriod: 0s`; SetDefaults_KubeletConfiguration replaces a
+    zero duration with the default (10s), so a live kubelet's configz shows 10s and that is no drift."""
+    kubeadm = {**GPU_POOL, "cpuManagerReconcilePeriod": "0s", "nodeStatusUpdateFrequency": "0s"}
+    files = effective_config(("/var/lib/kubelet/config.yaml", kubeadm), [], {})
+    assert files.get("cpuManagerReconcilePeriod").value == "10s"
+    live = configz_config({**copy.deepcopy(defaults_for(None)), **GPU_POOL}, files, None)
+    assert "cpuManagerReconcilePeriod" not in live.drift, live.drift
+    assert bare(from_files(kubeadm)) == bare(from_configz(**GPU_POOL))

@@ -103,8 +103,8 @@ class Kubelets:
         if lp is not None:
             labpods.stop_one(self.lab, lp)
 
-    def exec(self, ns: str, name: str, container: str, argv: list[str]):
-        return labpods.exec_in(self.running[(ns, name)], argv)
+    def exec(self, ns: str, name: str, container: str, argv: list[str], stdin=None):
+        return labpods.exec_in(self.running[(ns, name)], argv, stdin)
 
 
 @pytest.fixture(scope="module")

@@ -116,10 +116,11 @@ def dra_lab(tmp_path_factory):
             lab.stop()
 
 
-def _cluster(lab: Lab, plugin_gpus: int):
+def _cluster(lab: Lab, plugin_gpus: int, extra: dict[str, str] | None = None):
     api = fake_api()
     address = lab.nodes[0].address
-    api.add_node(node_object(NODE, gpus=plugin_gpus, internal_ip=address, labels={"nvidia.com/gpu.present": "true"}))
+    labels = {"nvidia.com/gpu.present": "true"}
+    api.add_node(node_object(NODE, gpus=plugin_gpus, internal_ip=address, labels=labels, extra=extra))
     for pod in PODS:
         api.add_pod(pod.api_object(NODE))
     uids = {p.name: p.uid for p in PODS}
@@ -129,7 +130,9 @@ def _cluster(lab: Lab, plugin_gpus: int):
     for s in slices():
         api.slices[s["metadata"]["name"]] = s
     by_name = {p.name: p for p in PODS}
-    api.exec_handler = lambda ns, name, container, argv: labpods.exec_in(by_name[name], argv) if name in by_name else None
+    api.exec_handler = lambda ns, name, container, argv, stdin: (
+        labpods.exec_in(by_name[name], argv, stdin) if name in by_name else None
+    )
     return api
 
 
@@ -239,6 +242,24 @@ def test_gpus_advertised_twice_fail(dra_lab, tmp_path):
     assert r["outcome"] == "failed"
     assert "GPUs advertised twice: the device plugin advertises nvidia.com/gpu 2" in r["message"]
     assert UUID0 in r["message"] and UUID1 in r["message"]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{"nvidia.com/mig-1g.10gb": "7"}, {"nvidia.com/gpu.shared": "8"}],
+    ids=["mig-mixed-strategy", "renamed-time-slicing"],
+)
+def test_gpus_advertised_twice_under_another_resource_name_fail(dra_lab, tmp_path, extra):
+    """Issue 53.1: the device plugin's MIG slices (mixed strategy) or its renamed shared GPUs are the same GPUs
+    DRA publishes, whatever nvidia.com/gpu says (0 here); the Network Operator's nvidia.com/ devices are not."""
+    api = _cluster(dra_lab, plugin_gpus=0, extra={**extra, "nvidia.com/rdma_shared_device_a": "63"})
+    with serve(api) as url:
+        _, got = run(dra_lab, url, tmp_path, select="test_gpu_count")
+    r = got["-"]["GPU-COUNT"]
+    assert r["outcome"] == "failed", r["message"]
+    ((name, count),) = extra.items()
+    assert f"GPUs advertised twice: the device plugin advertises {name} {count} and DRA publishes" in r["message"]
+    assert "rdma" not in r["message"]
 
 
 def test_a_device_the_node_does_not_have_is_an_error(dra_lab, tmp_path):

@@ -227,7 +227,9 @@ def cluster(pods_lab):
     api.vanish_on_exec.add(("inference", "gone"))
     api.runtime_classes.update(RUNTIME_CLASSES)
     by_name = {p.name: p for p in PODS}
-    api.exec_handler = lambda ns, name, container, argv: labpods.exec_in(by_name[name], argv) if name in by_name else None
+    api.exec_handler = lambda ns, name, container, argv, stdin: (
+        labpods.exec_in(by_name[name], argv, stdin) if name in by_name else None
+    )
     with serve(api) as url:
         yield api, url
 
@@ -395,10 +397,10 @@ def test_an_exec_that_hangs_is_an_error_within_the_timeout(pods_lab, cluster, tm
     api, url = cluster
     normal = api.exec_handler
 
-    def slow(ns, name, container, argv):
+    def slow(ns, name, container, argv, stdin):
         if name == "twin":
             time.sleep(6)
-        return normal(ns, name, container, argv)
+        return normal(ns, name, container, argv, stdin)
 
     api.exec_handler = slow
     try:
@@ -431,3 +433,16 @@ def test_cpus_single_numa_needs_gpu_facts_only_when_aligning_to_gpus(pods_lab, c
     for pod in ("good", "far-gpu", "twin"):  # each sees a GPU
         r = aligned[pod]["POD-CPUS-SINGLE-NUMA"]
         assert r["outcome"] == E and "GPU" in r["message"], r
+
+
+def test_the_exec_sends_its_program_on_stdin_not_in_the_request(pods_lab, cluster, tmp_path):
+    """Issue 53.13: the pod exec's request line carries the shell and the variable names only (the program goes
+    on stdin, as the SSH path sends it): nothing of the program lands in the API server's audit log, and the
+    line fits the 8 KB request line of common proxies."""
+    api, url = cluster
+    api.exec_requests.clear()
+    _, _, got = run(pods_lab, url, "full-token", tmp_path, PROFILE, "test_pod_shm")
+    assert got and api.exec_requests
+    for line in api.exec_requests:
+        assert len(line) < 1024 and "Cpus_allowed_list" not in line and "command=-s" in line, line[:300]
+    assert got["good"]["POD-SHM-SIZE"]["outcome"] == P  # the program ran: its facts were read

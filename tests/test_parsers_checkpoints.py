@@ -214,3 +214,21 @@ def test_dra_checkpoint_with_a_wrong_checksum_is_refused_as_the_kubelet_refuses_
 def test_dra_checkpoint_malformed(text, why):
     with pytest.raises(ParseError, match=why):
         parse_dra_checkpoint(text, "dra_manager_state")
+
+
+@pytest.mark.parametrize(
+    "driver_state",
+    [{"d": ["x"]}, {"d": {"Devices": "x"}}, {"d": {"Devices": [1]}}, {"d": 7}],
+    ids=["state-a-list", "devices-a-string", "device-a-number", "state-a-number"],
+)
+def test_dra_checkpoint_with_a_valid_checksum_over_unexpected_json_is_a_parse_error(driver_state):
+    """Issue 53.10: a well-formed checksum over JSON of another shape is a ParseError naming the file and the
+    entry, never the suite's own AttributeError."""
+    import json
+    import zlib
+
+    entry = {"ClaimUID": "u", "ClaimName": "c", "Namespace": "n", "DriverState": driver_state}
+    data = json.dumps({"kind": "DRACheckpoint", "apiVersion": "checkpoint.dra.kubelet.k8s.io/v1", "Entries": [entry]})
+    text = json.dumps({"Data": data, "Checksum": zlib.crc32(data.encode())})
+    with pytest.raises(ParseError, match=r"/var/lib/kubelet/dra_manager_state: Data.Entries\[0\].DriverState\[d\]"):
+        parse_dra_checkpoint(text, "/var/lib/kubelet/dra_manager_state")

@@ -171,3 +171,24 @@ def test_placement_of_a_measurement():
     assert row.placement_problem() == (
         "pinned buffer landed on NUMA node 0, not 1 (0 of 64 sampled pages on node 1; memory policy: not set: EINVAL)"
     )
+
+
+def test_a_gpu_without_mig_has_a_known_mig_mode_peers_share():
+    """Issue 53.11: nvidia-smi prints N/A for the MIG mode of a GPU without MIG (a real Tesla T4 document): not
+    supported, a known value that FLEET-CONSISTENT compares, never "not read"."""
+    from types import SimpleNamespace
+
+    from conformance.facts.gpu import parse_smi_xml
+    from conformance.facts.identity import identity
+
+    facts = parse_smi_xml((SAMPLES / "nvidia-smi_q_x.tesla-t4.telegraf-testdata.xml").read_text())
+    (t4,) = facts.gpus
+    assert t4.mig is None and t4.errors["mig"] == "not supported on this GPU"
+    from conformance.collection.bundle import Bundle
+
+    class OnlyGpus(SimpleNamespace):  # every other fact of the node is unknown here
+        def __getattr__(self, name: str):
+            raise FactUnavailable(f"{name} not read")
+
+    values, errors = identity(OnlyGpus(gpus=facts, name="n", bundle=Bundle("n", [])))
+    assert values["mig"] == "n/a (not supported on this GPU)", errors.get("mig")

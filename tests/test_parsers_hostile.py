@@ -211,3 +211,33 @@ def test_k3s_config_files_are_untrusted_input_too():
         k3s_kubelet_argv(["k3s", "server"], [("/etc/rancher/k3s/config.yaml", "a: " + "[" * depth + "]" * depth)])
     with pytest.raises(ParseError, match="expected a mapping of k3s flags, got list"):
         k3s_kubelet_argv(["k3s", "server"], [("/etc/rancher/k3s/config.yaml", "- kubelet-arg\n")])
+
+
+def test_online_cpus_that_no_numa_node_lists_are_what_the_kernel_shows():
+    """Issue 53.15: firmware can leave online CPUs in no proximity domain (hwloc's R630 topology): the error says
+    what the kernel shows (online CPUs no node lists), not that a file was read short; which node they are on
+    stays unknown (an emptied cpulist record looks the same, and unknown is never a pass)."""
+    import base64
+
+    from conformance.facts.node_facts import NodeFacts
+
+    def glob(pattern: str, paths: list[str]) -> bytes:
+        name = base64.b64encode(pattern.encode()).decode()
+        return f"G {name} ok {base64.b64encode(chr(10).join(paths).encode()).decode()}\n".encode()
+
+    nodes = [f"/sys/devices/system/node/node{n}/cpulist" for n in (0, 1)]
+    sibs = [f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list" for c in range(4)]
+    raw = (
+        b"M =version ok MQ==\n"
+        + f"F =/sys/devices/system/cpu/online ok {base64.b64encode(b'0-3').decode()}\n".encode()
+        + glob("/sys/devices/system/node/node[0-9]*/cpulist", nodes)
+        + b"T =/sys/devices/system/node/node0/cpulist ok 0-1\n"
+        + b"T =/sys/devices/system/node/node1/cpulist ok 2\n"
+        + glob("/sys/devices/system/cpu/cpu[0-9]*/topology/thread_siblings_list", sibs)
+        + b"".join(f"T ={p} ok {c}\n".encode() for c, p in enumerate(sibs))
+        + b"M =end ok \n"
+    )
+    from conformance.errors import FactUnavailable
+
+    with pytest.raises(FactUnavailable, match=r"online CPUs 3 are listed by no NUMA node's cpulist .*the kernel places"):
+        NodeFacts(parse_wire("n", raw, 100)).topology  # noqa: B018

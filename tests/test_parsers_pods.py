@@ -163,3 +163,11 @@ def test_the_nodeport_reservation_is_asked_only_on_the_nodes_network():
     assert port_range_problems((32768, 60999), set(), profile, nodeports_here=False) == [
         "ip_local_port_range is 32768-60999; it should cover 1024-65535"
     ]
+
+
+def test_unread_bandwidth_values_are_named_never_zero():
+    """Issue 53.4: an absent counter or a garbled quota is unread, never 0 and never "no quota"."""
+    no_stat = parse_inside(CGROUP_V2_INSIDE.replace("stat nr_throttled 30\n", ""), "pod x").cfs
+    assert no_stat.nr_throttled is None and no_stat.unread == ("/sys/fs/cgroup//cpu.stat nr_throttled",)
+    garbled = parse_inside(CGROUP_V2_INSIDE.replace("max 200000 100000", "max 2e5 100000"), "pod x").cfs
+    assert garbled.quota_us is None and garbled.unread == ("/sys/fs/cgroup//cpu.max quota '2e5'",)

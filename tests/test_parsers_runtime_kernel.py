@@ -252,7 +252,7 @@ def test_topology_consistency():
     asym = topo({0: {0, 1, 2, 3}}, {0: {0, 1}, 1: {1}, 2: {2}, 3: {3}}, range(4))
     assert any("cpu0 lists cpu1" in p for p in asym.problems())
     missing = topo({0: {0, 1}}, sib, range(4))
-    assert any("in no NUMA node" in p for p in missing.problems())
+    assert any("listed by no NUMA node" in p for p in missing.problems())
 
 
 def test_systemd_cgroup_must_be_a_boolean():
@@ -362,3 +362,76 @@ def test_a_containerd_import_the_collector_did_not_return_is_unknown_not_missing
         facts().runtime_config  # noqa: B018
     refused = facts(Record("F", "/etc/containerd/deep.toml", "missing")).runtime_config
     assert refused.refused and "containerd refuses to start" in refused.refused
+
+
+def test_crio_default_handler_follows_its_release():
+    """Issue 53.20: CRI-O's built-in default handler is runc through 1.30 and crun from 1.31 (pkg/config/
+    config_linux.go at the cri-o tags); a file that names one decides whatever the release."""
+    from conformance.facts.runtime import crio_runtime
+
+    conf = [("/etc/crio/crio.conf", '[crio.runtime]\ncgroup_manager = "systemd"\n')]
+    assert crio_runtime(conf, None, "1.29.11").default_handler == "runc"
+    assert crio_runtime(conf, None, "1.30.4").default_handler == "runc"
+    assert crio_runtime(conf, None, "1.31.0").default_handler == "crun"
+    named = [*conf, ("/etc/crio/crio.conf.d/10-crio.conf", '[crio.runtime]\ndefault_runtime = "crun"\n')]
+    assert crio_runtime(named, None, "1.29.11").default_handler == "crun"
+
+
+def test_containerd_without_a_config_file_runs_on_its_built_in_defaults():
+    """Issue 53.18: containerd(8) started without --config and with no /etc/containerd/config.toml runs on its
+    built-in defaults (cmd/containerd/command/main.go loads the file only when it exists or --config was given):
+    a known configuration, judged (runc without SystemdCgroup); a --config naming a missing file does not start."""
+    from conformance.collection.bundle import Bundle, Record
+    from conformance.facts.node_facts import NodeFacts
+
+    def facts(argv: bytes) -> NodeFacts:
+        records = [
+            Record("M", "start", "ok"), Record("P", "containerd", "9"), Record("F", "/proc/9/cmdline", "ok", argv),
+            Record("L", "/proc/9/cwd", "ok", b"/"), Record("L", "/proc/9/exe", "ok", b"/usr/bin/containerd"),
+            Record("M", "daemon:9", "ok", b""), Record("C", "containerd-package", "0", b"dpkg containerd.io 1.7.27-1"),
+            Record("F", "/etc/containerd/config.toml", "missing"), Record("M", "end", "ok"),
+        ]  # fmt: skip
+        return NodeFacts(Bundle("n", records))
+
+    rc = facts(b"/usr/bin/containerd\0").runtime_config
+    assert rc.refused is None and rc.default_handler == "runc"
+    assert rc.handlers["runc"].systemd_cgroup is False and "built-in default" in rc.handlers["runc"].source
+    given = facts(b"/usr/bin/containerd\0--config\0/etc/containerd/config.toml\0")
+    with pytest.raises(Exception, match="containerd config not found"):
+        given.runtime_config  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    ("daemon_json", "magic", "driver"),
+    [
+        ('{"exec-opts": ["native.cgroupdriver=systemd"]}', "1021994", "systemd"),
+        ('{"log-driver": "json-file"}', "1021994", "cgroupfs"),  # moby's default on cgroup v1
+        (None, "63677270", "systemd"),  # no daemon.json: moby's default on cgroup v2
+    ],
+    ids=["exec-opt-systemd", "v1-default-cgroupfs", "v2-default-systemd"],
+)
+def test_a_kubelet_on_cri_dockerd_is_judged_by_dockers_driver(daemon_json, magic, driver):
+    """Issue 53.17: a kubelet whose runtime endpoint is cri-dockerd runs its pods in Docker, whose cgroup driver is
+    daemon.json's exec-opts native.cgroupdriver, else Docker's default for the cgroup version; the containerd
+    that backs Docker (and its CRI section) is not what this kubelet uses."""
+    from conformance.collection.bundle import Bundle, Record
+    from conformance.facts.node_facts import NodeFacts
+
+    kubelet = b"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: systemd\n"
+    kubelet += b"containerRuntimeEndpoint: unix:///var/run/cri-dockerd.sock\n"
+    records = [
+        Record("M", "start", "ok"), Record("C", "stat-cgroup", "0", magic.encode()),
+        Record("P", "kubelet", "5"), Record("F", "/proc/5/cmdline", "ok", b"kubelet\0--config=/var/lib/kubelet/config.yaml\0"),
+        Record("L", "/proc/5/exe", "ok", b"/usr/bin/kubelet"), Record("M", "daemon:5", "ok", b""),
+        Record("F", "/var/lib/kubelet/config.yaml", "ok", kubelet),
+        Record("P", "containerd", "9"), Record("F", "/proc/9/cmdline", "ok", b"containerd\0"),
+        Record("L", "/proc/9/exe", "ok", b"/usr/bin/containerd"), Record("M", "daemon:9", "ok", b""),
+        Record("F", "/etc/containerd/config.toml", "ok", b'disabled_plugins = ["cri"]\n'),
+        Record("F", "/etc/docker/daemon.json", *(("ok", daemon_json.encode()) if daemon_json else ("missing",))),
+        Record("M", "end", "ok"),
+    ]  # fmt: skip
+    facts = NodeFacts(Bundle("n", records))
+    assert facts.runtime_name[0] == "docker"
+    rc = facts.runtime_config
+    assert rc.runtime == "docker" and rc.cgroup_manager == driver
+    assert rc.handlers["runc"].systemd_cgroup is (driver == "systemd")

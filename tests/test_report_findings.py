@@ -80,3 +80,22 @@ def test_a_streamed_pages_filter_bar_counts_every_result(tmp_path):
     for outcome, label in (("passed", "Passed"), ("failed", "Failed"), ("error", "Errors")):
         n = sum(r["outcome"] == outcome for r in doc["results"])
         assert f'<span class="{outcome}">{n} {label},</span>' in html, (outcome, n)
+
+
+def test_two_containers_failing_one_pod_check_have_their_own_rows_and_permalinks(tmp_path):
+    """Issue 53.12: pod checks give one result per container; each row names namespace/pod/container and has a
+    permalink of its own (#NODE/CHECK/NAMESPACE/POD/CONTAINER); #NODE/CHECK still lands on the first one."""
+    doc = fleet(2, checks=2)
+    base = next(r for r in doc["results"] if r["node"] == "gpu-0000")
+    for container in ("app", "sidecar"):
+        doc["results"].append({**base, "check": "POD-CPUS-EXCLUSIVE", "outcome": "failed", "severity": "high",
+                               "message": f"{container}: 2 CPUs shared", "evidence": [],
+                               "subject": {"namespace": "inference", "pod": "llm-0", "container": container}})  # fmt: skip
+    html = render(tmp_path, doc)
+    section = re.search(r"<section aria-label='Findings' id='gnc-findings'>(.*?)</section>", html, re.S).group(1)
+    ids = re.findall(r"id='(gpu-0000/POD-CPUS-EXCLUSIVE[^']*)'", section)
+    assert "gpu-0000/POD-CPUS-EXCLUSIVE/inference/llm-0/app" in ids
+    assert "gpu-0000/POD-CPUS-EXCLUSIVE/inference/llm-0/sidecar" in ids
+    assert "gpu-0000/POD-CPUS-EXCLUSIVE" in ids and len(ids) == len(set(ids)) == 3
+    assert "href='#'" not in section
+    assert "inference/llm-0/app" in section and "inference/llm-0/sidecar" in section

@@ -59,10 +59,27 @@ def describe(c: ClaimDevice, g: Gpu) -> str:
     return f"claim {c.short_claim} (driver {c.driver}, device {c.device}{mig}, PCI {g.bus_id}, NUMA {numa})"
 
 
-def dra_advertised(slices: NodeSlices, gpus: GpuFacts, plugin_gpus: int | None) -> tuple[list[str], list[str], bool]:
+def device_plugin_gpu_resources(gpu_capacity: int | None, resources: dict[str, int]) -> dict[str, int]:
+    """Every extended resource through which the NVIDIA device plugin advertises GPUs, with its capacity above 0:
+    `nvidia.com/gpu`, its renamed shared forms (time-slicing and MPS with `renameByDefault`:
+    `nvidia.com/gpu.shared`, k8s-device-plugin docs "Shared Access to GPUs"), and the mixed MIG strategy's
+    `nvidia.com/mig-<profile>` (each a slice of a GPU). Other nvidia.com/ resources (the Network Operator's
+    RDMA and SR-IOV devices) are not GPUs. A DRA extended resource (KEP-5004) is no node capacity at all."""
+    out = {
+        k: v
+        for k, v in resources.items()
+        if v and (k == "nvidia.com/gpu" or k.startswith(("nvidia.com/gpu.", "nvidia.com/mig-")))
+    }
+    if gpu_capacity and "nvidia.com/gpu" not in out:
+        out["nvidia.com/gpu"] = gpu_capacity
+    return dict(sorted(out.items()))
+
+
+def dra_advertised(slices: NodeSlices, gpus: GpuFacts, plugin: dict[str, int]) -> tuple[list[str], list[str], bool]:
     """(problems, evidence, whether DRA publishes GPUs here). Every GPU NVML lists is published, every published
-    device is one of them (UUID and PCI address agreeing), and no GPU is also advertised by the device plugin:
-    the scheduler counts nvidia.com/gpu and ResourceSlices apart, so one GPU could go to two pods."""
+    device is one of them (UUID and PCI address agreeing), and no GPU is also advertised by the device plugin
+    under any of its resources (`plugin`, device_plugin_gpu_resources): the scheduler counts extended resources
+    and ResourceSlices apart, so one GPU could go to two pods."""
     lines = [f"{slices.source}: {len(slices.devices)} device(s)" if slices.version else slices.source]
     if not slices.devices:
         return [], lines, False
@@ -82,10 +99,11 @@ def dra_advertised(slices: NodeSlices, gpus: GpuFacts, plugin_gpus: int | None) 
     missing = [g.label for g in gpus.gpus if g.index not in on]
     if missing:
         problems.append(f"not published through DRA ({slices.source}): {', '.join(missing)}")
-    if plugin_gpus:
+    if plugin:
         both = [f"{g.label} as {', '.join(on[g.index])}" for g in gpus.gpus if g.index in on]
+        advertised = ", ".join(f"{k} {v}" for k, v in plugin.items())
         problems.append(
-            f"GPUs advertised twice: the device plugin advertises nvidia.com/gpu {plugin_gpus} and DRA publishes "
+            f"GPUs advertised twice: the device plugin advertises {advertised} and DRA publishes "
             f"{'; '.join(both)}: a device-plugin pod and a DRA pod can be given the same GPU"
         )
     return problems, lines, True

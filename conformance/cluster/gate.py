@@ -16,10 +16,11 @@ It accepts a node only when the document's own rows for it show every check that
 failed (conformance.config.verdict.gate_verdict): a run narrowed with --select, -k or -m, or interrupted,
 accepts no node it did not fully judge, whatever its node entry says.
 
-It refuses acceptance, per node and with the reason: a results document older than the allowed age, a node
-whose label `gpu-conformance.io/profile` names another profile than the one it was judged by. A refusal
-stops acceptance only: the label's removal and the taint still go on, so a node that should lose its
-acceptance loses it."""
+A document refused as a whole writes nothing to any node (DocumentRefused, exit 1): one older than the allowed
+age (a late audit Job must not taint a whole fleet on stale verdicts), or one whose start time cannot be read.
+Per node it refuses acceptance, with the reason: a node whose label `gpu-conformance.io/profile` names another
+profile than the one it was judged by. A per-node refusal stops acceptance only: the label's removal and the
+taint still go on, so a node that should lose its acceptance loses it."""
 
 from __future__ import annotations
 
@@ -47,6 +48,10 @@ RETRIES = 5
 # a label value: at most 63 characters, alphanumerics with - _ . inside (k8s.io/apimachinery validation.IsValidLabelValue)
 LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 TIMEOUT_S = 15.0
+
+
+class DocumentRefused(UsageError):
+    """The results document as a whole is not to be acted on: nothing is written."""
 
 
 @dataclass
@@ -83,7 +88,10 @@ def _started(doc: dict[str, Any]) -> datetime:
     try:
         when = datetime.fromisoformat(str(doc.get("started_at")))
     except ValueError:
-        raise UsageError(f"the results document has no readable started_at ({doc.get('started_at')!r})") from None
+        raise DocumentRefused(
+            f"the results document is refused as a whole: its started_at {doc.get('started_at')!r} cannot be read, so "
+            "its age is unknown; nothing was written to any node"
+        ) from None
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
@@ -101,12 +109,9 @@ def plan_node(
     name = node["metadata"]["name"]
     verdict, unjudged = gate_verdict(summary, rows, required)
     refused = None
-    age = (s.now - _started(doc)).total_seconds()
     labels = node["metadata"].get("labels") or {}
     wanted_profile = labels.get(PROFILE_LABEL)
-    if age > s.max_age_s:
-        refused = f"the results are {age / 3600:.1f} h old, more than the allowed {s.max_age_s / 3600:g} h"
-    elif wanted_profile is not None and wanted_profile != summary.get("profile"):
+    if wanted_profile is not None and wanted_profile != summary.get("profile"):
         refused = f"the node's {PROFILE_LABEL} label says {wanted_profile}; it was judged by {summary.get('profile')}"
     accepted = verdict == "accepted" and refused is None
     record = {
@@ -157,6 +162,13 @@ def gate(
 
     if settings.effect not in EFFECTS:
         raise UsageError(f"taint effect {settings.effect!r}: must be one of {', '.join(EFFECTS)}")
+    age = (settings.now - _started(doc)).total_seconds()
+    if age > settings.max_age_s:
+        raise DocumentRefused(
+            f"the results document is refused as a whole: it started {age / 3600:.1f} h ago, more than the allowed "
+            f"{settings.max_age_s / 3600:g} h (--max-age); nothing was written to any node. Run the audit again, "
+            "or raise --max-age if these verdicts are still to be trusted"
+        )
     bad = sorted({str(n.get("profile")) for n in doc.get("nodes", []) if n.get("verdict") == "accepted"
                   and (len(str(n.get("profile"))) > 63 or not LABEL_VALUE.fullmatch(str(n.get("profile"))))})  # fmt: skip
     if bad:

@@ -140,12 +140,15 @@ def build(
     return objects
 
 
-def results_in_log(text: str) -> list[str]:
+def results_in_log(text: str, cut: list[tuple[int, str | None]] | None = None) -> list[str]:
     """The results.json documents a pod printed between the markers (several after restarts). A block cut
     short is a ValueError naming it, never a node that silently vanishes: a begin marker with no end (the
     log was truncated, or the pod killed while printing: `kubectl logs --limit-bytes`, rotation under
     `--tail`), or an end marker with no begin before it (the log's start was rotated away). A block followed
-    by another begin before its end is a run cut by a restart whose rerun printed in full: the rerun counts."""
+    by another begin before its end is cut: a run cut by a restart whose rerun printed in full (the rerun
+    counts), or, in a log of several pods (`kubectl logs -l ...`), another node's block cut short. Each cut
+    block is appended to `cut` as (its number, the node its text names, or None): a node whose only block was
+    cut is then named as such, not as never reported."""
     out = []
     begin, end = RESULTS_BEGIN + "\n", "\n" + RESULTS_END
     at = text.find(begin)
@@ -159,11 +162,19 @@ def results_in_log(text: str) -> list[str]:
         stop = text.find(end, start)
         if stop < 0:
             raise ValueError(f"results block {n} begins but never ends: the log was cut short (truncated or rotated)")
-        nested = text.rfind(begin, start, stop)  # a block cut short by a restart: the later one is the block
+        nested = text.rfind(begin, start, stop)  # a block cut short: the later one is the block
+        if nested >= 0 and cut is not None:
+            m = CUT_NODE.search(text, start, nested)
+            cut.append((n, m.group(1) if m else None))
+            n += 1
         start = nested + len(begin) if nested >= 0 else start
         out.append(text[start:stop])
         at = text.find(begin, stop + len(end))
     return out
+
+
+# the first node a (cut) results document names: {"nodes": [{"name": "..."
+CUT_NODE = re.compile(r'"nodes":\s*\[\s*\{\s*"name":\s*"([^"\\]{1,253})"')
 
 
 def to_yaml(objects: list[dict[str, Any]]) -> str:

@@ -6,6 +6,7 @@ leaves the container), the size of /dev/shm and the /dev/nvidia<N> nodes it can 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -184,9 +185,10 @@ class CfsBandwidth:
     cgroup: str
     quota_us: int | None  # None: no quota
     period_us: int
-    nr_periods: int
-    nr_throttled: int
-    throttled_us: int
+    nr_periods: int | None  # None: not read (never 0: an unread counter is unknown, issue 53.4)
+    nr_throttled: int | None
+    throttled_us: int | None
+    unread: tuple[str, ...] = ()  # what could not be read, naming the file and the value
 
 
 def _gpus(resources: Any, resource: str) -> int:
@@ -289,6 +291,9 @@ def gpu_pods(
     return sorted(out, key=lambda x: (x.namespace, x.name))
 
 
+PROGRAM = "{\n" + INSIDE + "\n} </dev/null\nexit\n"  # what the exec's shell reads on its stdin
+
+
 def exec_inside(api: Any, ref: ContainerRef, variables: list[str], timeout: float = EXEC_TIMEOUT_S) -> InsideFacts:
     """One exec into the container; the script's output parsed. Failures name the pod and the cause."""
     from kubernetes import client
@@ -301,9 +306,15 @@ def exec_inside(api: Any, ref: ContainerRef, variables: list[str], timeout: floa
             ref.pod,
             ref.namespace,
             container=ref.container,
-            command=["sh", "-c", INSIDE, "sh", *variables],
+            # The program goes on stdin, as the SSH path sends the collector: a command line of 10 KB of
+            # `command=` parameters would land in the API server's audit log for every exec and exceed the
+            # request line of common proxies in front of API servers (issue 53.13). Only the variable names
+            # travel as arguments. The shell runs the program as a group whose own stdin is /dev/null (nothing
+            # it starts can read the rest of the program) and then exits: no close of stdin is needed, which
+            # the v4 channel protocol cannot send.
+            command=["sh", "-s", "--", *variables],
             stderr=True,
-            stdin=False,
+            stdin=True,
             stdout=True,
             tty=False,
             _preload_content=False,
@@ -313,15 +324,23 @@ def exec_inside(api: Any, ref: ContainerRef, variables: list[str], timeout: floa
         raise FactUnavailable(_exec_failure(e, ref, where)) from None
     deadline = time.monotonic() + timeout
     out, err = [], []
+    ended = False
     try:
+        with contextlib.suppress(Exception):  # the exec already ended (no /bin/sh): its status says why, read below
+            ws.write_stdin(PROGRAM)
         while ws.is_open() and time.monotonic() < deadline:
-            ws.update(timeout=1)
+            try:
+                ws.update(timeout=1)
+            except OSError:  # the server ended the exec and closed before our close reached it: what came stays
+                ended = True
+                break
             out.append(ws.read_stdout(timeout=0) if ws.peek_stdout() else "")
             err.append(ws.read_stderr(timeout=0) if ws.peek_stderr() else "")
-        timed_out = ws.is_open()
+        timed_out = ws.is_open() and not ended
         status = ws.read_channel(3)
     finally:
-        ws.close()
+        with contextlib.suppress(OSError):  # the server closed first (the exec ended, or never started)
+            ws.close()
     if timed_out:
         raise FactUnavailable(f"{where}: exec did not finish within {timeout:g} s")
     stdout = "".join(out)
@@ -434,25 +453,48 @@ def parse_inside(text: str, where: str) -> InsideFacts:
 
 
 def _cfs(cpu: dict[str, str], stat: dict[str, int]) -> CfsBandwidth | None:
+    """The bandwidth files as read; a value that is absent or not a number is named in `unread`, never taken as
+    0 or as "no quota" (a throttled container whose cpu.stat could not be read must not pass)."""
+    unread: list[str] = []
+
+    def counter(name: str, file: str, scale: int = 1) -> int | None:
+        if name not in stat:
+            unread.append(f"{file} {name}")
+            return None
+        return stat[name] // scale
+
     if "v2" in cpu and "max" in cpu:
         quota, _, period = cpu["max"].partition(" ")
+        if quota != "max" and not quota.isdigit():
+            unread.append(f"{cpu['v2']}/cpu.max quota {quota!r}")
+        if not period.strip().isdigit():
+            unread.append(f"{cpu['v2']}/cpu.max period {period!r}")
+        stat_file = f"{cpu['v2']}/cpu.stat"
         return CfsBandwidth(
             cgroup=cpu["v2"],
-            quota_us=None if quota == "max" else int(quota) if quota.isdigit() else None,
-            period_us=int(period) if period.isdigit() else 100000,
-            nr_periods=stat.get("nr_periods", 0),
-            nr_throttled=stat.get("nr_throttled", 0),
-            throttled_us=stat.get("throttled_usec", 0),
+            quota_us=int(quota) if quota.isdigit() else None,
+            period_us=int(period) if period.strip().isdigit() else 100000,
+            nr_periods=counter("nr_periods", stat_file),
+            nr_throttled=counter("nr_throttled", stat_file),
+            throttled_us=counter("throttled_usec", stat_file),
+            unread=tuple(unread),
         )
     if "v1" in cpu and "quota" in cpu:
-        quota = int(cpu["quota"]) if cpu["quota"].lstrip("-").isdigit() else -1
+        text = cpu["quota"]
+        if not text.lstrip("-").isdigit():
+            unread.append(f"{cpu['v1']}/cpu.cfs_quota_us {text!r}")
+        quota = int(text) if text.lstrip("-").isdigit() else -1
+        if not cpu.get("period", "").isdigit():
+            unread.append(f"{cpu['v1']}/cpu.cfs_period_us {cpu.get('period', '')!r}")
+        stat_file = f"{cpu['v1']}/cpu.stat"
         return CfsBandwidth(
             cgroup=cpu["v1"],
             quota_us=None if quota < 0 else quota,
             period_us=int(cpu["period"]) if cpu.get("period", "").isdigit() else 100000,
-            nr_periods=stat.get("nr_periods", 0),
-            nr_throttled=stat.get("nr_throttled", 0),
-            throttled_us=stat.get("throttled_time", 0) // 1000,
+            nr_periods=counter("nr_periods", stat_file),
+            nr_throttled=counter("nr_throttled", stat_file),
+            throttled_us=counter("throttled_time", stat_file, 1000),  # v1 counts nanoseconds
+            unread=tuple(unread),
         )
     return None
 

@@ -340,13 +340,18 @@ emit_file /etc/os-release  # the OS image, for the node's identity record
 emit_cmd uname uname -r
 emit_cmd stat-cgroup stat -fc %t "$R/sys/fs/cgroup"  # the magic: BusyBox stat names cgroup2fs "UNKNOWN"
 
-# Processes of interest: kubelet and the container runtimes. Every process's command name is read by one head
-# (its "==> FILE <==" headers say whose; /dev/null first, so that there are headers for a single process too)
-# and picked by one awk: no process per process, and no byte-by-byte read (dash's `read` makes a system call
-# per byte). A name that looks like a header is not one of these.
+# Processes of interest: kubelet and the container runtimes. Every process's command name is read by head (its
+# "==> FILE <==" headers say whose; /dev/null first, so that there are headers for a single process too) and
+# picked by one awk: no process per process, and no byte-by-byte read (dash's `read` makes a system call per
+# byte). The names are given to head by xargs, in batches that fit the kernel's argument limit (ARG_MAX: with
+# 200,000 processes one command line of every /proc/N/comm would not, and head would not start); paths are
+# relative to /proc, so a host root's own name never reaches xargs' word splitting. Without xargs, one head.
+# A name that looks like a header is not one of these.
 set +f
-procs=$(head -n 1 /dev/null "$R"/proc/[0-9]*/comm 2>/dev/null | awk '
-  /^==> .* <==$/ { pid = ""; if (match($0, /\/proc\/[0-9]+\/comm <==$/)) { pid = substr($0, RSTART + 6, RLENGTH - 15) }; next }
+procs=$(cd "$R/proc" 2>/dev/null && {
+  if command -v xargs >/dev/null 2>&1; then printf '%s\n' [0-9]*/comm | xargs head -n 1 /dev/null
+  else head -n 1 /dev/null [0-9]*/comm; fi; } 2>/dev/null | awk '
+  /^==> .* <==$/ { pid = ""; if (match($0, /^==> [0-9]+\/comm <==$/)) { pid = substr($0, 5, RLENGTH - 13) }; next }
   pid != "" && /^(kubelet|containerd|crio|dockerd|k3s|k3s-server|k3s-agent|nv-fabricmanage|nvidia-persiste)$/ { print pid " " $0 }
   { pid = "" }')
 set -f
@@ -386,7 +391,7 @@ daemon_facts() {
     *) if resolve_in_root "$exe"; then need="$R$exe$NL$R$IR$NL"; else why="its executable $exe could not be resolved"; fi ;;
   esac
 }
-kpid=; cpid=; kcwd=; ccwd=; rpid=; kpid_k3s=; kexe=; cexe=; rexe=; k3exe=; nk=0; nc=0; nr=0; n3=0
+kpid=; cpid=; kcwd=; ccwd=; rpid=; kpid_k3s=; kexe=; cexe=; rexe=; k3exe=; nk=0; nc=0; nr=0; n3=0; dpid=; nd=0
 allneed=
 while IFS=" " read -r pid c; do  # first what each candidate is, then one check of every executable
   [ -n "$pid" ] || continue
@@ -419,6 +424,7 @@ while IFS=" " read -r pid c; do
     kubelet) nk=$((nk + 1)); kpid=$pid; kcwd=$w; kexe=$exe ;;
     containerd) nc=$((nc + 1)); cpid=$pid; ccwd=$w; cexe=$exe ;;
     crio) nr=$((nr + 1)); rpid=$pid; rexe=$exe ;;
+    dockerd) nd=$((nd + 1)); dpid=$pid ;;
     k3s|k3s-server|k3s-agent) n3=$((n3 + 1)); kpid_k3s=$pid; k3exe=$exe ;;
   esac
 done <<EOF
@@ -428,6 +434,7 @@ EOF
 [ "$nc" -eq 1 ] || { cpid=; ccwd=; }
 [ "$nr" -eq 1 ] || rpid=
 [ "$n3" -eq 1 ] || kpid_k3s=
+[ "$nd" -eq 1 ] || dpid=
 
 # Kubelet: --config file (no default path), --config-dir drop-ins, state files under --root-dir.
 root_dir=/var/lib/kubelet
@@ -506,6 +513,11 @@ if [ -n "$rpid" ]; then
 fi
 emit_file "$rcfg"
 case $rdir in /*) emit_walk "$rdir" '*' ;; esac
+# Docker (behind cri-dockerd): the daemon's --config-file, else /etc/docker/daemon.json, holds its cgroup driver
+# (exec-opts native.cgroupdriver; dockerd(8))
+dcfg=/etc/docker/daemon.json
+if [ -n "$dpid" ]; then v=$(arg_value "$R/proc/$dpid/cmdline" config-file); [ -n "$v" ] && dcfg=$v; fi
+case $dcfg in /*) emit_file "$dcfg" ;; esac
 
 # Cgroups.
 for d in /sys/fs/cgroup/kubepods.slice /sys/fs/cgroup/kubepods \

@@ -37,10 +37,25 @@ def blocking_failures(rows: Iterable[dict[str, Any]]) -> list[str]:
     return sorted({r["check"] for r in rows if r["outcome"] in ("failed", "error") and r["severity"] in BLOCKING})
 
 
-def not_judged(rows: Iterable[dict[str, Any]], required: Iterable[str]) -> list[str]:
-    """The checks in `required` (those that block for the node's profile) without a row for the node."""
+def subject_id(subject: dict[str, Any] | None) -> str:
+    """A result's subject as one string: `namespace/pod/container` for a pod check's, "" for a node's own."""
+    if not subject or not subject.get("pod"):
+        return ""
+    return "/".join(str(subject.get(k) or "") for k in ("namespace", "pod", "container"))
+
+
+def not_judged(rows: Iterable[dict[str, Any]], required: Iterable[str], planned: dict[str, list[str]] | None = None) -> list[str]:
+    """The checks in `required` (those that block for the node's profile) without a row for the node, and those
+    with one item per container (`planned`: check -> the containers the run planned it for) missing the row of
+    any container: narrowed with -k, or interrupted between two containers, a check is judged on none."""
+    rows = list(rows)
     have = {r["check"] for r in rows}
-    return sorted(set(required) - have)
+    missing = set(required) - have
+    judged = {(r["check"], subject_id(r.get("subject"))) for r in rows}
+    for check, subjects in (planned or {}).items():
+        if check in set(required) and any((check, s) not in judged for s in subjects):
+            missing.add(check)
+    return sorted(missing)
 
 
 def verdict(rows: list[dict[str, Any]], collection: dict[str, Any] | None, unjudged: list[str]) -> str:
@@ -57,8 +72,9 @@ def verdict(rows: list[dict[str, Any]], collection: dict[str, Any] | None, unjud
 
 def gate_verdict(summary: dict[str, Any], rows: list[dict[str, Any]], required: Iterable[str]) -> tuple[str, list[str]]:
     """The verdict the gate acts on: the document's, unless its own rows for the node say less (a check that
-    blocks has no row, or failed): (verdict, the checks not judged)."""
-    unjudged = sorted(set(not_judged(rows, required)) | set(summary.get("not_judged") or []))
+    blocks has no row, or a row for some of the containers it was planned for, or failed): (verdict, the checks
+    not judged)."""
+    unjudged = sorted(set(not_judged(rows, required, summary.get("planned"))) | set(summary.get("not_judged") or []))
     again = verdict(rows, summary.get("collection"), unjudged)
     said = summary.get("verdict", "incomplete")
     if said != "accepted":
@@ -108,9 +124,12 @@ def node_summary(
     counts = {o: 0 for o in ("passed", "failed", "error", "skipped", "waived")}
     for r in rows:
         counts[r["outcome"]] += 1
-    unjudged = not_judged(rows, required)
+    planned = about.pop("planned", None) or {}
+    unjudged = not_judged(rows, required, planned)
     out: dict[str, Any] = {"name": name, "verdict": verdict(rows, collection, unjudged), **about, "counts": counts,
                            "blocking": blocking_failures(rows)}  # fmt: skip
+    if planned:
+        out["planned"] = planned
     if unjudged:
         out["not_judged"] = unjudged
     return out

@@ -178,6 +178,11 @@ class DraPrepared:
     devices: tuple[tuple[str, str, str], ...]  # (driver, pool, device)
 
 
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def parse_dra_checkpoint(text: str, path: str) -> list[DraPrepared]:
     """The kubelet's DRA manager checkpoint (`dra_manager_state`). Layout since Kubernetes 1.31
     (pkg/kubelet/cm/dra/state/checkpoint.go and state.go): {"Data": "<JSON text>", "Checksum": N}, the
@@ -210,9 +215,14 @@ def parse_dra_checkpoint(text: str, path: str) -> list[DraPrepared]:
             raise ParseError(f"{where} is not an object with a DriverState object")
         devices = []
         for driver, state in (e.get("DriverState") or {}).items():
-            for d in (state or {}).get("Devices") or []:
+            if not isinstance(state or {}, dict):
+                raise ParseError(f"{where}.DriverState[{driver}] is {_short(state)}, not an object with Devices")
+            listed = (state or {}).get("Devices") or []
+            if not isinstance(listed, list):
+                raise ParseError(f"{where}.DriverState[{driver}].Devices is {_short(listed)}, not a list")
+            for d in listed:
                 if not isinstance(d, dict):
-                    raise ParseError(f"{where}.DriverState[{driver}].Devices holds {d!r}, not an object")
+                    raise ParseError(f"{where}.DriverState[{driver}].Devices holds {_short(d)}, not an object")
                 devices.append((str(driver), str(d.get("PoolName")), str(d.get("DeviceName"))))
         pods = e.get("PodUIDs") or {}
         uids = frozenset(pods if isinstance(pods, (dict, list)) else [])

@@ -3,7 +3,9 @@ topology."""
 
 from __future__ import annotations
 
-from conformance.errors import FactUnavailable
+import re
+
+from conformance.errors import FactUnavailable, ParseError
 from conformance.facts.cpulist import format_cpulist, parse_cpulist
 from conformance.facts.node_base import FactsBase, fact
 from conformance.facts.system_cpus import (
@@ -16,6 +18,10 @@ from conformance.facts.system_cpus import (
     systemd_conf_files,
 )
 from conformance.facts.topology import Topology
+
+# what the collector's globs match (sysfs names: drivers/base/node.c "node%d", drivers/base/cpu.c "cpu%d")
+NODE_CPULIST = re.compile(r"/sys/devices/system/node/node(\d+)/cpulist")
+CPU_SIBLINGS = re.compile(r"/sys/devices/system/cpu/cpu(\d+)/topology/thread_siblings_list")
 
 
 class CpuFacts(FactsBase):
@@ -75,20 +81,29 @@ class CpuFacts(FactsBase):
         if not online:  # the boot CPU is always online: an empty list was read short
             raise FactUnavailable(f"node {self.name}: /sys/devices/system/cpu/online reads empty (read short)")
         nodes: dict[int, frozenset[int]] = {}
-        for path in b.glob("/sys/devices/system/node/node[0-9]*/cpulist"):
-            n = int(path.split("/")[-2][4:])
-            nodes[n] = parse_cpulist(b.text(path), what=path)
+        listing = "/sys/devices/system/node/node[0-9]*/cpulist"
+        for path in b.glob(listing):
+            m = NODE_CPULIST.fullmatch(path)
+            if not m:
+                raise ParseError(f"the listing of {listing} on node {self.name} holds {path[:120]!r}, not a NUMA node's cpulist")
+            nodes[int(m.group(1))] = parse_cpulist(b.text(path), what=path)
         if not nodes:
             raise FactUnavailable(f"/sys/devices/system/node/node*/cpulist: none found on node {self.name}")
-        # every online CPU belongs to one NUMA node, and a node's cpulist shows its online CPUs
-        # (drivers/base/node.c node_read_cpulist: cpumask_of_node & cpu_online_mask): a CPU in no list was read short
+        # Every online CPU is in one node's cpulist (drivers/base/node.c node_read_cpulist: cpumask_of_node &
+        # cpu_online_mask) unless the firmware's ACPI SRAT leaves it out of every proximity domain (hwloc's R630
+        # topology). Which node such a CPU is on is unknown, and so is every verdict that places CPUs on nodes: an
+        # error naming what the kernel shows, never a guess (a cut cpulist record looks the same).
         if lost := online - frozenset().union(*nodes.values()):
             raise FactUnavailable(
-                f"node {self.name}: online CPUs {format_cpulist(lost)} are in no NUMA node's cpulist "
-                "(/sys/devices/system/node/node*/cpulist read short)"
+                f"node {self.name}: online CPUs {format_cpulist(lost)} are listed by no NUMA node's cpulist "
+                "(/sys/devices/system/node/node*/cpulist): the kernel places them in no node, which the firmware's "
+                "ACPI SRAT does when it gives them no proximity domain; which node they are on is unknown"
             )
         siblings: dict[int, frozenset[int]] = {}
-        for path in b.glob("/sys/devices/system/cpu/cpu[0-9]*/topology/thread_siblings_list"):
-            cpu = int(path.split("/")[-3][3:])
-            siblings[cpu] = parse_cpulist(b.text(path), what=path)
+        listing = "/sys/devices/system/cpu/cpu[0-9]*/topology/thread_siblings_list"
+        for path in b.glob(listing):
+            m = CPU_SIBLINGS.fullmatch(path)
+            if not m:
+                raise ParseError(f"the listing of {listing} on node {self.name} holds {path[:120]!r}, not a CPU's siblings file")
+            siblings[int(m.group(1))] = parse_cpulist(b.text(path), what=path)
         return Topology(online=online, nodes=nodes, siblings=siblings)

@@ -180,6 +180,8 @@ def parse_smi_xml(text: str) -> GpuFacts:
             if (p.findtext("type") or "C").strip() in ("C", "C+G") and (p.findtext("pid") or "").strip().isdigit()
         ]
         errors = {} if g.find("processes") is not None else {"processes": "not in nvidia-smi's output"}
+        if mig == "n/a":  # a GPU without MIG (T4, L4, L40S, A10G) prints N/A: known, and the same on its peers
+            errors["mig"] = "not supported on this GPU"
         gpus.append(
             Gpu(
                 index=i,

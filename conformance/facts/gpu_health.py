@@ -270,8 +270,8 @@ SMI_COUNTERS = {"replay errors": "replay", "recovery errors": "recovery", "crc e
 def parse_smi_nvlink(status: str, errors: str = "", errors_unread: str | None = None) -> dict[int, list[NvLink]]:
     """{GPU index: its links} from `nvidia-smi nvlink -s`, with `-e`'s counters where given. Every counter a link
     should have (NVLINK_COUNTERS) that `-e` did not print for it is unread, with why: `errors_unread` when the
-    command failed or did not run, else that its output lacks it (crc_data: `nvlink -e` of many drivers prints
-    no CRC data line). Unread is never 0."""
+    command failed or did not run, NOT_SUPPORTED when `-e` printed it for none of the GPU's links, else that
+    this link's lines lack it. Unread is never 0."""
     links: dict[int, dict[int, NvLink]] = {}
     gpu = None
     for line in status.splitlines():
@@ -299,8 +299,19 @@ def parse_smi_nvlink(status: str, errors: str = "", errors_unread: str | None = 
             if key and value.strip().isdigit():
                 links[gpu][int(m.group(1))].errors[key] = int(value)
     for ls in links.values():
+        # A counter `-e` prints for none of a GPU's links is one the tool does not report for that GPU generation
+        # (current drivers print Replay, Recovery and CRC Errors and no CRC data counter, which NVML does not
+        # support from Ampere on): not supported, not judged, as on the NVML path. One it prints for some links
+        # and not others stays unread, and so does every counter when it printed none for the GPU at all.
+        printed = {key for x in ls.values() for key in x.errors}
         for x in ls.values():
             for key in NVLINK_COUNTERS:
-                if key not in x.errors:
-                    x.unread[key] = errors_unread or "not in the output of nvidia-smi nvlink -e"
+                if key in x.errors:
+                    continue
+                if errors_unread:
+                    x.unread[key] = errors_unread
+                elif printed and key not in printed:
+                    x.unread[key] = NOT_SUPPORTED
+                else:
+                    x.unread[key] = "not in the output of nvidia-smi nvlink -e for this link"
     return {g: [ls[i] for i in sorted(ls)] for g, ls in links.items()}

@@ -89,6 +89,8 @@ def identity(facts: Any) -> tuple[dict[str, Any], dict[str, str]]:
             if release is None:
                 raise ConformanceError(f"containerd's release: {facts.containerd_release_unknown}")
             return f"{name} {release}"
+        if name == "docker":
+            raise ConformanceError("Docker's release (behind cri-dockerd) is not read")
         release = facts.crio_release
         if release is None:
             raise ConformanceError("CRI-O's release is unknown (no /var/run/crio/version, and no package owns its executable)")
@@ -169,7 +171,11 @@ def identity(facts: Any) -> tuple[dict[str, Any], dict[str, str]]:
     # so the two digest differently for one configuration; drift compares like with like (fleet_drift.reading)
     def kubelet_config() -> str:
         reading = "configz" if facts.configz is not None else "files"
-        return f"{reading}:" + kubelet_digest(effective(facts.kubelet_config, reading), facts.name)
+        try:
+            release = facts.kubelet_version
+        except ConformanceError:
+            release = None  # the newest release's defaults: a pool of one release digests alike either way
+        return f"{reading}:" + kubelet_digest(effective(facts.kubelet_config, reading, release), facts.name)
 
     take("kubelet_config", kubelet_config)
     take("runtime_config", runtime_config)

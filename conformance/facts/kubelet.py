@@ -7,6 +7,7 @@ verdict can say "cpuManagerPolicy = none (flag --cpu-manager-policy)".
 
 from __future__ import annotations
 
+import copy
 import json
 import posixpath
 from dataclasses import dataclass, field
@@ -61,6 +62,12 @@ IRREGULAR_FLAGS = {
     "authorization-webhook-cache-authorized-ttl": "authorization.webhook.cacheAuthorizedTTL",
     "authorization-webhook-cache-unauthorized-ttl": "authorization.webhook.cacheUnauthorizedTTL",
     "v": "logging.verbosity", "log-flush-frequency": "logging.flushFrequency", "logging-format": "logging.format",
+    # names that do not camel-case to their field (cmd/kubelet/app/options/options.go AddKubeletConfigFlags binds
+    # each flag to a field by hand: `fs.BoolVar(&c.FailCgroupV1, "fail-cgroupv1", ...)`,
+    # `fs.BoolVar(&c.ServerTLSBootstrap, "rotate-server-certificates", ...)`, `&c.ContentType,
+    # "kube-api-content-type"`; issue 53.6)
+    "fail-cgroupv1": "failCgroupV1", "rotate-server-certificates": "serverTLSBootstrap", "runonce": "runOnce",
+    "kube-api-content-type": "contentType",
 }  # fmt: skip
 
 UPSTREAM_DEFAULTS: dict[str, Any] = {
@@ -342,6 +349,7 @@ class KubeletConfig:
     origins: dict[str, str]
     layers: list[str]
     drift: dict[str, str] = field(default_factory=dict)  # key -> what the node's files say instead (configz only)
+    file_values: dict[str, Any] = field(default_factory=dict)  # what the --config file itself set (it alone is defaulted)
 
     def get(self, key: str) -> Setting:
         if key in self.values:
@@ -381,25 +389,111 @@ def walk_order(root: str, paths: list[str]) -> list[str]:
     return sorted(paths, key=lambda p: tuple(p[len(base) :].split("/")) if p.startswith(base) else (p,))
 
 
+# Linux's default hard eviction thresholds (pkg/kubelet/apis/config/v1beta1/defaults_linux.go,
+# DefaultEvictionHard), applied by SetDefaults_KubeletConfiguration when evictionHard is unset.
+LINUX_EVICTION_HARD = {
+    "memory.available": "100Mi",
+    "nodefs.available": "10%",
+    "nodefs.inodesFree": "5%",
+    "imagefs.available": "15%",
+}
+# What a kubelet started without --config runs with besides the v1beta1 defaults: cmd/kubelet/app/options/
+# options.go NewKubeletConfiguration applies applyLegacyDefaults to "preserve the command line API" (anonymous
+# requests allowed, no webhook authentication, authorization AlwaysAllow, the read-only port 10255). A loaded
+# --config file is defaulted as v1beta1 only (server.go loadConfigFile), without these.
+LEGACY_FLAG_DEFAULTS: dict[str, Any] = {
+    "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
+    "authorization": {"mode": "AlwaysAllow"},
+    "readOnlyPort": 10255,
+}
+# Fields SetDefaults_KubeletConfiguration (pkg/kubelet/apis/config/v1beta1/defaults.go) sets when they hold their
+# zero value (`== zeroDuration`, `== 0`, `== ""`), so a loaded --config file that writes the zero value gets the
+# default: kubeadm writes `cpuManagerReconcilePeriod: 0s`, and the kubelet runs with 10s (issue 53.19).
+ZERO_DEFAULTED = (
+    "syncFrequency", "fileCheckFrequency", "httpCheckFrequency", "authentication.webhook.cacheTTL",
+    "authorization.webhook.cacheAuthorizedTTL", "authorization.webhook.cacheUnauthorizedTTL",
+    "streamingConnectionIdleTimeout", "nodeStatusUpdateFrequency", "imageMinimumGCAge", "volumeStatsAggPeriod",
+    "cpuManagerReconcilePeriod", "runtimeRequestTimeout", "evictionPressureTransitionPeriod", "port", "registryBurst",
+    "eventBurst", "nodeLeaseDurationSeconds", "maxPods", "maxOpenFiles", "kubeAPIBurst", "address",
+    "authorization.mode", "healthzBindAddress", "cgroupDriver", "cpuManagerPolicy", "memoryManagerPolicy",
+    "topologyManagerPolicy", "topologyManagerScope", "hairpinMode", "contentType", "containerLogMaxSize",
+    "configMapAndSecretChangeDetectionStrategy", "volumePluginDir", "containerRuntimeEndpoint", "podLogsDir",
+)  # fmt: skip
+
+
+def is_zero(value: Any) -> bool:
+    if value in (0, "", None) and value is not False:
+        return True
+    if isinstance(value, str):
+        try:
+            return parse_duration(value) == 0
+        except ParseError:
+            return False
+    return False
+
+
+def default_zero_values(doc: dict[str, Any], path: str) -> tuple[dict[str, Any], list[str]]:
+    """The --config file as the kubelet defaults it on loading: its zero values of ZERO_DEFAULTED fields replaced
+    by the defaults (notes say which)."""
+    out = copy.deepcopy(doc)
+    notes = []
+    for dotted in ZERO_DEFAULTED:
+        *parents, leaf = dotted.split(".")
+        holder: Any = out
+        for part in parents:
+            holder = holder.get(part) if isinstance(holder, dict) else None
+        if not isinstance(holder, dict) or leaf not in holder or not is_zero(holder[leaf]):
+            continue
+        default: Any = upstream_defaults()
+        for part in dotted.split("."):
+            default = default.get(part) if isinstance(default, dict) else None
+        if default is None:
+            continue
+        notes.append(f"{dotted}: {path} writes {holder[leaf]!r}, which the kubelet defaults to {default!r}")
+        holder[leaf] = default
+    return out, notes
+
+
+LEGACY_ORIGIN = "legacy flag default (no --config file: cmd/kubelet/app/options/options.go applyLegacyDefaults)"
+
+
 def effective_config(
     file_doc: tuple[str, dict[str, Any]] | None,
     dropins: list[tuple[str, dict[str, Any]]],
     flag_values: dict[str, tuple[Any, str]],
 ) -> KubeletConfig:
-    """Merge the layers in the kubelet's order. `dropins` must already be sorted by file name."""
+    """Merge the layers in the kubelet's order. `dropins` must already be sorted by file name.
+
+    The base is what cmd/kubelet/app/server.go starts from: the loaded --config file defaulted as v1beta1, or
+    without a file the legacy flag defaults (LEGACY_FLAG_DEFAULTS). Drop-ins are JSON merge patches over that
+    defaulted base (mergeKubeletConfigurations, jsonpatch.MergePatch): a map they set merges key by key into
+    the base's, so a drop-in's evictionHard adds to the defaulted thresholds (or the file's) instead of
+    replacing them; the flags then apply last."""
     values: dict[str, Any] = {}
     origins: dict[str, str] = {}
     layers = ["upstream defaults"]
     for k, v in UPSTREAM_DEFAULTS.items():
         values[k] = v
         origins[k] = "upstream default (key not set)"
+    if file_doc is None:
+        layers.append("legacy flag defaults (no --config file)")
+        for k, v in LEGACY_FLAG_DEFAULTS.items():
+            values[k] = deep_merge(values[k], v) if k in values and isinstance(values[k], dict) else v
+            origins[k] = LEGACY_ORIGIN
+    given = dict(file_doc[1]) if file_doc is not None else {}
+    if file_doc is not None:
+        defaulted, _ = default_zero_values(file_doc[1], file_doc[0])
+        file_doc = (file_doc[0], defaulted)
     docs = ([file_doc] if file_doc else []) + list(dropins)
     for i, (path, doc) in enumerate(docs):
         label = f"file {path} (--config)" if file_doc and i == 0 else f"drop-in {path} (--config-dir)"
         layers.append(label)
+        dropin = not (file_doc and i == 0)
         for k, v in doc.items():
             if k in ("kind", "apiVersion"):
                 continue
+            if dropin and k == "evictionHard" and isinstance(v, dict) and not isinstance(values.get(k), dict):
+                values[k] = dict(LINUX_EVICTION_HARD)  # the defaulted base holds the defaults the patch merges into
             values[k] = deep_merge(values[k], v) if k in values else v
             origins[k] = label
     if flag_values:
@@ -415,7 +509,8 @@ def effective_config(
             v = {**values[k], **v}
         values[k] = v
         origins[k] = label
-    return KubeletConfig(values=values, origins=origins, layers=layers)
+    file_values = {k: v for k, v in given.items() if k not in ("kind", "apiVersion")}
+    return KubeletConfig(values=values, origins=origins, layers=layers, file_values=file_values)
 
 
 CONFIGZ = "live kubelet (configz)"

@@ -34,19 +34,10 @@ import functools
 from decimal import Decimal
 from typing import Any
 
-from conformance.config.kubelet_defaults import upstream_defaults
+from conformance.config.kubelet_defaults import RELEASE_DEFAULTS, defaults_for, upstream_defaults
 from conformance.config.units import parse_duration, parse_quantity
 from conformance.errors import ParseError
-from conformance.facts.kubelet import KubeletConfig, deep_merge
-
-# Linux's default hard eviction thresholds (pkg/kubelet/apis/config/v1beta1/defaults_linux.go,
-# DefaultEvictionHard), applied by SetDefaults_KubeletConfiguration when evictionHard is unset.
-LINUX_EVICTION_HARD = {
-    "memory.available": "100Mi",
-    "nodefs.available": "10%",
-    "nodefs.inodesFree": "5%",
-    "imagefs.available": "15%",
-}
+from conformance.facts.kubelet import LINUX_EVICTION_HARD, KubeletConfig, deep_merge, is_zero
 
 # Fields holding a map of quantities (or percentages), of durations, and the fields (and map values) that are
 # durations though their default is not held: the ones normalised by amount or by length of time.
@@ -89,23 +80,36 @@ def _duration_paths() -> frozenset[str]:
     return frozenset(out)
 
 
-def effective(cfg: KubeletConfig, reading: str) -> dict[str, Any]:
+def effective(cfg: KubeletConfig, reading: str, release: tuple[int, ...] | None = None) -> dict[str, Any]:
     """The canonical effective configuration of a `configz` or `files` reading (see the module's text); a files
-    reading's KubeletConfig already holds what the flags set (conformance.facts.kubelet.flags_to_config)."""
+    reading's KubeletConfig already holds what the flags set (conformance.facts.kubelet.flags_to_config). A files
+    reading is defaulted as the kubelet of `release` defaults (config.kubelet_defaults.defaults_for)."""
     if reading == "configz":
         tree = {k: v for k, v in cfg.values.items() if k not in ("kind", "apiVersion")}
     else:
         chosen = {k: v for k, v in cfg.values.items()
                   if k not in ("kind", "apiVersion") and not cfg.origins.get(k, "").startswith("upstream default")}  # fmt: skip
-        tree = deep_merge(upstream_defaults(), chosen)  # the defaults hold no map a set value would merge into
+        tree = deep_merge(defaults_for(release), chosen)  # the defaults hold no map a set value would merge into
         if "evictionHard" not in chosen:
             tree["evictionHard"] = dict(LINUX_EVICTION_HARD)
-        if "nodeStatusReportFrequency" not in chosen and "nodeStatusUpdateFrequency" in chosen:
-            tree["nodeStatusReportFrequency"] = chosen["nodeStatusUpdateFrequency"]
-        if "serializeImagePulls" not in chosen and _int(chosen.get("maxParallelImagePulls")) >= 2:
+        # Defaults that follow another key are applied when the --config file is loaded and defaulted, before the
+        # drop-ins merge and the flags re-apply (cmd/kubelet/app/server.go): they follow the file's own value only.
+        given = cfg.file_values
+        if "nodeStatusReportFrequency" not in chosen and not is_zero(given.get("nodeStatusUpdateFrequency")):
+            tree["nodeStatusReportFrequency"] = given["nodeStatusUpdateFrequency"]
+        if "serializeImagePulls" not in chosen and _int(given.get("maxParallelImagePulls")) >= 2:
             tree["serializeImagePulls"] = False
         if _int(tree.get("podPidsLimit")) < 0:
             tree["podPidsLimit"] = -1
+    # A default that changed between releases counts as the newest release's: what a node's release defaults is
+    # told apart by the `kubelet` attribute, not again here. So a pool in the middle of an upgrade digests alike
+    # where its files do, and a configz of an older release (eventRecordQPS 5 on 1.26) equals its files read
+    # under that release's defaults.
+    if release is not None:
+        own, newest = defaults_for(release), defaults_for(None)
+        for key in RELEASE_DEFAULTS:
+            if key in tree and tree[key] == own[key]:
+                tree[key] = newest[key]
     return _canonical(tree, "")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import posixpath
 import re
 import tomllib
@@ -598,13 +599,29 @@ def crio_command_line(argv: list[str], env: dict[str, str]) -> dict[str, tuple[s
     return found
 
 
-def crio_runtime(docs: list[tuple[str, str]], overrides: dict[str, tuple[str | list[str], str]] | None = None) -> RuntimeConfig:
+def crio_default_handler(release: str | None) -> str:
+    """The handler CRI-O runs when no file names one: pkg/config/config_linux.go's default is "runc" up to the
+    1.30 releases and "crun" from v1.31.0 (git grep of the cri-o tags v1.28.0-v1.30.9 and v1.31.0, v1.32.0; the
+    packages' /etc/crio/crio.conf.d/10-crio.conf sets crun from 1.28 on, a file the collector reads like any
+    other). An unknown release is taken as the newest."""
+    m = re.match(r"v?(\d+)\.(\d+)", release or "")
+    if m and (int(m.group(1)), int(m.group(2))) < (1, 31):
+        return "runc"
+    return "crun"
+
+
+def crio_runtime(
+    docs: list[tuple[str, str]],
+    overrides: dict[str, tuple[str | list[str], str]] | None = None,
+    release: str | None = None,
+) -> RuntimeConfig:
     """CRI-O: its main file, then every file of its drop-in folder in filepath.Walk order (recursive, dotfiles
     too: pkg/config/config.go UpdateFromPath); later files win per key, and the command line or environment
-    (`overrides`, crio_command_line) wins over every file. `cgroup_manager` defaults to "systemd"."""
+    (`overrides`, crio_command_line) wins over every file. `cgroup_manager` defaults to "systemd"; the default
+    handler is the release's (crio_default_handler)."""
     manager = "systemd"
     source = "CRI-O default"
-    default_runtime = "crun"
+    default_runtime = crio_default_handler(release)
     names: set[str] = set()
     files: list[str] = []
     parsed: list[tuple[str, dict[str, Any]]] = []
@@ -635,3 +652,36 @@ def crio_runtime(docs: list[tuple[str, str]], overrides: dict[str, tuple[str | l
     flags = {k: v for k, (v, _) in o.items() if k in ("cgroup_manager", "default_runtime", "runtimes")}
     layers: list[Any] = [*parsed, ("command line", flags)] if flags else parsed
     return RuntimeConfig("cri-o", default_runtime, handlers, files, cgroup_manager=manager, effective=digest(layers))
+
+
+DOCKER_CONFIG = "/etc/docker/daemon.json"  # dockerd(8) --config-file's default
+
+
+def docker_runtime(path: str, text: str | None, exec_opts: list[str], cgroup_version: int) -> RuntimeConfig:
+    """Docker behind cri-dockerd: its cgroup driver is the `native.cgroupdriver` exec-opt of daemon.json
+    (`"exec-opts": ["native.cgroupdriver=systemd"]`) or of a `--exec-opt` flag (dockerd refuses one set in both:
+    daemon/config "the following directives are specified both as a flag and in the configuration file");
+    without one, moby's default: systemd on a cgroup v2 host, cgroupfs on v1 (daemon/daemon_unix.go
+    getCgroupDriver, since Docker 20.10). Docker's default runtime is runc."""
+    opts: list[tuple[str, str]] = [(o, "dockerd --exec-opt") for o in exec_opts]
+    if text is not None:
+        try:
+            doc = json.loads(text) if text.strip() else {}
+        except ValueError as e:
+            raise ParseError(f"{path}: not JSON ({e}): dockerd does not start with it") from None
+        if not isinstance(doc, dict):
+            raise ParseError(f"{path}: not a JSON object")
+        listed = doc.get("exec-opts", [])
+        if not isinstance(listed, list) or not all(isinstance(x, str) for x in listed):
+            raise ParseError(f"{path}: exec-opts is not a list of strings")
+        if listed and exec_opts:
+            raise RuntimeRefused(f"{path} sets exec-opts and dockerd has --exec-opt: dockerd refuses to start")
+        opts += [(o, f"{path} exec-opts") for o in listed]
+    driver, source = ("systemd" if cgroup_version == 2 else "cgroupfs"), f"Docker's default on cgroup v{cgroup_version}"
+    for opt, where in opts:
+        key, _, value = opt.partition("=")
+        if key.strip() in ("native.cgroupdriver",):
+            driver, source = value.strip(), where
+    handler = RuntimeHandler("runc", "io.containerd.runc.v2", driver == "systemd", f"cgroup driver {driver} ({source})")
+    files = [path] if text is not None else []
+    return RuntimeConfig("docker", "runc", {"runc": handler}, files, cgroup_manager=driver, effective=digest([(path, opts)]))

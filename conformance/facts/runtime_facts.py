@@ -12,14 +12,19 @@ from conformance.facts.node_base import FactsBase, fact, package_version
 from conformance.facts.runtime import (
     CRIO_CONFIG,
     CRIO_CONFIG_DIR,
+    DOCKER_CONFIG,
     ContainerdRelease,
     RuntimeConfig,
+    RuntimeRefused,
     containerd_config,
     crio_command_line,
     crio_runtime,
+    docker_runtime,
     parse_containerd_version,
     path_glob_match,
 )
+
+CONTAINERD_DEFAULT_CONFIG = "/etc/containerd/config.toml"  # containerd(8) --config's default
 
 
 class RuntimeFacts(FactsBase):
@@ -33,6 +38,8 @@ class RuntimeFacts(FactsBase):
         try:
             endpoint = self.kubelet_config.get("containerRuntimeEndpoint")
             if endpoint.value:
+                if "cri-dockerd" in endpoint.value or "dockershim" in endpoint.value:
+                    return "docker", f"{endpoint.describe()}: cri-dockerd serves Docker's containers"
                 if "containerd" in endpoint.value:
                     return "containerd", endpoint.describe()
                 if "crio" in endpoint.value:
@@ -54,10 +61,42 @@ class RuntimeFacts(FactsBase):
         runtime, _ = self.runtime_name
         if runtime == "containerd":
             main = self._containerd_main()
-            return containerd_config(
-                main, self._collected_text, self._expand_import, self.containerd_release, self._containerd_cwd()
-            )
+            read = self._collected_text
+            builtin = self._containerd_given_config() is None and read(main) is None
+            if builtin:
+                # containerd(8) reads /etc/containerd/config.toml when it exists, and starts on its built-in
+                # defaults when it does not and no --config was given (cmd/containerd/command/main.go: LoadConfig
+                # only `if !os.IsNotExist(err) || cliContext.IsSet("config")`): a known configuration, not an error
+                def read(path: str) -> str | None:
+                    return "" if path == main else self._collected_text(path)
+
+            rc = containerd_config(main, read, self._expand_import, self.containerd_release, self._containerd_cwd())
+            if builtin:
+                rc.files = [f"containerd's built-in defaults ({main} does not exist)"]
+                for h in rc.handlers.values():
+                    h.source = f"containerd's built-in default ({main} does not exist)"
+            return rc
+        if runtime == "docker":
+            return self._docker_config()
         return self._crio_config()
+
+    def _docker_config(self) -> RuntimeConfig:
+        """Docker as the running dockerd reads itself: its --config-file (default /etc/docker/daemon.json) and
+        --exec-opt flags; a file the collector did not return is unknown, a missing default file is none."""
+        path, exec_opts = DOCKER_CONFIG, []
+        pid = self.daemon_pid(("dockerd",), "dockerd")
+        if pid is not None:
+            args = parse_kubelet_args(self._argv(pid, "dockerd"), cwd=self.bundle.link(f"/proc/{pid}/cwd"))
+            if args.flags.get("config-file") and args.flags["config-file"][-1]:
+                path = str(args.flags["config-file"][-1])
+            exec_opts = [str(v) for v in args.flags.get("exec-opt", []) if v]
+        if self.bundle.file(path) is None:
+            raise FactUnavailable(f"node {self.name}: Docker's config file {path} was not collected")
+        text = self.bundle.optional_text(path)
+        try:
+            return docker_runtime(path, text, exec_opts, self.cgroup_version)
+        except RuntimeRefused as e:
+            return RuntimeConfig("docker", "", {}, [path], refused=str(e))
 
     def _collected_text(self, path: str) -> str | None:
         """A runtime config file's text, None where the node has no such file. A file the collector did not
@@ -105,7 +144,7 @@ class RuntimeFacts(FactsBase):
             found = b.glob(f"walk-all:{folder}")
         for path in walk_order(folder, found):
             docs.append((path, b.text(path)))
-        return crio_runtime(docs, given)
+        return crio_runtime(docs, given, self.crio_release)
 
     @property
     def containerd_release(self) -> ContainerdRelease | None:
@@ -163,15 +202,18 @@ class RuntimeFacts(FactsBase):
         m = re.search(r"^(?:crio version|Version:)\s*v?(\d+\.\d+\.\d+\S*)", old.data.decode("utf-8", "replace"), re.M)
         return m.group(1) if m else None
 
-    def _containerd_main(self) -> str:
-        # the running daemon's --config; an unread command line is unknown, never the default path
+    def _containerd_given_config(self) -> str | None:
+        """The running containerd's --config/-c (None: not given); an unread command line is unknown."""
         pid = self.daemon_pid(("containerd",), "containerd")
         if pid is not None:
             args = parse_kubelet_args(self._argv(pid, "containerd"), cwd=self.bundle.link(f"/proc/{pid}/cwd"))
             for flag in ("config", "c"):
                 if args.flags.get(flag) and args.flags[flag][-1]:
                     return str(args.flags[flag][-1])
-        return "/etc/containerd/config.toml"
+        return None
+
+    def _containerd_main(self) -> str:
+        return self._containerd_given_config() or CONTAINERD_DEFAULT_CONFIG
 
     def _containerd_cwd(self) -> str | None:
         """The running containerd's working directory (where 1.x before 1.6.29/1.7.16 matches a relative

@@ -3,9 +3,10 @@ release and block-device schedulers."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-from conformance.errors import FactUnavailable
+from conformance.errors import FactUnavailable, ParseError
 from conformance.facts import kernel
 from conformance.facts.node_base import FactsBase, fact
 from conformance.facts.releases import Release, parse_release
@@ -71,7 +72,10 @@ class SystemFacts(FactsBase):
     def nvme_schedulers(self) -> dict[str, str]:
         self.require_reachable()
         out = {}
-        for path in self.bundle.glob("/sys/block/nvme*/queue/scheduler"):
-            dev = path.split("/")[3]
-            out[dev] = kernel.parse_scheduler(self.bundle.text(path), dev)
+        listing = "/sys/block/nvme*/queue/scheduler"
+        for path in self.bundle.glob(listing):
+            m = re.fullmatch(r"/sys/block/(nvme[^/]*)/queue/scheduler", path)
+            if not m:
+                raise ParseError(f"the listing of {listing} on node {self.name} holds {path[:120]!r}, not a scheduler file")
+            out[m.group(1)] = kernel.parse_scheduler(self.bundle.text(path), m.group(1))
         return out

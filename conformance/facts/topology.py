@@ -27,7 +27,10 @@ class Topology:
                     seen[cpu] = node
         missing = sorted(self.online - set(seen))
         if missing:
-            out.append(f"online CPUs {format_cpulist(set(missing))} are in no NUMA node")
+            out.append(
+                f"online CPUs {format_cpulist(set(missing))} are listed by no NUMA node's cpulist: the kernel places "
+                "them in no node (the firmware's ACPI SRAT gives them no proximity domain)"
+            )
         for cpu in sorted(self.online):
             sib = self.siblings.get(cpu)
             if sib is None:

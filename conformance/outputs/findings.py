@@ -24,9 +24,18 @@ ROWS_MAX = 2000  # rows on the page; results.json has every result
 EVIDENCE_LINES = 40
 
 
-def anchor(node: str, check: str) -> str:
-    """The permalink of a node's result of a check: `#NODE/CHECK`."""
-    return f"{node}/{check}"
+def anchor(node: str, check: str, subject: dict[str, Any] | None = None) -> str:
+    """The permalink of a node's result of a check: `#NODE/CHECK`, and for a pod check's result (one per
+    container) `#NODE/CHECK/NAMESPACE/POD/CONTAINER`, so that two containers' results never share one."""
+    where = subject_label(subject)
+    return f"{node}/{check}" + (f"/{where}" if where else "")
+
+
+def subject_label(subject: dict[str, Any] | None) -> str:
+    """`namespace/pod/container` of a pod check's result ("" for a node's own result)."""
+    if not subject or not subject.get("pod"):
+        return ""
+    return "/".join(str(subject.get(k) or "-") for k in ("namespace", "pod", "container"))
 
 
 def node_anchor(node: str) -> str:
@@ -105,20 +114,29 @@ def _row(group: list[dict[str, Any]], used: set[str]) -> str:
     node, outcome = first["node"], first["outcome"]
     severity = min((r["severity"] for r in group), key=lambda s: SEVERITY_RANK.get(s, 9))
     ids = []
+    aliases = []  # the first row of a node's check also answers #NODE/CHECK (the matrix's cells link there)
     for r in group:
-        a = anchor(node, r["check"])
+        a = anchor(node, r["check"], r.get("subject"))
         if a not in used:
             used.add(a)
             ids.append(a)
+        plain = anchor(node, r["check"])
+        if plain != a and plain not in used:
+            used.add(plain)
+            aliases.append(plain)
     own = ids[0] if ids and len(group) == 1 else None
     checks = " ".join(r["check"] for r in group)
+    where = subject_label(first.get("subject")) if len(group) == 1 else ""
     if len(group) == 1:
         check_cell = f"<a href='#{e(check_anchor(first['check']))}'>{e(first['check'])}</a>"
+        if where:
+            check_cell += f"<br><span class='subject'>{e(where)}</span>"
         message = e(first["message"])
     else:
         # every folded check keeps its own permalink target
-        check_cell = ", ".join(f"<span id='{e(a)}'>{e(a.split('/', 1)[1])}</span>" for a in ids) or e(checks)
+        check_cell = ", ".join(f"<span id='{e(a)}'>{e(a.split('/', 2)[1])}</span>" for a in ids) or e(checks)
         message = f"{len(group)} checks, one {e(outcome)}: {e(first['message'])}"
+    check_cell += "".join(f"<span id='{e(a)}'></span>" for a in aliases)
     spec = REGISTRY.get(first["check"])
     fix = ""
     if spec and len(group) == 1 and outcome == "failed":
@@ -133,6 +151,7 @@ def _row(group: list[dict[str, Any]], used: set[str]) -> str:
     blocks = " blocks" if severity in BLOCKING and outcome != "waived" else ""
     return (
         f"<tr{f' id={chr(39)}{e(own)}{chr(39)}' if own else ''} data-node='{e(node)}' data-check='{e(checks)}' "
+        f"data-subject='{e(where)}' "
         f"data-severity='{e(severity)}' data-outcome='{e(outcome)}'>"
         f"<td><span class='verdict o-{e(outcome)}'>{e(outcome)}</span></td><td class='s-{e(severity)}{blocks}'>{e(severity)}</td>"
         f"<td><a href='#{e(node_anchor(node))}'>{e(node)}</a></td><td>{check_cell}</td>"

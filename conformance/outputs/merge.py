@@ -17,10 +17,11 @@ from conformance.outputs.documents import NotResults, Part, parts_of_file, parts
 MISSING = "missing"
 
 
-def sources(paths: list[str]) -> Iterator[tuple[str, Iterator[Part]]]:
+def sources(paths: list[str], cuts: dict[str, str] | None = None) -> Iterator[tuple[str, Iterator[Part]]]:
     """Every results document under `paths`, each with its parts (conformance.outputs.documents), read as it
     is consumed: results.json files (JSON files in folders that are not results documents, such as
-    snapshots, are passed over), and the framed blocks of pod logs (named `LOG#N`)."""
+    snapshots, are passed over), and the framed blocks of pod logs (named `LOG#N`). A pod log's block cut
+    short goes into `cuts`: node (or "" when its text names none) -> where it was cut."""
     found = 0
     for raw in paths:
         p = Path(raw)
@@ -29,10 +30,13 @@ def sources(paths: list[str]) -> Iterator[tuple[str, Iterator[Part]]]:
         files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
         for f in files:
             if f.suffix in (".log", ".txt"):
+                cut: list[tuple[int, str | None]] = []
                 try:
-                    blocks = results_in_log(f.read_text(encoding="utf-8", errors="replace"))
+                    blocks = results_in_log(f.read_text(encoding="utf-8", errors="replace"), cut)
                 except ValueError as e:
                     raise UsageError(f"{f}: the pod log's results are cut short: {e}; fetch the whole log again") from None
+                for n, node in cut if cuts is not None else []:
+                    cuts.setdefault(node or "", f"{f}: results block {n} was cut short (another block begins before it ends)")
                 for i, block in enumerate(blocks):
                     where = f"{f}: results block {i + 1}"
                     try:
@@ -56,9 +60,20 @@ def sources(paths: list[str]) -> Iterator[tuple[str, Iterator[Part]]]:
         raise UsageError(f"no results found in {', '.join(paths)} (results.json files, or pod logs with framed results)")
 
 
-def missing_document(seen: set[str], expected: list[str]) -> dict[str, Any] | None:
-    """A results document marking the expected nodes that no source reported, or None."""
+def missing_document(seen: set[str], expected: list[str], cuts: dict[str, str] | None = None) -> dict[str, Any] | None:
+    """A results document marking the expected nodes that no source reported, or None; a node whose block in a
+    pod log was cut short (`cuts`, from sources) is named as such."""
+    cuts = cuts or {}
     absent = [n for n in expected if n not in seen]
+
+    def why(n: str) -> str:
+        if n in cuts:
+            return f"no results: {cuts[n]}; fetch that pod's own log again"
+        if "" in cuts:
+            return (f"no results: its audit Job did not finish, or its log was not collected; or it is the node of "
+                    f"{cuts['']}, whose text names no node")  # fmt: skip
+        return "no results: its audit Job did not finish, or its log was not collected"
+
     if not absent:
         return None
     now = datetime.now(UTC).isoformat(timespec="seconds")
@@ -80,7 +95,7 @@ def missing_document(seen: set[str], expected: list[str]) -> dict[str, Any] | No
                 "counts": dict.fromkeys(("passed", "failed", "error", "skipped", "waived"), 0),
                 "blocking": [],
                 "collection": {
-                    "error": "no results: its audit Job did not finish, or its log was not collected",
+                    "error": why(n),
                     "error_kind": MISSING,
                     "notes": [],
                 },

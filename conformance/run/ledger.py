@@ -22,6 +22,9 @@ class Ledger:
         self.waivers_file: str | None = None
         self.today = datetime.now(UTC).date()
         self._waivers_matched: set[int] = set()
+        # node -> check -> the subjects ("namespace/pod/container") the run planned an item for: a check with
+        # one item per container is judged on a node only when each of them has a row (issue 53.3)
+        self.planned: dict[str, dict[str, list[str]]] = {}
 
     def load_waivers(self, path: str) -> None:
         self.waivers = load_waivers(path)

@@ -37,14 +37,15 @@ class Ticker:
 
 def spool_sources(paths: list[str], expected: list[str], ticker: Ticker | None = None) -> NodeSpool:
     spool = NodeSpool()
+    cuts: dict[str, str] = {}
     try:
-        for where, parts in sources(paths):
+        for where, parts in sources(paths, cuts):
             spool.add(parts, where)
             if ticker is not None and ticker.due():
                 ticker.say(f"read {spool.documents} results documents ({len(spool.entries)} nodes), now {where}")
         if ticker is not None and spool.documents:
             ticker.say(f"read {spool.documents} results documents ({len(spool.entries)} nodes)", last=True)
-        marker = missing_document(set(spool.entries), expected)
+        marker = missing_document(set(spool.entries), expected, cuts)
         if marker is not None:
             spool.add(parts_of_document(marker, "(expected nodes)"))
     except BaseException:

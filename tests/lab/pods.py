@@ -273,15 +273,17 @@ def pid1(pod: LabPod) -> int:
     return int(out[0])
 
 
-def exec_in(pod: LabPod, argv: list[str]) -> tuple[int, bytes, bytes] | None:
-    """An exec: the command in the pod's mount and PID namespaces, on the container's CPUs."""
+def exec_in(pod: LabPod, argv: list[str], stdin: Any = None) -> tuple[int, bytes, bytes] | None:
+    """An exec: the command in the pod's mount and PID namespaces, on the container's CPUs; `stdin` what the
+    exec's client streams (None: no stdin attached, as the kubelet does without stdin=true)."""
     if not pod.has_shell:
         return None
     # join the container's cgroups first (and its CPU cgroup), then its mount, PID and network namespaces
     join = 'echo $$ > "$1/cgroup.procs" && { [ -z "$2" ] || echo $$ > "$2/cgroup.procs"; } && shift 2 && exec "$@"'
     nsenter = ["nsenter", "-t", str(pid1(pod)), "-m", "-p", "-n", "--", "taskset", "-c", pod.cpus, *argv]
     cpu = str(pod.cpu_cgroup) if pod.cpu_cgroup else ""
-    p = subprocess.run(["sh", "-c", join, "sh", str(pod.cgroup), cpu, *nsenter], capture_output=True, timeout=60)
+    p = subprocess.run(["sh", "-c", join, "sh", str(pod.cgroup), cpu, *nsenter], capture_output=True, timeout=60,
+                       stdin=stdin if stdin is not None else subprocess.DEVNULL)  # fmt: skip
     return p.returncode, p.stdout, p.stderr
 
 
