@@ -145,6 +145,16 @@ def test_gpu_pcie_link(node, visible_gpus, profile, link_after, evidence):
     evidence.source = visible_gpus.source + (" (generation read under load)" if busy_all else "")
     failures, errors, unjudged, verified = [], [], [], []
     for g in visible_gpus.gpus:
+        if g.c2c:
+            # A Grace board's GPU reaches its CPU and memory over NVLink-C2C (GH200, GB200, GB300: NVIDIA's Grace
+            # Hopper and Grace Blackwell tuning guides); the PCIe link it reports (Gen4 x1 or Gen5 x1 on a GH200)
+            # carries none of its host traffic: neither width nor generation is judged.
+            evidence.add(
+                f"{g.label}: NVLink-C2C enabled ({visible_gpus.source}): its host path; its PCIe link "
+                f"(Gen{g.pcie_gen} x{g.pcie_width}, max Gen{g.pcie_max_gen} x{g.pcie_max_width}) is not, and is not judged"
+            )
+            verified.append(f"{g.label} over NVLink-C2C")
+            continue
         want_gen, why = expected_generation(g, gp)
         busy = busy_all.get(g.uuid, {})
         if busy:
@@ -384,3 +394,34 @@ def test_gpu_h2d_numa_matrix(node, visible_gpus, h2d, profile, evidence):
             )
     evidence.metrics = {"h2d_matrix": matrix}
     _fail_or_error(failures, errors)
+
+
+@check(
+    "GPU-MEMORY-MODE",
+    "high",
+    title="A Grace board's GPU memory is the driver's, not system memory (CDMM)",
+    rationale="""On GH200, GB200 and GB300 the driver's NUMA mode onlines each GPU's HBM as a NUMA node of system
+    memory: MemTotal and the node's memory capacity include it (a GB200 tray shows 1.65 TiB for 957 GiB of CPU
+    memory), so pod memory limits, the scheduler and eviction work on the wrong total. NVIDIA recommends the
+    coherent driver-based memory management mode (CDMM) for Kubernetes, as GKE (A4X) and EKS (P6e-GB200) run it;
+    it is the driver's default from R615.""",
+    remediation="Load the NVIDIA driver with NVreg_CoherentGPUMemoryMode=driver (a modprobe.d options line, or the "
+    "GPU Operator's driver kernelModuleConfig), or run driver R615 or later; reboot. A profile can accept NUMA "
+    "mode with gpu.memory_mode: any.",
+    source="/proc/driver/nvidia/params (CoherentGPUMemoryMode), NVML nvmlDeviceGetC2cModeInfoV / nvidia-smi -q -x <c2c_mode>",
+)
+def test_gpu_memory_mode(node, visible_gpus, facts, profile, evidence):
+    evidence.source = f"{visible_gpus.source}; /proc/driver/nvidia/params"
+    for g in visible_gpus.gpus:
+        state = "enabled" if g.c2c else "disabled" if g.c2c is False else g.errors.get("c2c", "not read")
+        evidence.add(f"{g.label}: NVLink-C2C {state}")
+    mode = facts.gpu_memory_mode
+    if mode is None:
+        pytest.skip("no GPU reaches its CPU over NVLink-C2C: the GPU memory mode is a Grace board's")
+    value, how = mode
+    evidence.add(f"GPU memory mode: {value} ({how})")
+    want = profile.get("gpu.memory_mode")
+    assert want == "any" or value == "driver", (
+        f"the driver runs in NUMA mode ({how}): every GPU's HBM is system memory of its own NUMA node, counted in "
+        "the node's memory capacity; load it with NVreg_CoherentGPUMemoryMode=driver (CDMM)"
+    )

@@ -11,6 +11,7 @@ import json
 import pytest
 
 from conformance.checks import check
+from conformance.checks.numa_rules import numa_limit_problems
 from conformance.checks.sysctl_rules import POD_SYSCTLS, allowlisted
 from conformance.config.units import parse_duration
 from conformance.errors import FactUnavailable, ParseError
@@ -98,14 +99,31 @@ def test_cpu_reconcile_period(node, kubelet_config, profile, evidence):
     title="Topology manager aligns CPUs, memory and GPUs on one NUMA node",
     rationale="""Without an aligning topology policy the kubelet may give a pod CPUs on one socket and a GPU
     on the other: every host-to-device copy crosses the socket link and bandwidth roughly halves.""",
-    remediation="Set topologyManagerPolicy: single-numa-node in the KubeletConfiguration and restart the kubelet.",
+    remediation="Set topologyManagerPolicy: single-numa-node in the KubeletConfiguration and restart the kubelet. "
+    "On a machine with more than 8 NUMA nodes (Grace: GH200 9, GB200 34, CPU-less HBM and empty nodes included) "
+    "also set topologyManagerPolicyOptions max-allowable-numa-nodes to the node count, and run kubelet 1.36+ where "
+    "it exceeds 16.",
     source=CONFIG_SOURCE,
 )
-def test_topology_manager_policy(node, kubelet_config, profile, evidence):
+def test_topology_manager_policy(node, kubelet_config, facts, profile, evidence):
     s = kubelet_config.get("topologyManagerPolicy")
     evidence.from_setting(s)
     allowed = profile.get("kubelet.topology_manager_policies")
     assert s.value in allowed, f"topologyManagerPolicy is {s.value!r} ({s.source}); expected one of {allowed}"
+    # more NUMA nodes than the policy allows stop the kubelet (Grace machines: conformance.checks.numa_rules)
+    if s.value == "none":
+        return
+    options = kubelet_config.get("topologyManagerPolicyOptions").value
+    try:
+        release = facts.kubelet_version
+    except FactUnavailable:
+        release = None
+    try:
+        problems, lines = numa_limit_problems(str(s.value), options, sorted(facts.topology.nodes), release)
+    except ParseError as e:
+        raise FactUnavailable(str(e)) from None
+    evidence.add(*lines)
+    assert not problems, "; ".join(problems)
 
 
 @check(

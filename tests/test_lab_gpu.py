@@ -68,6 +68,8 @@ def test_exact_gpu_outcomes(gpu_audit):
 
 def test_every_gpu_check_has_a_pass_and_a_failure():
     for check in GPU_CHECKS:
+        if check == "GPU-MEMORY-MODE":
+            continue  # a Grace board's: tests/test_grace.py has its passes and failures (GH200, GB200)
         seen = {GPU_EXPECTED[n][check] for n in GPU_EXPECTED}
         assert {"passed", "failed"} <= seen, check
 

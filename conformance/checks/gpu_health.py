@@ -336,7 +336,39 @@ def judge_fabric(gpus: list[Gpu], nvswitches: list[str], fabric_manager: list[in
             v.unknowns.append(f"{g.label}: fabric registration completed, but its status was not read")
         elif status not in (0, "0"):
             v.failures.append(f"{g.label}: fabric registration completed with status {status_name}")
+        mask = f.get("health_mask")
+        if isinstance(mask, int):
+            health = fabric_health(mask)
+            v.lines.append(f"{g.label}: fabric health mask 0x{mask:x}: {', '.join(health) or 'nothing reported'}")
+            v.failures += [f"{g.label}: NVLink fabric {h}" for h in health if not h.endswith(("not supported", "no"))]
     return v
+
+
+# nvmlGpuFabricInfo_v3 healthMask fields (nvml.h NVML_GPU_FABRIC_HEALTH_MASK_*): (shift, width, name, values);
+# a field of value 0 is "not supported" by this GPU or driver; 1 TRUE / 2 FALSE for the flags.
+HEALTH_FLAGS = ((0, "degraded bandwidth"), (2, "route recovery in progress"), (4, "route unhealthy"),
+                (6, "access timeout recovery in progress"))  # fmt: skip
+INCORRECT_CONFIGURATION = {
+    2: "incorrect configuration: incorrect system GUID", 3: "incorrect configuration: incorrect chassis serial number",
+    4: "incorrect configuration: no partition", 5: "incorrect configuration: insufficient NVLinks",
+    6: "incorrect configuration: incompatible GPU firmware", 7: "incorrect configuration: invalid location",
+    8: "incorrect configuration: GPU state invalid",
+}  # fmt: skip
+
+
+def fabric_health(mask: int) -> list[str]:
+    """The conditions a v3 fabric health mask reports: "<condition>" when set, "<condition>: no" when clear,
+    "<condition>: not supported" when the driver does not report it."""
+    out = []
+    for shift, name in HEALTH_FLAGS:
+        value = (mask >> shift) & 0x3
+        out.append(name if value == 1 else f"{name}: no" if value == 2 else f"{name}: not supported")
+    config = (mask >> 8) & 0xF
+    if config in INCORRECT_CONFIGURATION:
+        out.append(INCORRECT_CONFIGURATION[config])
+    else:
+        out.append("incorrect configuration: no" if config == 1 else "incorrect configuration: not supported")
+    return out
 
 
 def judge_persistence(gpus: list[Gpu], gp: dict[str, Any], daemon: list[int]) -> Verdict:

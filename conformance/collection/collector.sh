@@ -585,6 +585,7 @@ set -f
 rec M gpus ok; b64s "$gpus"; echo
 rec M nvswitches ok; b64s "${nvsw:-}"; echo  # NVIDIA bridge-class functions: NVSwitches
 if [ -n "$gpus" ]; then
+  emit_file /proc/driver/nvidia/params  # the driver's module parameters: CoherentGPUMemoryMode on Grace boards
   m=
   for g in $gpus; do
     for a in numa_node local_cpulist current_link_speed current_link_width max_link_speed max_link_width device; do

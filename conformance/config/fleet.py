@@ -11,7 +11,7 @@ from typing import Any
 # conformance.facts.identity reads them; the profile's fleet.attributes and fleet.pin name them
 IDENTITY_ATTRIBUTES = (
     "os", "kernel", "kubelet", "runtime", "driver", "cuda_driver", "gpu_count", "gpu_products", "gpu_vbios", "gpu_inforom", "mig",
-    "kubelet_config", "runtime_config", "sysctls",
+    "gpu_memory_mode", "kubelet_config", "runtime_config", "sysctls",
 )  # fmt: skip
 GROUP_LABELS = (
     "pool",

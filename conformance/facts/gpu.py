@@ -69,6 +69,9 @@ class Gpu:
     inforom: str | None = None  # the InfoROM image version
     pci: PciFunction | None = None
     health: GpuHealth = field(default_factory=GpuHealth)
+    # NVLink-C2C to a Grace CPU (GH200, GB200, GB300): NVML nvmlDeviceGetC2cModeInfoV isC2cEnabled, nvidia-smi
+    # <c2c_mode> Enabled/Disabled; None: not read (errors["c2c"] says why, "not supported" on a PCIe-only GPU)
+    c2c: bool | None = None
 
     @property
     def label(self) -> str:
@@ -132,6 +135,7 @@ def parse_nvml_probe(text: str) -> GpuFacts:
                 health=health_from_nvml(g, errors),
                 vbios=g.get("vbios") if isinstance(g.get("vbios"), str) else None,
                 inforom=g.get("inforom") if isinstance(g.get("inforom"), str) else None,
+                c2c=g["c2c"] if isinstance(g.get("c2c"), bool) else None,
             )
         )
     return GpuFacts(
@@ -182,6 +186,9 @@ def parse_smi_xml(text: str) -> GpuFacts:
         errors = {} if g.find("processes") is not None else {"processes": "not in nvidia-smi's output"}
         if mig == "n/a":  # a GPU without MIG (T4, L4, L40S, A10G) prints N/A: known, and the same on its peers
             errors["mig"] = "not supported on this GPU"
+        c2c = (g.findtext("c2c_mode") or "").strip().lower()  # "GPU C2C Mode" (R550+): Enabled on Grace boards
+        if c2c in ("n/a", ""):
+            errors["c2c"] = "not supported on this GPU" if c2c == "n/a" else "not in nvidia-smi's output (a driver before R550)"
         gpus.append(
             Gpu(
                 index=i,
@@ -202,6 +209,7 @@ def parse_smi_xml(text: str) -> GpuFacts:
                 health=health_from_smi(g, (root.findtext("driver_version") or "").strip() or None),
                 vbios=(g.findtext("vbios_version") or "").strip() or None,
                 inforom=(g.findtext("inforom_version/img_version") or "").strip() or None,
+                c2c={"enabled": True, "disabled": False}.get(c2c),
             )
         )
     return GpuFacts(

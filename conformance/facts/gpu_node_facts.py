@@ -143,6 +143,21 @@ class GpuNodeFacts(FactsBase):
             source=source_name, detail=detail, events=events, total=numbers["total"], counts=counts, complete=complete, gaps=gaps
         )
 
+    @fact
+    def gpu_memory_mode(self) -> tuple[str, str] | None:
+        """The Grace board's GPU memory mode and how it was read; None where no GPU reaches its CPU over NVLink-C2C
+        (the mode does not apply). A GPU whose C2C mode was not read leaves it unknown."""
+        gpus = self.gpus
+        unread = [g.label for g in gpus.gpus if g.c2c is None and g.errors.get("c2c") != "not supported on this GPU"]
+        if not any(g.c2c for g in gpus.gpus):
+            if unread:
+                raise FactUnavailable(f"whether the GPUs reach their CPU over NVLink-C2C was not read: {', '.join(unread)}")
+            return None
+        text = self.bundle.optional_text(PARAMS) if self.bundle.file(PARAMS) is not None else None
+        if text is None:
+            raise FactUnavailable(f"node {self.name}: {PARAMS} was not read (the NVIDIA driver not loaded, or an older snapshot)")
+        return memory_mode(text, gpus.driver)
+
 
 def _probe_failure(probe: Record | None) -> str:
     if probe is None:
@@ -157,3 +172,40 @@ def _probe_failure(probe: Record | None) -> str:
     except ValueError:
         pass
     return f"exited {probe.status}" + (f": {text[:200]}" if text else "")
+
+
+# The GPU memory mode of a Grace board's driver (issue 51): in NUMA mode the GPU's HBM is onlined as system memory
+# (a NUMA node of its own, counted in MemTotal and so in the node's capacity); in the coherent driver-based memory
+# management mode (CDMM) the driver keeps it. The module parameter NVreg_CoherentGPUMemoryMode selects it
+# ("driver": CDMM), and /proc/driver/nvidia/params lists it as `CoherentGPUMemoryMode: "..."`; CDMM is the
+# default from driver R615 on (NVIDIA's CDMM documentation; GKE A4X and EKS P6e-GB200 run it).
+CDMM_DEFAULT_FROM = 615
+PARAMS = "/proc/driver/nvidia/params"
+
+
+def memory_mode(params: str, driver: str | None) -> tuple[str, str]:
+    """("driver" | "numa", how it was decided) from the driver's parameters and version."""
+    for line in params.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == "CoherentGPUMemoryMode":
+            v = value.strip().strip('"').strip().lower()
+            if v in ("driver", "cdmm"):
+                return "driver", f'{PARAMS}: CoherentGPUMemoryMode "{v}"'
+            if v in ("numa", "default", ""):
+                if v == "" and driver and _major(driver) >= CDMM_DEFAULT_FROM:
+                    return (
+                        "driver",
+                        f"{PARAMS}: CoherentGPUMemoryMode unset, driver {driver} (CDMM by default from R{CDMM_DEFAULT_FROM})",
+                    )
+                return "numa", f'{PARAMS}: CoherentGPUMemoryMode "{v}"'
+            raise ParseError(f"{PARAMS}: CoherentGPUMemoryMode {value.strip()!r} is neither driver nor numa")
+    if driver is None:
+        raise FactUnavailable(f"{PARAMS} names no CoherentGPUMemoryMode and the driver's version is unknown")
+    if _major(driver) >= CDMM_DEFAULT_FROM:
+        return "driver", f"{PARAMS} names no CoherentGPUMemoryMode; driver {driver} runs CDMM by default (R{CDMM_DEFAULT_FROM}+)"
+    return "numa", f"{PARAMS} names no CoherentGPUMemoryMode: driver {driver} predates CDMM, the HBM is system memory (NUMA mode)"
+
+
+def _major(driver: str) -> int:
+    m = re.match(r"(\d+)", driver)
+    return int(m.group(1)) if m else 0

@@ -167,6 +167,12 @@ def identity(facts: Any) -> tuple[dict[str, Any], dict[str, str]]:
     take("gpu_inforom", lambda: per_gpu("inforom"))
     take("mig", lambda: gpu(mig))
 
+    def memory_mode(_: Any) -> str:
+        mode = facts.gpu_memory_mode
+        return "n/a (no NVLink-C2C GPU)" if mode is None else mode[0]
+
+    take("gpu_memory_mode", lambda: gpu(memory_mode))
+
     # which reading the digest is of: configz holds the kubelet's defaulted object, the files only the keys they set,
     # so the two digest differently for one configuration; drift compares like with like (fleet_drift.reading)
     def kubelet_config() -> str:

@@ -337,6 +337,7 @@ GPU_CHECKS = [
     "GPU-FABRIC",
     "GPU-PERSISTENCE",
     "GPU-CLOCK-EVENTS",
+    "GPU-MEMORY-MODE",
 ]
 
 

@@ -11,6 +11,7 @@
  *        nvlinks=N (links the GPU has; 0: NVLink not supported)  nvlink_down=MASK
  *        nvlink_na=MASK (links that answer NOT_SUPPORTED)  nvlink_cnt_fail=MASK (links whose counters fail)
  *        nvlink_err=LINK:COUNTER:VALUE,...  fabric=STATE,STATUS (default 0,0: not supported)
+ *        c2c=0|1|2 (not supported, enabled, disabled)  fabric_health=MASK (nvmlGpuFabricInfo_v3 healthMask)
  *        persistence=1  clocks=0x1 (clock event reasons bitmask: idle)
  *        recovery=N (the GPU recovery action field, nvmlDeviceGpuRecoveryAction_t; default na: not supported)
  *   bw   GPU NODE GBPS        host-to-device copy rate for a calling thread on NUMA node NODE
@@ -48,6 +49,8 @@ struct fake_gpu {
     unsigned nvlinks, nvlink_down, nvlink_na, nvlink_cnt_fail;
     unsigned long long nvlink_err[18][5];
     unsigned fabric_state, fabric_status, persistence;
+    unsigned c2c;            /* 0: not supported (a PCIe GPU), 1: NVLink-C2C enabled, 2: disabled */
+    unsigned fabric_health;  /* nvmlGpuFabricInfo_v3 healthMask */
     int recovery;  /* -1: the field answers NOT_SUPPORTED */
     unsigned long long clocks;
 };
@@ -117,6 +120,8 @@ static void cfg_gpu(char *rest) {
             }
         }
         else if (!strcmp(k, "fabric")) sscanf(v, "%u,%u", &g->fabric_state, &g->fabric_status);
+        else if (!strcmp(k, "c2c")) g->c2c = strtoul(v, NULL, 0);
+        else if (!strcmp(k, "fabric_health")) g->fabric_health = strtoul(v, NULL, 0);
         else if (!strcmp(k, "persistence")) g->persistence = strtoul(v, NULL, 0);
         else if (!strcmp(k, "recovery")) g->recovery = !strcmp(v, "na") ? -1 : (int)strtol(v, NULL, 0);
         else if (!strcmp(k, "clocks")) g->clocks = strtoull(v, NULL, 0);

@@ -249,7 +249,32 @@ int nvmlDeviceGetGpuFabricInfo(nvmlDevice_t h, nvmlGpuFabricInfo_t *info) {
     return NVML_SUCCESS;
 }
 int nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t h, unsigned long long *out) { DEVICE(h, out); *out = g->clocks; return NVML_SUCCESS; }
+/* nvmlGpuFabricInfo_v3_t (nvml.h, R550+): the versioned call, with the health mask of GB200 NVL72 fabrics */
+typedef struct {
+    unsigned version; unsigned char clusterUuid[16]; int status; unsigned cliqueId; unsigned char state;
+    unsigned healthMask; unsigned char healthSummary;
+} nvmlGpuFabricInfo_v3_t;
+int nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t h, nvmlGpuFabricInfo_v3_t *info) {
+    DEVICE(h, info);
+    if (info->version != 0x3000028u) return 25; /* NVML_ERROR_ARGUMENT_VERSION_MISMATCH */
+    memset(info->clusterUuid, 0, sizeof info->clusterUuid);
+    info->state = (unsigned char)g->fabric_state;
+    info->status = (int)g->fabric_status;
+    info->cliqueId = g->fabric_state == 3 ? 7 : 0;
+    if (g->fabric_state == 3) memset(info->clusterUuid, 0xab, sizeof info->clusterUuid);
+    info->healthMask = g->fabric_health;
+    info->healthSummary = 0;
+    return NVML_SUCCESS;
+}
 #endif
+/* nvmlC2cModeInfo_v1_t (nvml.h, R550+): NVLink-C2C between a Grace CPU and its GPU */
+typedef struct { unsigned isC2cEnabled; } nvmlC2cModeInfo_v1_t;
+int nvmlDeviceGetC2cModeInfoV(nvmlDevice_t h, nvmlC2cModeInfo_v1_t *info) {
+    DEVICE(h, info);
+    if (g->c2c == 0) return NVML_ERROR_NOT_SUPPORTED;
+    info->isC2cEnabled = g->c2c == 1;
+    return NVML_SUCCESS;
+}
 int nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t h, unsigned long long *out) { DEVICE(h, out); *out = g->clocks; return NVML_SUCCESS; }
 /* nvmlFieldValue_t (nvml.h): each field has its own return code; the value is a union of 8 bytes. Only
  * NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (230) is known here; any other field answers NOT_SUPPORTED. */

@@ -78,6 +78,7 @@ def gpu(index, missing):
     read("inforom", lambda: pynvml.nvmlDeviceGetInforomImageVersion(h), text)
     read("cpu_affinity", lambda: pynvml.nvmlDeviceGetCpuAffinityWithinScope(h, CPU_WORDS, 0), bits)
     read("mem_affinity", lambda: pynvml.nvmlDeviceGetMemoryAffinity(h, NODE_WORDS, 0), bits)
+    read("c2c", lambda: bool(pynvml.nvmlDeviceGetC2cModeInfoV(h).isC2cEnabled))  # R550+; Grace boards
     read(
         "processes",
         lambda: pynvml.nvmlDeviceGetComputeRunningProcesses(h),
@@ -167,9 +168,29 @@ def nvlinks(h):
 
 
 def fabric(h):
-    """nvmlDeviceGetGpuFabricInfo (R525+, Hopper and later): the GPU's registration with the NVLink fabric."""
+    """The GPU's registration with the NVLink fabric: nvmlDeviceGetGpuFabricInfoV (v3: with the health mask of
+    GB200 NVL72 fabrics) where the driver and these bindings have it, else the v1 call (R525+, deprecated from
+    CUDA 13; a CUDA 14 driver answers NVML_ERROR_DEPRECATED: "use the newer call", never unknown health)."""
+    v3 = getattr(pynvml, "c_nvmlGpuFabricInfo_v3_t", None)
+    if v3 is not None and hasattr(pynvml, "nvmlDeviceGetGpuFabricInfoV"):
+        info = v3()
+        try:
+            pynvml.nvmlDeviceGetGpuFabricInfoV(h, pynvml.byref(info))
+            out = _fabric(info)
+            out["health_mask"] = int(info.healthMask)
+            return out
+        except pynvml.NVMLError as e:
+            if getattr(e, "value", None) not in (
+                pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+                getattr(pynvml, "NVML_ERROR_ARGUMENT_VERSION_MISMATCH", 25),
+            ):
+                raise
     info = pynvml.c_nvmlGpuFabricInfo_t()
     pynvml.nvmlDeviceGetGpuFabricInfo(h, pynvml.byref(info))
+    return _fabric(info)
+
+
+def _fabric(info):
     return {
         "state": int(info.state),
         "status": int(info.status),

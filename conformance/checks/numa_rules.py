@@ -1,0 +1,60 @@
+"""How many NUMA nodes the kubelet's Topology Manager accepts (Grace machines, issue 51).
+
+pkg/kubelet/cm/topologymanager/topology_manager.go NewManager: with a policy other than `none`, a machine with
+more NUMA nodes than `max-allowable-numa-nodes` (a topologyManagerPolicyOptions key, default 8; KEP-4622, beta in
+1.31, GA in 1.35) makes the kubelet exit at start ("unsupported on machines with more than %v NUMA Nodes").
+cadvisor counts every /sys/devices/system/node/node* (CPU-less and memory-less ones too): a GH200 has 9 (its
+CPUs, its GPU's HBM, seven empty), a GB200 tray 34. With the option raised, pod admission enumerates the
+NUMA affinity masks of all of them: kubernetes/kubernetes #135541 reports admission stalling on GB200 trays
+before the fix of #138244 in 1.36; the rule names it where a node has more than STALL_NODES."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conformance.errors import ParseError
+
+DEFAULT_MAX_NUMA_NODES = 8
+STALL_NODES = 16  # 2^16 affinity masks per hint provider: a GH200's 9 nodes admit as usual, a GB200's 34 do not
+STALL_FIXED = (1, 36)
+
+
+def max_allowable(options: Any) -> tuple[int, str]:
+    """(the limit, where it came from) from topologyManagerPolicyOptions."""
+    value = (options or {}).get("max-allowable-numa-nodes") if isinstance(options, dict) else None
+    if value is None:
+        return (
+            DEFAULT_MAX_NUMA_NODES,
+            f"the default {DEFAULT_MAX_NUMA_NODES} (topologyManagerPolicyOptions sets no max-allowable-numa-nodes)",
+        )
+    try:
+        limit = int(str(value))
+    except ValueError:
+        raise ParseError(
+            f"topologyManagerPolicyOptions max-allowable-numa-nodes is {value!r}, not a number: the kubelet does not start"
+        ) from None
+    return limit, f"topologyManagerPolicyOptions max-allowable-numa-nodes={limit}"
+
+
+def numa_limit_problems(
+    policy: str, options: Any, nodes: list[int], release: tuple[int, int, int] | None
+) -> tuple[list[str], list[str]]:
+    """(problems, evidence) of the Topology Manager's NUMA node limit on this machine."""
+    count = len(nodes)
+    limit, where = max_allowable(options)
+    lines = [f"NUMA nodes on the machine: {count} (/sys/devices/system/node/node*, as cadvisor counts them); limit {where}"]
+    if policy == "none":
+        return [], [*lines, "topologyManagerPolicy none: the limit does not apply"]
+    if count > limit:
+        return [
+            f"the machine has {count} NUMA nodes and topologyManagerPolicy {policy} allows {limit} ({where}): the kubelet "
+            f'exits at start ("unsupported on machines with more than {limit} NUMA Nodes"); set '
+            f'topologyManagerPolicyOptions max-allowable-numa-nodes: "{count}"'
+        ], lines
+    if count > STALL_NODES and release is not None and release[:2] < STALL_FIXED:
+        return [
+            f"{count} NUMA nodes with topologyManagerPolicy {policy} on kubelet {'.'.join(map(str, release))}: pod "
+            "admission enumerates the affinity masks of every node and stalls (kubernetes/kubernetes #135541, fixed by "
+            "#138244 in 1.36); run kubelet 1.36 or later on this machine"
+        ], lines
+    return [], lines

@@ -1,0 +1,214 @@
+"""Issue 51: Grace nodes judged as they are (GH200, GB200 NVL72 trays), through the real collector and the real
+checks over host roots laid out as those machines lay out /sys, with the NVML stand-in answering as their GPUs do.
+
+The layouts are the machines' own (NVIDIA's Grace Hopper and Grace Blackwell tuning guides; the issue's reading of
+real nodes): a GH200 has 9 NUMA nodes (node 0 holds the 72 Grace CPUs, node 1 the GPU's HBM, 2-8 are empty) and
+one GPU whose PCIe link reads Gen4 x1 because its host path is NVLink-C2C; a GB200 tray has 34 (0 and 1 hold the
+two Grace CPUs' 72 CPUs each, 2/10/18/26 the four GPUs' HBM, the rest empty). The driver runs in NUMA mode or in
+CDMM (CoherentGPUMemoryMode in /proc/driver/nvidia/params)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from conformance.checks.gpu_health import fabric_health
+from conformance.checks.numa_rules import numa_limit_problems
+from conformance.facts.gpu import parse_smi_xml
+from conformance.facts.gpu_node_facts import memory_mode
+from tests.fakeroot import make_host_root
+from tests.gpu_standins import CONFIG, build_standins, driver_files, gpu_line, standins_available, write_root
+
+# nvmlGpuFabricInfo_v3 healthMask: degraded bandwidth (bits 0-1), route recovery (2-3), route unhealthy (4-5),
+# access timeout recovery (6-7): 1 true, 2 false; incorrect configuration (bits 8-11): 1 none
+HEALTHY = 2 | 2 << 2 | 2 << 4 | 2 << 6 | 1 << 8
+DEGRADED = 1 | 2 << 2 | 2 << 4 | 2 << 6 | 1 << 8
+
+
+@dataclass
+class Grace:
+    name: str
+    nodes: dict[int, str]  # NUMA node -> cpulist ("" for the GPU's HBM and the empty nodes)
+    gpus: list[tuple[str, int]]  # PCI bus id -> the CPU-side NUMA node
+    product: str
+    cpus: int
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+GH200 = Grace("gh200", {0: "0-71", **{n: "" for n in range(1, 9)}}, [("0009:01:00.0", 0)], "NVIDIA GH200 480GB", 72)
+GB200 = Grace(
+    "gb200",
+    {0: "0-71", 1: "72-143", **{n: "" for n in range(2, 34)}},
+    [("0008:01:00.0", 0), ("0009:01:00.0", 0), ("0018:01:00.0", 1), ("0019:01:00.0", 1)],
+    "NVIDIA GB200",
+    144,
+)
+
+
+def kubelet_yaml(options: str = "") -> str:
+    return (
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: systemd\n"
+        'cpuManagerPolicy: static\nreservedSystemCPUs: "0-1"\ntopologyManagerPolicy: single-numa-node\n' + options
+    )
+
+
+def host(tmp: Path, m: Grace, *, options: str = "", kubelet: str = "1.35.2", mode: str = "driver", health: int = HEALTHY):
+    """A host root laid out as machine `m`, its kubelet installed as pkgs.k8s.io's package of release `kubelet`."""
+    files = {
+        "/etc/kubernetes/kubelet.yaml": kubelet_yaml(options),
+        "/sys/devices/system/cpu/online": f"0-{m.cpus - 1}\n",
+        **{f"/sys/devices/system/node/node{n}/cpulist": f"{cpus}\n" for n, cpus in m.nodes.items()},
+        **{f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list": f"{c}\n" for c in range(m.cpus)},
+        "/proc/driver/nvidia/params": f'ResmanDebugLevel: 4294967295\nCoherentGPUMemoryMode: "{mode}"\nRegistryDwords: ""\n',
+        "/var/lib/dpkg/status": (
+            "Package: kubelet\nStatus: install ok installed\nPriority: optional\nSection: admin\nInstalled-Size: 1\n"
+            f"Maintainer: lab <lab@invalid>\nArchitecture: {_arch()}\nVersion: {kubelet}-1.1\nDescription: kubelet\n"
+        ),
+        "/var/lib/dpkg/info/kubelet.list": "/.\n/usr\n/usr/bin\n/usr/bin/kubelet\n",
+    }
+    for bus, node in m.gpus:
+        cpus = m.nodes[node]
+        attrs = {"vendor": "0x10de", "class": "0x030200", "numa_node": str(node), "local_cpulist": cpus,
+                 "current_link_speed": "16.0 GT/s PCIe", "current_link_width": "1", "max_link_speed": "16.0 GT/s PCIe",
+                 "max_link_width": "16"}  # fmt: skip
+        files.update({f"/sys/bus/pci/devices/{bus}/{k}": v + "\n" for k, v in attrs.items()})
+    root = make_host_root(tmp / m.name, ["--config=/etc/kubernetes/kubelet.yaml"], files)
+    return root
+
+
+def _arch() -> str:
+    return subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def standins(tmp_path_factory):
+    why = standins_available()
+    if why:
+        pytest.skip(why)
+    return build_standins(tmp_path_factory.mktemp("grace-standins"))
+
+
+def audit(tmp: Path, built, m: Grace, **kw) -> dict:
+    root = host(tmp, m, **kw)
+    health = kw.get("health", HEALTHY)
+    lines = [
+        gpu_line(
+            uuid=f"GPU-0000000{i}-0000-4000-8000-00000000000{i}",
+            name=m.product,
+            bus=f"0000{bus}",
+            minor=i,
+            gen=4,
+            maxgen=4,
+            gpumaxgen=5,
+            width=1,
+            maxwidth=16,
+            cpumask="0x3",
+            nodemask=hex(1 << node),
+            c2c=1,
+            fabric="3,0",
+            fabric_health=health,
+        )
+        for i, (bus, node) in enumerate(m.gpus)
+    ]
+    write_root(root, driver_files(built, "\n".join([*lines, "cpu\t0\t0", "cpu\t1\t0"]) + "\n", cuda=False))
+    out = tmp / f"out-{m.name}"
+    env = {**os.environ, "GNC_FAKE_GPU_CONFIG": str(root / CONFIG.lstrip("/"))}
+    p = subprocess.run([sys.executable, "-m", "conformance", "run", "--host-root", str(root), "--output", str(out)],
+                       capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
+    assert (out / "results.json").is_file(), p.stdout[-2000:] + p.stderr[-2000:]
+    doc = json.loads((out / "results.json").read_text())
+    doc["by_check"] = {r["check"]: r for r in doc["results"]}
+    return doc
+
+
+def test_more_numa_nodes_than_the_topology_manager_allows_stop_the_kubelet(tmp_path, standins):
+    """Item 1: cadvisor counts every node folder, CPU-less and empty ones too: a GH200's 9 exceed the default 8."""
+    r = audit(tmp_path, standins, GH200)["by_check"]["KUBELET-TOPOLOGY-POLICY"]
+    assert r["outcome"] == "failed", r
+    assert "9 NUMA nodes" in r["message"] and "max-allowable-numa-nodes" in r["message"] and "exits at start" in r["message"]
+    ok = audit(tmp_path / "opt", standins, GH200, options='topologyManagerPolicyOptions: {max-allowable-numa-nodes: "9"}')
+    assert ok["by_check"]["KUBELET-TOPOLOGY-POLICY"]["outcome"] == "passed"
+
+
+@pytest.mark.parametrize(("kubelet", "outcome"), [("1.35.2", "failed"), ("1.36.0", "passed")])
+def test_a_gb200_tray_stalls_pod_admission_before_kubelet_1_36(tmp_path, standins, kubelet, outcome):
+    """Item 1: 34 NUMA nodes with the option set: kubernetes/kubernetes #135541 (admission stalls), fixed in 1.36."""
+    doc = audit(tmp_path, standins, GB200, kubelet=kubelet,
+                options='topologyManagerPolicyOptions: {max-allowable-numa-nodes: "34"}')  # fmt: skip
+    r = doc["by_check"]["KUBELET-TOPOLOGY-POLICY"]
+    assert r["outcome"] == outcome, r
+    if outcome == "failed":
+        assert "34 NUMA nodes" in r["message"] and "#135541" in r["message"]
+
+
+def test_a_c2c_gpus_pcie_link_is_not_its_host_path(tmp_path, standins):
+    """Item 2: the GH200 reports PCIe Gen4 x1; its host path is NVLink-C2C, so the width is not judged."""
+    r = audit(tmp_path, standins, GH200)["by_check"]["GPU-PCIE-LINK"]
+    assert r["outcome"] in ("passed", "skipped") and "trained at x1" not in r["message"], r
+    assert any("NVLink-C2C enabled" in line and "not judged" in line for line in r["evidence"]), r["evidence"]
+
+
+@pytest.mark.parametrize(("mode", "outcome"), [("numa", "failed"), ("driver", "passed")])
+def test_the_gpu_memory_mode_of_a_grace_node(tmp_path, standins, mode, outcome):
+    """Item 3: NUMA mode makes the HBM system memory; CDMM is what Kubernetes nodes run. An identity attribute."""
+    doc = audit(tmp_path, standins, GB200, mode=mode, options='topologyManagerPolicyOptions: {max-allowable-numa-nodes: "34"}',
+                kubelet="1.36.0")  # fmt: skip
+    r = doc["by_check"]["GPU-MEMORY-MODE"]
+    assert r["outcome"] == outcome, r
+    (node,) = doc["nodes"]
+    assert node["identity"]["gpu_memory_mode"] == mode
+
+
+@pytest.mark.parametrize(("health", "outcome"), [(DEGRADED, "failed"), (HEALTHY, "passed")])
+def test_the_nvl72_fabric_health_mask_is_judged(tmp_path, standins, health, outcome):
+    """Item 5: GPU-FABRIC reads the v3 fabric info's health mask (degraded bandwidth fails)."""
+    doc = audit(tmp_path, standins, GB200, health=health, kubelet="1.36.0")
+    r = doc["by_check"]["GPU-FABRIC"]
+    assert r["outcome"] == outcome, r
+    if outcome == "failed":
+        assert "NVLink fabric degraded bandwidth" in r["message"]
+
+
+def test_the_rules_on_their_own():
+    assert numa_limit_problems("none", {}, list(range(34)), (1, 35, 0))[0] == []
+    assert numa_limit_problems("single-numa-node", {"max-allowable-numa-nodes": "9"}, list(range(9)), (1, 35, 0))[0] == []
+    assert "incorrect configuration: insufficient NVLinks" in fabric_health(HEALTHY & ~(0xF << 8) | 5 << 8)
+    assert memory_mode('CoherentGPUMemoryMode: "driver"\n', "580.65.06")[0] == "driver"
+    assert memory_mode("RmLogonRC: 1\n", "570.148.08")[0] == "numa"  # before CDMM existed: the HBM is system memory
+    assert memory_mode("RmLogonRC: 1\n", "615.10")[0] == "driver"  # R615+: CDMM by default
+
+
+def test_nvidia_smi_reports_c2c_mode():
+    """`nvidia-smi -q -x` <c2c_mode> ("GPU C2C Mode" of `-q`: Enabled on Grace boards, N/A on PCIe GPUs)."""
+    xml = """<?xml version="1.0" ?><nvidia_smi_log><driver_version>570.148.08</driver_version>
+<gpu id="00000009:01:00.0"><product_name>NVIDIA GH200 480GB</product_name><uuid>GPU-1</uuid>
+<c2c_mode>Enabled</c2c_mode><pci><pci_bus_id>00000009:01:00.0</pci_bus_id></pci></gpu>
+<gpu id="00000000:18:00.0"><product_name>NVIDIA H100</product_name><uuid>GPU-2</uuid>
+<c2c_mode>N/A</c2c_mode><pci><pci_bus_id>00000000:18:00.0</pci_bus_id></pci></gpu></nvidia_smi_log>"""
+    grace, pcie = parse_smi_xml(xml).gpus
+    assert grace.c2c is True and pcie.c2c is None and pcie.errors["c2c"] == "not supported on this GPU"
+
+
+def test_a_grace_gpus_numa_node_is_its_cpu_side_node_not_its_memory_node():
+    """Item 4: `nvidia-smi topo -m` on a GB200 tray gives each GPU a CPU-side "NUMA Affinity" (0 or 1, what pods
+    align with, as sysfs numa_node) and a "GPU NUMA ID" (2/10/18/26: its HBM, holding no CPU). The checks compare
+    like with like: the affinity, never the GPU's memory node. (Layout as NVIDIA's GB200 NVL72 documentation
+    shows it: NV18 between the four GPUs, C2C to the Grace CPUs.)"""
+    from conformance.facts.gpu import parse_topo_matrix
+
+    topo = (
+        "\tGPU0\tGPU1\tGPU2\tGPU3\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+        "GPU0\t X \tNV18\tNV18\tNV18\t0-71\t0\t2\n"
+        "GPU1\tNV18\t X \tNV18\tNV18\t0-71\t0\t10\n"
+        "GPU2\tNV18\tNV18\t X \tNV18\t72-143\t1\t18\n"
+        "GPU3\tNV18\tNV18\tNV18\t X \t72-143\t1\t26\n"
+    )
+    got = parse_topo_matrix(topo)
+    assert {i: numa for i, (_, numa) in got.items()} == {0: 0, 1: 0, 2: 1, 3: 1}
+    assert got[2][0] == frozenset(range(72, 144))
