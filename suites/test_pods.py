@@ -45,6 +45,13 @@ def test_pod_qos(node, container, pod, spec_container, evidence):
         role = "judged" if c["name"] == spec_container["name"] else "other container, evidence only"
         evidence.add(f"{c['name']} ({role}): cpu {c['cpu_request']}/{c['cpu_limit']}, memory {c['mem_request']}/{c['mem_limit']}")
     c = spec_container
+    level = pod.pod_resources
+    if level is not None and all(c[k] is None for k in ("cpu_request", "cpu_limit", "mem_request", "mem_limit")):
+        # Pod-level resources (KEP-2837): the container states none and shares the pod's budget; the API computes
+        # the QoS from spec.resources (ComputePodQOS), which status.qosClass above already says.
+        evidence.add(f"pod-level resources (spec.resources): cpu {level['cpu_request']}/{level['cpu_limit']}, "
+                     f"memory {level['mem_request']}/{level['mem_limit']}")  # fmt: skip
+        c = {**level, "name": f"pod {pod.namespace}/{pod.name} (spec.resources)"}
     req, lim = cpu_count(c["cpu_request"]), cpu_count(c["cpu_limit"])
     if req is None or lim is None or req != lim or req != int(req):
         problems.append(
@@ -67,13 +74,26 @@ def test_pod_qos(node, container, pod, spec_container, evidence):
 )
 def test_pod_cpus_exclusive(node, container, pod, spec_container, inside, assignment, cpu_manager_state, evidence):
     evidence.source = "exec /proc/self/status; cpu_manager_state"
-    want = cpu_count(spec_container["cpu_request"])
-    evidence.add(f"container CPUs {_fmt(inside.cpus)}; request {spec_container['cpu_request']}; "
-                 f"cpu_manager_state entry {_fmt(assignment) if assignment is not None else 'none'}")  # fmt: skip
+    # what the kubelet allocated decides (an in-place resize leaves the spec at the desired size while the container
+    # still holds the allocation: a static-CPU Guaranteed pod's resize is Infeasible; KEP-1287, GA in 1.35)
+    held = spec_container.get("cpu_allocated") or spec_container["cpu_request"]
+    want = cpu_count(held)
+    evidence.add(f"container CPUs {_fmt(inside.cpus)}; request {spec_container['cpu_request']}, allocated "
+                 f"{spec_container.get('cpu_allocated') or 'not reported'}; cpu_manager_state entry "
+                 f"{_fmt(assignment) if assignment is not None else 'none'}")  # fmt: skip
+    if pod.resize:
+        evidence.add(f"resize: {pod.resize} (judged against what was allocated)")
     problems = []
     if want is None or len(inside.cpus) != want:
-        problems.append(f"{len(inside.cpus)} CPUs ({_fmt(inside.cpus)}) for a request of {spec_container['cpu_request']}")
-    if assignment is None:
+        problems.append(f"{len(inside.cpus)} CPUs ({_fmt(inside.cpus)}) for an allocation of {held}")
+    if assignment is None and pod.pod_resources is not None and spec_container["cpu_request"] is None:
+        problems.append(
+            "no exclusive assignment in cpu_manager_state: with pod-level resources (spec.resources) and no container "
+            "CPU request the static CPU manager gives exclusive CPUs only with the PodLevelResourceManagers feature "
+            "gate (pkg/kubelet/cm/cpumanager/policy_static.go); enable it on the kubelet, or state whole-CPU requests "
+            "equal to limits on the container"
+        )
+    elif assignment is None:
         problems.append("no exclusive assignment in cpu_manager_state")
     elif inside.cpus != assignment:
         problems.append(f"cpuset {_fmt(inside.cpus)} differs from the kubelet's assignment {_fmt(assignment)}")

@@ -131,9 +131,13 @@ def node_object(
     }
 
 
-def _qos(containers: list[dict]) -> str:
-    """status.qosClass as the API server computes it: Guaranteed when every container has cpu and memory
-    limits equal to its requests (requests default to limits), BestEffort when none sets any."""
+def _qos(containers: list[dict], pod_resources: dict | None = None) -> str:
+    """status.qosClass as the API server computes it (pkg/apis/core/helper/qos ComputePodQOS): Guaranteed when
+    every container has cpu and memory limits equal to its requests (requests default to limits), BestEffort
+    when none sets any; with pod-level resources (spec.resources, KEP-2837) the pod's own requests and limits
+    decide in the same way."""
+    if pod_resources:
+        containers = [{"resources": pod_resources}]
     any_set, guaranteed = False, True
     for c in containers:
         res = c.get("resources") or {}
@@ -162,6 +166,9 @@ def pod_object(
     host_network: bool = False,
     resource_claims: list[dict] | None = None,
     claim_statuses: list[dict] | None = None,
+    pod_resources: dict | None = None,
+    allocated: dict[str, dict] | None = None,
+    conditions: list[dict] | None = None,
 ) -> dict:
     """A complete running v1 Pod; `containers` are {name, resources: {requests, limits, claims}};
     `resource_claims`: spec.resourceClaims ({name, resourceClaimName | resourceClaimTemplateName});
@@ -184,10 +191,18 @@ def pod_object(
         spec["hostNetwork"] = True
     if resource_claims:
         spec["resourceClaims"] = resource_claims
+    if pod_resources:  # pod-level resources (KEP-2837): requests and limits for cpu and memory only
+        bad = sorted((set(pod_resources.get("requests", {})) | set(pod_resources.get("limits", {}))) - {"cpu", "memory"})
+        if bad:  # the API server's validation: "supported pod-level resources are cpu, memory and hugepages"
+            raise ValueError(f"spec.resources: unsupported pod-level resources {bad}")
+        spec["resources"] = pod_resources
     statuses = [
         {"name": c["name"], "ready": True, "restartCount": 0, "image": c["image"], "imageID": f"{c['image']}@sha256:{'0' * 64}",
          "containerID": f"containerd://{hashlib.sha256((uid + c['name']).encode()).hexdigest()}",
-         "state": {"running": {"startedAt": "2026-12-03T00:00:00Z"}}}
+         "state": {"running": {"startedAt": "2026-12-03T00:00:00Z"}},
+         # what the kubelet allocated (KEP-1287): its own record of the resources the container holds
+         **({"allocatedResources": allocated[c["name"]], "resources": {"requests": allocated[c["name"]]}}
+            if allocated and c["name"] in allocated else {})}
         for c in spec_containers
     ]  # fmt: skip
     return {
@@ -204,7 +219,8 @@ def pod_object(
         "spec": spec,
         "status": {
             "phase": "Running",
-            "qosClass": _qos(spec_containers + inits),
+            "qosClass": _qos(spec_containers + inits, pod_resources),
+            **({"conditions": conditions} if conditions else {}),
             "containerStatuses": statuses,
             "hostIP": "10.0.0.1",
             "podIP": "10.244.0.10",

@@ -202,12 +202,16 @@ def pod_claims(pod: Any) -> tuple[dict[str, str | None], dict[str, list[tuple[st
     return names, uses
 
 
-def allocated(claim: dict[str, Any], request: str | None) -> list[tuple[str, str, str, str]]:
+def allocated(claim: dict[str, Any], request: str | None, admin: bool = False) -> list[tuple[str, str, str, str]]:
     """(request, driver, pool, device) of the claim's allocation, for one request of it or all; a request of
-    `firstAvailable` is allocated under `request/subrequest`."""
+    `firstAvailable` is allocated under `request/subrequest`. Results with `adminAccess: true`
+    (DeviceRequestAllocationResult.adminAccess, k8s.io/api/resource/v1: monitoring access beside the devices'
+    ordinary claims, never an allocation of them) are left out, or with `admin` the only ones given."""
     results = ((((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results")) or []
     out = []
     for r in results:
+        if bool(r.get("adminAccess")) != admin:
+            continue
         req = str(r.get("request", ""))
         if request is None or req == request or req.startswith(request + "/"):
             out.append((req, str(r.get("driver")), str(r.get("pool")), str(r.get("device"))))
@@ -235,6 +239,7 @@ class ContainerDra:
     claims: list[str] = field(default_factory=list)  # every claim the container uses, GPU or not
     # GPU claim -> how its CPUs were selected with its GPUs: (True, the constraint) or (False, why not)
     coselection: dict[str, tuple[bool, str]] = field(default_factory=dict)
+    admin: list[str] = field(default_factory=list)  # claims holding GPUs with adminAccess (monitoring, not a workload)
 
 
 class DraReader:
@@ -294,9 +299,11 @@ class DraReader:
                 if not is_allocated(claim):
                     got.error = f"ResourceClaim {ns}/{claim_name} is not allocated, yet the pod runs"
                     continue
+                if any(r[1] in drivers for r in allocated(claim, request, admin=True)):
+                    got.admin.append(f"{ns}/{claim_name}")  # e.g. a DCGM exporter's claim of every GPU
                 results = [r for r in allocated(claim, request) if r[1] in drivers]
                 if not results:
-                    continue  # not a GPU claim (another driver's devices)
+                    continue  # not a GPU claim (another driver's devices), or admin access only
                 consumers = reserved_for(claim)
                 if len(consumers) > 1:
                     got.shared[claim_name] = consumers

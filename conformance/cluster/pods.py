@@ -150,6 +150,9 @@ class PodInfo:
     containers: list[dict[str, Any]]
     init_containers: dict[str, bool] = field(default_factory=dict)  # name -> restartable (a sidecar: restartPolicy Always)
     host_network: bool = False  # spec.hostNetwork: the pod shares the node's network namespace (and sysctls)
+    # spec.resources (KEP-2837 pod-level resources): cpu_request, cpu_limit, mem_request, mem_limit; None: not set
+    pod_resources: dict[str, Any] | None = None
+    resize: str | None = None  # a pending or in-progress in-place resize (status.conditions), in words
 
 
 @dataclass
@@ -189,6 +192,37 @@ class CfsBandwidth:
     nr_throttled: int | None
     throttled_us: int | None
     unread: tuple[str, ...] = ()  # what could not be read, naming the file and the value
+
+
+def _allocated_cpu(status: Any) -> Any:
+    if status is None:
+        return None
+    allocated = getattr(status, "allocated_resources", None) or {}
+    if allocated.get("cpu") is not None:
+        return allocated.get("cpu")
+    held = getattr(status, "resources", None)
+    return ((getattr(held, "requests", None) or {}) if held is not None else {}).get("cpu")
+
+
+def _pod_resources(spec: Any) -> dict[str, Any] | None:
+    """spec.resources of a pod (pod-level resources, KEP-2837: beta in 1.34); None where it sets none."""
+    res = getattr(spec, "resources", None)
+    if res is None or not (res.requests or res.limits):
+        return None
+    req, lim = res.requests or {}, res.limits or {}
+    return {"cpu_request": req.get("cpu"), "cpu_limit": lim.get("cpu"), "mem_request": req.get("memory"),
+            "mem_limit": lim.get("memory")}  # fmt: skip
+
+
+def _resize_state(status: Any) -> str | None:
+    """A pending or in-progress resize: the PodResizePending / PodResizeInProgress conditions (1.33+; reason
+    Infeasible or Deferred), else the older status.resize field."""
+    for cond in (getattr(status, "conditions", None) or []) if status is not None else []:
+        if cond.type in ("PodResizePending", "PodResizeInProgress") and str(cond.status) == "True":
+            why = f" ({cond.reason}: {cond.message})" if cond.reason else ""
+            return f"{cond.type}{why}"
+    old = getattr(status, "resize", None) if status is not None else None
+    return f"status.resize {old}" if old else None
 
 
 def _gpus(resources: Any, resource: str) -> int:
@@ -248,6 +282,7 @@ def gpu_pods(
     for p in pods:
         spec = p.spec
         containers = []
+        statuses = {s.name: s for s in (getattr(p.status, "container_statuses", None) or [])} if p.status else {}
         for c in spec.containers or []:
             req = (c.resources.requests or {}) if c.resources else {}
             lim = (c.resources.limits or {}) if c.resources else {}
@@ -259,6 +294,9 @@ def gpu_pods(
                     "mem_request": req.get("memory"),
                     "mem_limit": lim.get("memory"),
                     "gpus": _gpus(c.resources, resource),
+                    # what the kubelet allocated (KEP-1287 in-place resize, GA 1.35): the spec is the desired size,
+                    # status.containerStatuses[].allocatedResources (else .resources.requests) what the container holds
+                    "cpu_allocated": _allocated_cpu(statuses.get(c.name)),
                 }
             )
         if not p.status or p.status.phase != "Running":
@@ -286,6 +324,8 @@ def gpu_pods(
                 containers=containers,
                 init_containers={c.name: getattr(c, "restart_policy", None) == "Always" for c in spec.init_containers or []},
                 host_network=bool(spec.host_network),
+                pod_resources=_pod_resources(spec),
+                resize=_resize_state(p.status),
             )
         )
     return sorted(out, key=lambda x: (x.namespace, x.name))
