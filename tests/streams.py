@@ -19,3 +19,12 @@ def lines_of(proc: subprocess.Popen) -> queue.Queue[str | None]:
 
     threading.Thread(target=read, daemon=True).start()
     return lines
+
+
+def default_sigint() -> None:
+    """preexec_fn for a child that a test interrupts with SIGINT: the default disposition. A shell that starts
+    jobs in the background (`nohup pytest &`, CI runners) starts them with SIGINT ignored, which its children
+    inherit; Python then installs no KeyboardInterrupt handler, and the test's SIGINT would be lost."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -194,3 +194,14 @@ def test_the_readme_check_table_is_the_checks_themselves():
     rows = re.findall(r"^\| `([A-Z0-9-]+)` \| (\w+) \| \w+ \| (.+) \|$", (ROOT / "README.md").read_text(), re.M)
     declared = json.loads(conformance("checks", "--json").stdout)
     assert sorted(rows) == sorted((c["id"], c["severity"], c["title"]) for c in declared)
+
+
+def test_a_fleet_of_one_is_not_judged_for_drift(host_root, tmp_path):
+    """Issue 54 item 10: README command 1 audits one machine: FLEET-CONSISTENT is skipped saying why (no peer, no
+    pin), and the page draws no drift table of one node."""
+    out = tmp_path / "out"
+    conformance("run", "--host-root", str(host_root), "--output", str(out))
+    doc = json.loads((out / "results.json").read_text())
+    (r,) = [r for r in doc["results"] if r["check"] == "FLEET-CONSISTENT"]
+    assert r["outcome"] == "skipped" and "a fleet of one has no peer to drift from" in r["message"], r
+    assert "id='gnc-drift'" not in (out / "report.html").read_text()

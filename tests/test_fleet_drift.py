@@ -157,7 +157,8 @@ def test_a_replay_and_a_merge_of_per_node_results_give_the_same_drift_verdicts(j
         (one / f"{name}.json").write_text((tmp / "snap" / f"{name}.json").read_text())
         conformance("run", "--snapshot", str(one), "--profile", str(profile), "--output", str(per_node / name))
         alone = json.loads((per_node / name / "results.json").read_text())
-        assert outcomes(alone)[(name, "FLEET-CONSISTENT")][1].startswith("the only node in profile")
+        assert outcomes(alone)[(name, "FLEET-CONSISTENT")] == ("skipped", outcomes(alone)[(name, "FLEET-CONSISTENT")][1])
+        assert "a fleet of one has no peer to drift from" in outcomes(alone)[(name, "FLEET-CONSISTENT")][1]
     conformance("merge", str(per_node), "--output", str(tmp / "merged"))
     merged = json.loads((tmp / "merged" / "results.json").read_text())
     assert {k: v for k, v in outcomes(merged).items() if k[1] == "FLEET-CONSISTENT"} == want
@@ -218,7 +219,10 @@ def test_the_judge_on_node_records():
     )
     assert rows["n0"]["outcome"] == "passed"
     alone = drift_results([_node("solo")], setting)[0]
-    assert alone["outcome"] == "passed" and alone["message"] == "the only node in pool gpu-a: no peer to compare with"
+    assert alone["outcome"] == "skipped" and alone["message"].startswith("the only node in pool gpu-a and no attribute pinned")
+    pinned = drift_results([_node("solo", driver="550.90.07")], lambda n, k: {**{"fleet.pin": {"driver": "550.127.05"}},
+                           **{k2: setting(n, k2) for k2 in ("fleet.attributes", "fleet.severity")}}[k])  # fmt: skip
+    assert pinned[0]["outcome"] == "failed"  # a pin is judged on a fleet of one too
     missing = drift_results([{"name": "old", "profile": "default", "labels": {}}], setting)[0]
     assert missing["outcome"] == "error" and "no identity record" in missing["message"]
 

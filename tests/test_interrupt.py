@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+from tests.streams import default_sigint
+
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_interrupt_writes_reports_and_exits_2(tmp_path, signum):
@@ -49,6 +51,7 @@ def test_interrupt_writes_reports_and_exits_2(tmp_path, signum):
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=default_sigint,  # a background shell's SIG_IGN must not swallow the interrupt
     )
     try:
         deadline = time.monotonic() + 300  # generous: a loaded machine starts Python and its imports slowly

@@ -24,6 +24,7 @@ from tests.lab.builder import Lab, NodeSpec
 from tests.lab.gpu_nodes import NUMA, SIBLINGS, pci, require_two_cpu_gpu_lab, two_gpu_config
 from tests.lab.nodes import POD_CHECKS
 from tests.lab.pods import LabPod
+from tests.streams import default_sigint
 
 pytestmark = pytest.mark.lab
 P, F, E, S = "passed", "failed", "error", "skipped"
@@ -195,7 +196,7 @@ def test_an_interrupt_while_waiting_still_deletes_the_pod(acceptance):
     proc = subprocess.Popen(
         [sys.executable, "-m", "conformance", "run", "--inventory", str(root / "inv-stuck.yaml"), "--profile",
          str(root / "profile-slow.yaml"), "--acceptance-pod", "--output", str(root / "out-int")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint,
     )  # fmt: skip
 
     def created() -> bool:  # the pod's own POST, not an access review's

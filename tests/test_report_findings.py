@@ -99,3 +99,28 @@ def test_two_containers_failing_one_pod_check_have_their_own_rows_and_permalinks
     assert "gpu-0000/POD-CPUS-EXCLUSIVE" in ids and len(ids) == len(set(ids)) == 3
     assert "href='#'" not in section
     assert "inference/llm-0/app" in section and "inference/llm-0/sidecar" in section
+
+
+def test_findings_put_what_blocks_first_and_show_the_waiver(tmp_path):
+    """Issue 54 items 2 and 4: blocking first (critical, high), then severity, then outcome; a waived row shows its
+    justification, owner, ticket and expiry; an error row its remediation as a failed row does."""
+    doc = fleet(3, checks=1)
+    node = doc["results"][0]["node"]
+    add = [
+        ("M-FAIL", "medium", "failed", None),
+        ("C-ERR", "critical", "error", None),
+        ("H-WAIVED", "high", "waived", {"justification": "vendor firmware fix pending", "owner": "gpu-team",
+                                        "ticket": "OPS-1234", "expires": "2027-01-31"}),
+    ]  # fmt: skip
+    for check, severity, outcome, waiver in add:
+        doc["results"].append({**doc["results"][0], "check": check, "severity": severity, "outcome": outcome,
+                               "message": f"{check} message", "waiver": waiver})  # fmt: skip
+        doc["checks"][check] = dict(doc["checks"]["X-0"], id=check)
+    html = render(tmp_path, doc)
+    section = re.search(r"<section aria-label='Findings' id='gnc-findings'>(.*?)</section>", html, re.S).group(1)
+    order = re.findall(r"data-node='[^']*' data-check='([^']*)'", section)
+    assert order.index("C-ERR") < order.index("M-FAIL") and order.index("H-WAIVED") > order.index("C-ERR"), order
+    waived = section[section.index("H-WAIVED message") :]
+    assert "vendor firmware fix pending" in waived and "gpu-team" in waived and "OPS-1234" in waived
+    assert "2027-01-31" in waived
+    assert node

@@ -88,6 +88,10 @@ def _judge(n: dict[str, Any], pool: Pool, group: str, setting: Callable[[str, st
         attributes = setting(name, "fleet.attributes") or []
     except FactUnavailable as e:  # unknown settings: judged as a blocking error, the node's own gap said first
         return _result(name, "error", "; ".join(unknown) if unknown else str(e), [], "high")
+    if size < 2 and not pins:
+        # a fleet of one (README command 1 audits this one machine): no peer to compare with and nothing pinned
+        return _result(name, "skipped", f"the only node in {group} and no attribute pinned (fleet.pin): a fleet of one "
+                       "has no peer to drift from", evidence, severity)  # fmt: skip
     for attr in attributes:
         value = None if identity is None else identity.get(attr)
         if identity is None:

@@ -64,9 +64,12 @@ def _entries(results: list[dict[str, Any]], verdicts: dict[str, str]) -> list[li
                 rows.extend([r] for r in group)
 
     def rank(group: list[dict[str, Any]]) -> tuple:
-        worst = min(SEVERITY_RANK.get(r["severity"], 9) for r in group)
+        # what blocks acceptance first (a critical or high failure or error), then by severity, then by outcome; then
+        # the nodes in attention order (issue 54: a critical error sat below medium failures that block nothing)
         first = group[0]
-        return (VERDICT_RANK.get(verdicts.get(first["node"], ""), 9), OUTCOME_RANK[first["outcome"]], worst,
+        blocks = first["outcome"] != "waived" and any(r["severity"] in BLOCKING for r in group)
+        worst = min(SEVERITY_RANK.get(r["severity"], 9) for r in group)
+        return (0 if blocks else 1, worst, OUTCOME_RANK[first["outcome"]], VERDICT_RANK.get(verdicts.get(first["node"], ""), 9),
                 first["node"], first["check"])  # fmt: skip
 
     return sorted(rows, key=rank)
@@ -139,8 +142,15 @@ def _row(group: list[dict[str, Any]], used: set[str]) -> str:
     check_cell += "".join(f"<span id='{e(a)}'></span>" for a in aliases)
     spec = REGISTRY.get(first["check"])
     fix = ""
-    if spec and len(group) == 1 and outcome == "failed":
+    if spec and len(group) == 1 and outcome in ("failed", "error"):
         fix = f"<p class='fix'><b>Remediation:</b> {e(spec.remediation)}</p>"
+    waiver = first.get("waiver") if outcome == "waived" else None
+    if isinstance(waiver, dict):  # the record an auditor asks for: why, who, where it is tracked, until when
+        fix += (
+            f"<p class='waiver'><b>Waived:</b> {e(str(waiver.get('justification') or '(no justification)'))}; "
+            f"owner {e(str(waiver.get('owner') or '?'))}; ticket {e(str(waiver.get('ticket') or '?'))}; "
+            f"expires {e(str(waiver.get('expires') or '?'))}</p>"
+        )
     evidence = ""
     if first.get("evidence"):
         lines = first["evidence"][:EVIDENCE_LINES]

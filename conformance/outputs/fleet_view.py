@@ -165,8 +165,8 @@ DRIFT_SHOWN = 20  # nodes named per attribute; the rest are counted
 def drift_section(nodes: list[dict[str, Any]], wanted_label: str | None = None, linked: bool = True) -> str:
     """Per group, each identity attribute whose nodes do not all agree: its values with node counts, and the
     nodes off the majority value (or every node, where there is no majority), linked to their rows."""
-    if not any(n.get("identity") is not None for n in nodes):
-        return ""
+    if not any(n.get("identity") is not None for n in nodes) or len(nodes) < 2:
+        return ""  # a fleet of one has no peers: nothing drifts from anything (issue 54)
     _, groups = pools(nodes, wanted_label)
     blocks = []
     for g, pool in sorted(groups.items()):
