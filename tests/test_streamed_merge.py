@@ -146,3 +146,23 @@ def test_spools_that_move_to_disk_write_the_same_bytes(monkeypatch):
     in_memory = junit_xml(doc)
     monkeypatch.setattr(streaming_module, "SPILL_CHARS", 100)
     assert junit_xml(doc) == in_memory
+
+
+def test_a_streamed_and_an_in_memory_merge_say_the_same_scope_title_and_totals(tmp_path):
+    """Issue 54 item 1: the first line of a fleet page is the whole run's, whatever part of it the page keeps. The same
+    400 nodes merged streamed (the default above 300 nodes) and in memory (--items result) give one scope, title
+    and totals."""
+    import re
+
+    doc = fleet(400, checks=3)
+    (tmp_path / "results.json").write_text(json.dumps(doc))
+    pages = {}
+    for how, extra in (("streamed", []), ("in-memory", ["--items", "result"])):
+        conformance("merge", str(tmp_path / "results.json"), *extra, "--output", str(tmp_path / how))
+        html = (tmp_path / how / "report.html").read_text()
+        scope = re.search(r"<p class='gnc-totals'>(.*?)</p>", html, re.S).group(1)
+        facts = re.search(r"checks judged: ([^;]*);", html).group(1)
+        title = re.search(r"<title[^>]*>(.*?)</title>", html, re.S).group(1)
+        pages[how] = (re.sub(r"<[^>]+>", "", scope), facts, title)
+    assert pages["streamed"] == pages["in-memory"], pages
+    assert pages["streamed"][0].startswith("400 node(s):")

@@ -284,7 +284,8 @@ def pytest_html_report_title(report: Any) -> None:
 def dated_title(doc: dict[str, Any]) -> str:
     """The tab's title carries the run's date and its verdict counts, so a tab or a saved file says what it is."""
     title = "GPU node conformance report"
-    counts = Counter(n["verdict"] for n in doc.get("nodes") or [])
+    whole = doc.get("run_totals")  # a streamed page: the whole run's counts, not the kept nodes'
+    counts = Counter(whole["verdicts"]) if whole else Counter(n["verdict"] for n in doc.get("nodes") or [])
     shown = verdict_counts(counts)
     day = str(doc.get("started_at") or "")[:10]
     return " ".join(p for p in (title, day) if p) + (f": {shown}" if shown else "")
@@ -338,25 +339,27 @@ def scope_section(run: ReportView) -> str:
     """What was judged, first: the totals, the nodes not accepted and why, the profiles, how many checks out of how
     many, complete or interrupted, the tool version, inventory, start and duration."""
     doc, nodes = run.doc, run.doc["nodes"]
-    counts = Counter(n["verdict"] for n in nodes)
-    total = doc.get("node_count", len(nodes))
+    whole = doc.get("run_totals")  # a streamed page keeps some nodes and results: the scope is the whole run's
+    counts = Counter(whole["verdicts"]) if whole else Counter(n["verdict"] for n in nodes)
+    total = whole["nodes"] if whole else doc.get("node_count", len(nodes))
     totals = " ".join(f"<span class='verdict v-{v}'>{counts[v]} {v}</span>" for v in ATTENTION_ORDER)
-    judged = {r["check"] for r in run.results}
+    judged = set(whole["checks"]) if whole else {r["check"] for r in run.results}
     known = {c for c, spec in REGISTRY.items() if spec.origin == "built-in"}
     checks = f"{len(judged & known)} of the {len(known)} built-in checks" + (
         f" and {len(judged - known)} site check(s)" if judged - known else ""
     )
     narrowed = [n for n in nodes if n.get("not_judged")]
+    narrowed_count = whole["narrowed"] if whole else len(narrowed)
     state = (
         "<b>interrupted (Ctrl-C or SIGTERM): what was not collected is incomplete</b>" if not doc.get("complete", True)
         else "complete"
     )  # fmt: skip
     facts = [
-        f"profile(s): {e(', '.join(sorted({str(n.get('profile', '-')) for n in nodes})) or '-')}",
+        f"profile(s): {e(', '.join(whole['profiles'] if whole else sorted({str(n.get('profile', '-')) for n in nodes})) or '-')}",
         f"checks judged: {checks}",
         f"run: {state}",
-        f"nodes with checks that block not judged: {len(narrowed)}"
-        if narrowed
+        f"nodes with checks that block not judged: {narrowed_count}"
+        if narrowed_count
         else "every node judged on every check that blocks",
         f"tool version {e(__version__)}",
         f"inventory {e(doc.get('inventory') or '-')}",

@@ -74,6 +74,8 @@ def stream(run: Run, spool: NodeSpool, out: Outputs, ticker: Ticker | None = Non
     listed: list[dict[str, Any]] = []
     drawn: list[dict[str, Any]] = []
     used: set[str] = set()
+    profiles: set[str] = set()
+    narrowed = 0
     started = run.ledger.started_at
     for i, name in enumerate(names):
         if ticker is not None and ticker.due():
@@ -95,6 +97,9 @@ def stream(run: Run, spool: NodeSpool, out: Outputs, ticker: Ticker | None = Non
             diff.add_results(rows)
             diff.add_node(summary)
         used.update(r["check"] for r in every)
+        profiles.add(str(summary.get("profile", "-")))
+        if summary.get("not_judged"):
+            narrowed += 1
         shown.verdicts[summary["verdict"]] += 1
         shown.outcomes.update(summary["counts"])
         if fleet is not None:
@@ -122,7 +127,10 @@ def stream(run: Run, spool: NodeSpool, out: Outputs, ticker: Ticker | None = Non
         spool_.close()
     if ticker is not None:
         ticker.say(f"writing the reports: {len(names)} of {len(names)} nodes", last=True)
-    shown.doc = dict(doc, nodes=listed, results=drawn)
+    # the page keeps a bounded part of the nodes and results; its scope, title and totals are the whole run's
+    totals = {"nodes": sum(shown.verdicts.values()), "verdicts": dict(shown.verdicts), "checks": sorted(used),
+              "profiles": sorted(profiles), "narrowed": narrowed}  # fmt: skip
+    shown.doc = dict(doc, nodes=listed, results=drawn, run_totals=totals)
     if "table_rows" in shown.left_out:
         shown.left_out["table_shown"] = len(shown.table)
     return shown
