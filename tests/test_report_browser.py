@@ -170,6 +170,10 @@ def test_printed_the_controls_go_and_failures_keep_their_evidence(driver, report
         assert all(d.is_displayed() for d in driver.find_elements(By.CSS_SELECTOR, "#gnc-findings details[open] pre"))
         badge = driver.find_element(By.CSS_SELECTOR, ".gnc span.verdict")
         assert badge.value_of_css_property("color") in ("rgba(0, 0, 0, 1)", "rgb(0, 0, 0)")
+        # issue 54 item 3: the matrix's failed, error and waived cells are links: the screen rule made them white,
+        # and a print rule less specific than it left them white on paper (only passed and skipped survived)
+        links = driver.find_elements(By.CSS_SELECTOR, ".gnc table.m td.c a")
+        assert links and all(a.value_of_css_property("color") in ("rgba(0, 0, 0, 1)", "rgb(0, 0, 0)") for a in links)
         # the matrix fits an A4 landscape page (297 mm less 2 x 10 mm margins, at 96 px per inch): no column cut off
         width = driver.execute_script("return document.querySelector('.gnc table.m').getBoundingClientRect().width")
         assert width <= (297 - 20) / 25.4 * 96, width

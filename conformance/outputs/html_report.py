@@ -74,7 +74,7 @@ tbody.results-table-row,.gnc tr,.gnc section>table{break-inside:avoid}
 .gnc table.findings td{vertical-align:top}
 .gnc .gnc-filters label{margin-right:8px}
 @media print{.gnc .mwrap{overflow:visible;max-height:none}.gnc-filters,#gnc-shown,.gnc a.pl,#results-table,
-#gnc-find,#gnc-found{display:none!important}.gnc .m td.c a{color:inherit}.gnc a{color:#000}
+#gnc-find,#gnc-found{display:none!important}.gnc table.m td.c a{color:#000!important}.gnc a{color:#000}
 .gnc .findings tr{break-inside:avoid}}
 tbody.gnc-target td{outline:2px solid #1565c0}
 .gnc .fleet-total .verdict{font-size:15px;margin-right:6px}
