@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from conformance.errors import FactUnavailable, ParseError
+from conformance.errors import FactUnavailable
 from conformance.facts.cpulist import format_cpulist, parse_cpulist
 from conformance.facts.node_base import FactsBase, fact
 from conformance.facts.system_cpus import (
@@ -80,13 +80,10 @@ class CpuFacts(FactsBase):
         online = parse_cpulist(b.text("/sys/devices/system/cpu/online"), what="/sys/devices/system/cpu/online")
         if not online:  # the boot CPU is always online: an empty list was read short
             raise FactUnavailable(f"node {self.name}: /sys/devices/system/cpu/online reads empty (read short)")
-        nodes: dict[int, frozenset[int]] = {}
-        listing = "/sys/devices/system/node/node[0-9]*/cpulist"
-        for path in b.glob(listing):
-            m = NODE_CPULIST.fullmatch(path)
-            if not m:
-                raise ParseError(f"the listing of {listing} on node {self.name} holds {path[:120]!r}, not a NUMA node's cpulist")
-            nodes[int(m.group(1))] = parse_cpulist(b.text(path), what=path)
+        nodes = {
+            int(n): parse_cpulist(b.text(path), what=path)
+            for n, path in self.listed("/sys/devices/system/node/node[0-9]*/cpulist", NODE_CPULIST, "a NUMA node's cpulist")
+        }
         if not nodes:
             raise FactUnavailable(f"/sys/devices/system/node/node*/cpulist: none found on node {self.name}")
         # Every online CPU is in one node's cpulist (drivers/base/node.c node_read_cpulist: cpumask_of_node &
@@ -99,11 +96,10 @@ class CpuFacts(FactsBase):
                 "(/sys/devices/system/node/node*/cpulist): the kernel places them in no node, which the firmware's "
                 "ACPI SRAT does when it gives them no proximity domain; which node they are on is unknown"
             )
-        siblings: dict[int, frozenset[int]] = {}
-        listing = "/sys/devices/system/cpu/cpu[0-9]*/topology/thread_siblings_list"
-        for path in b.glob(listing):
-            m = CPU_SIBLINGS.fullmatch(path)
-            if not m:
-                raise ParseError(f"the listing of {listing} on node {self.name} holds {path[:120]!r}, not a CPU's siblings file")
-            siblings[int(m.group(1))] = parse_cpulist(b.text(path), what=path)
+        siblings = {
+            int(c): parse_cpulist(b.text(path), what=path)
+            for c, path in self.listed(
+                "/sys/devices/system/cpu/cpu[0-9]*/topology/thread_siblings_list", CPU_SIBLINGS, "a CPU's siblings file"
+            )
+        }
         return Topology(online=online, nodes=nodes, siblings=siblings)

@@ -5,6 +5,7 @@ fact once and remembers its value or its failure, and a process's command line. 
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -78,6 +79,18 @@ class FactsBase:
             raise FactUnavailable(f"node {self.name} {self.bundle.error_kind or 'unreachable'}: {self.bundle.error}")
         if not self.bundle.complete:
             raise FactUnavailable(f"node {self.name}: collection ended early (output incomplete)")
+
+    def listed(self, pattern: str, name: re.Pattern[str], what: str) -> list[tuple[str, str]]:
+        """(the name's first group, path) of every path the collector listed for `pattern`; a listing that holds a
+        path `name` does not match (a record cut or mangled) is a ParseError naming the listing, never an index
+        error of the suite's own (issue 53.21)."""
+        out = []
+        for path in self.bundle.glob(pattern):
+            m = name.fullmatch(path)
+            if not m:
+                raise ParseError(f"the listing of {pattern} on node {self.name} holds {path[:120]!r}, not {what}")
+            out.append((m.group(1), path))
+        return out
 
     def daemon_pid(self, comms: tuple[str, ...], who: str) -> int | None:
         """The pid of the node's one daemon among processes named `comms` (None: no process has such a name).

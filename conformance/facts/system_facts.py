@@ -6,10 +6,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from conformance.errors import FactUnavailable, ParseError
+from conformance.errors import FactUnavailable
 from conformance.facts import kernel
 from conformance.facts.node_base import FactsBase, fact
 from conformance.facts.releases import Release, parse_release
+
+NVME_SCHEDULER = re.compile(r"/sys/block/(nvme[^/]*)/queue/scheduler")
 
 
 @dataclass
@@ -72,10 +74,6 @@ class SystemFacts(FactsBase):
     def nvme_schedulers(self) -> dict[str, str]:
         self.require_reachable()
         out = {}
-        listing = "/sys/block/nvme*/queue/scheduler"
-        for path in self.bundle.glob(listing):
-            m = re.fullmatch(r"/sys/block/(nvme[^/]*)/queue/scheduler", path)
-            if not m:
-                raise ParseError(f"the listing of {listing} on node {self.name} holds {path[:120]!r}, not a scheduler file")
-            out[m.group(1)] = kernel.parse_scheduler(self.bundle.text(path), m.group(1))
+        for dev, path in self.listed("/sys/block/nvme*/queue/scheduler", NVME_SCHEDULER, "a scheduler file"):
+            out[dev] = kernel.parse_scheduler(self.bundle.text(path), dev)
         return out
