@@ -7,6 +7,7 @@ import pytest
 from conformance.checks import check
 from conformance.checks.dra_rules import device_plugin_gpu_resources, dra_advertised
 from conformance.checks.gpu_rules import expected_generation, floor_for, local_node, reconcile_advertised
+from conformance.cluster.dcgm import served_as
 from conformance.errors import FactUnavailable
 from conformance.facts.cpulist import format_cpulist
 
@@ -286,8 +287,9 @@ def test_gpu_dcgm_exporter(node, visible_gpus, dcgm_series, profile, evidence):
         want = profile.get("gpu.dcgm_metrics_mig")
         evidence.add("MIG enabled on this node: the profile's gpu.dcgm_metrics_mig apply")
     evidence.source = where
-    evidence.add(*(f"{m}: {series.get(m, 0)} series" for m in want))
-    missing = [m for m in want if not series.get(m)]
+    served = {m: served_as(m, series) for m in want}  # a metric renamed by the exporter's release counts
+    evidence.add(*(f"{m}: {n} series" + (f" (served as {name})" if name != m else "") for m, (name, n) in served.items()))
+    missing = [m for m, (_, n) in served.items() if not n]
     problems = [f"{where} does not serve {', '.join(missing)}"] if missing else []
     if limit is not None and interval is not None and interval > limit:
         problems.append(f"it collects every {interval} ms ({interval_source}), slower than gpu.dcgm_max_interval_ms {limit}")

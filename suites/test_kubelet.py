@@ -7,11 +7,13 @@ Source of truth for now: the kubelet's command line, its --config file and --con
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from conformance.checks import check
 from conformance.checks.numa_rules import numa_limit_problems
+from conformance.checks.runtime_rules import runtime_config_support
 from conformance.checks.sysctl_rules import POD_SYSCTLS, allowlisted
 from conformance.config.units import parse_duration
 from conformance.errors import FactUnavailable, ParseError
@@ -283,11 +285,31 @@ def test_reserved_cpus(node, kubelet_config, topology, profile, evidence):
     'cgroup_manager = "systemd" (CRI-O) in the runtime, then restart both.',
     source="/sys/fs/cgroup/kubepods.slice or kubepods; else kubelet config cgroupDriver",
 )
-def test_cgroup_driver(node, kubelet_cgroup_driver, evidence):
+def test_cgroup_driver(node, kubelet_cgroup_driver, facts, evidence):
     driver, source, how = kubelet_cgroup_driver
     evidence.source = source
     evidence.add(how)
     assert driver == "systemd", f"the kubelet's effective cgroup driver is {driver} ({how}); systemd expected"
+    # the runtime must answer the kubelet's RuntimeConfig call (KEP-4033) for the kubelet of now and of next
+    try:
+        kubelet = facts.kubelet_version
+    except FactUnavailable:
+        kubelet = None
+    try:
+        runtime, _ = facts.runtime_name
+    except FactUnavailable:
+        return  # no runtime known: RUNTIME-SYSTEMD-CGROUP says so
+    release = facts.containerd_release if runtime == "containerd" else facts.crio_release if runtime == "cri-o" else None
+    numbers = release.triple if runtime == "containerd" and release is not None else None
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", str(release or "")) if runtime == "cri-o" else None
+    if m:
+        numbers = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    problem, unknown, line = runtime_config_support(kubelet, runtime, numbers)
+    if line:
+        evidence.add(line)
+    assert problem is None, problem
+    if unknown:
+        raise FactUnavailable(unknown)
 
 
 @check(

@@ -112,3 +112,17 @@ def test_with_nvbandwidth_its_figure_stands_beside_the_probes(bundled, standin_r
     assert p.returncode == 0, p.stdout + p.stderr
     assert "independent 26.03" in p.stdout and "independent 25.94" in p.stdout
     assert json.loads(p.stdout[: p.stdout.index("}") + 1])["independent"] == "nvbandwidth host_to_device_memcpy_ce"
+
+
+def test_a_dcgm_metric_renamed_by_the_exporters_release_is_served():
+    """Issue 51 item 7: dcgm-exporter 4.10 serves DCGM_FI_PROF_PCIE_TX_BYTES as ..._PER_SECOND."""
+    from conformance.cluster.dcgm import metric_series, served_as
+
+    text = (
+        "# HELP DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND The rate of data transmitted over the PCIe bus.\n"
+        "# TYPE DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND gauge\n"
+        'DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND{gpu="0",UUID="GPU-1",Hostname="n"} 1.2e+09\n'
+    )
+    series = metric_series(text)
+    assert served_as("DCGM_FI_PROF_PCIE_TX_BYTES", series) == ("DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND", 1)
+    assert served_as("DCGM_FI_DEV_GPU_UTIL", series) == ("DCGM_FI_DEV_GPU_UTIL", 0)

@@ -435,3 +435,18 @@ def test_a_kubelet_on_cri_dockerd_is_judged_by_dockers_driver(daemon_json, magic
     rc = facts.runtime_config
     assert rc.runtime == "docker" and rc.cgroup_manager == driver
     assert rc.handlers["runc"].systemd_cgroup is (driver == "systemd")
+
+
+def test_a_runtime_too_old_for_the_kubelets_runtime_config_call_is_named_with_both_releases():
+    """Issue 51 item 8: KEP-4033's RuntimeConfig call is answered by containerd 2.0+ and CRI-O 1.28+; a kubelet 1.37
+    still falls back to its cgroupDriver where the runtime is older (kubelet_cri_losing_support) and 1.38 will not."""
+    from conformance.checks.runtime_rules import runtime_config_support
+
+    problem, _, _ = runtime_config_support((1, 37, 0), "containerd", (1, 7, 27))
+    assert problem and "containerd 1.7.27" in problem and "kubelet 1.37.0" in problem and "1.38" in problem
+    problem, _, _ = runtime_config_support((1, 38, 1), "containerd", (1, 7, 27))
+    assert problem and "does not start" in problem
+    assert runtime_config_support((1, 37, 0), "containerd", (2, 0, 0))[:2] == (None, None)
+    assert runtime_config_support((1, 36, 4), "containerd", (1, 7, 27))[:2] == (None, None)
+    assert runtime_config_support((1, 37, 0), "cri-o", (1, 27, 9))[0]
+    assert runtime_config_support(None, "containerd", None)[1]

@@ -65,3 +65,43 @@ def across_releases(rc: RuntimeConfig, judge: Judge) -> tuple[list[str], list[st
         f"files differently: they pass under {'; '.join(passing) or 'none'}, fail under {'; '.join(failing) or 'none'}"
         + (f", and cannot be read under {'; '.join(unread)} ({notes[unread[0]]})" if unread else "")
     )
+
+
+# KEP-4033: the kubelet takes its cgroup driver from the runtime's CRI RuntimeConfig call (beta 1.31, GA 1.34); a runtime
+# that does not answer it leaves the kubelet on its own cgroupDriver setting, counted by kubelet_cri_losing_support.
+# The runtimes that answer it (the feature gate's page, KubeletCgroupDriverFromCRI): containerd from v2.0.0 (containerd
+# PR 8722), CRI-O from v1.28.0. The fallback's removal (kubernetes/kubernetes PR 136731: the kubelet then does not start)
+# is taken as 1.38, the release after 1.37's notes deferred it: a kubelet 1.37 is told what 1.38 will do.
+RUNTIME_CONFIG_FROM = {"containerd": (2, 0, 0), "cri-o": (1, 28, 0)}
+FALLBACK_REMOVED = (1, 38)
+
+
+def runtime_config_support(
+    kubelet: tuple[int, int, int] | None, runtime: str, release: tuple[int, int, int] | None
+) -> tuple[str | None, str | None, str]:
+    """(problem, what is unknown, evidence) of whether the runtime answers the kubelet's RuntimeConfig call, for a
+    kubelet where that matters now or at its next minor release."""
+    need = RUNTIME_CONFIG_FROM.get(runtime)
+    if need is None:
+        return None, None, f"{runtime}: whether it answers RuntimeConfig is not judged (cri-dockerd: from 0.3.16)"
+    if kubelet is not None and kubelet[:2] < (FALLBACK_REMOVED[0], FALLBACK_REMOVED[1] - 1):
+        return None, None, f"kubelet {'.'.join(map(str, kubelet))} falls back to its own cgroupDriver where the runtime is older"
+    if release is not None and release >= need:
+        return None, None, f"{runtime} {'.'.join(map(str, release))} answers RuntimeConfig (from {'.'.join(map(str, need))})"
+    if kubelet is None or release is None:
+        return None, f"the kubelet's or {runtime}'s release is unknown: whether the runtime answers RuntimeConfig is unknown", ""
+    k, r, n = (".".join(map(str, v)) for v in (kubelet, release, need))
+    if kubelet[:2] >= FALLBACK_REMOVED:
+        return (
+            f"{runtime} {r} does not answer the CRI RuntimeConfig call (from {n}) and kubelet {k} no longer falls back to "
+            "its cgroupDriver: the kubelet does not start",
+            None,
+            "",
+        )
+    return (
+        f"{runtime} {r} does not answer the CRI RuntimeConfig call (from {n}): kubelet {k} falls back to its cgroupDriver "
+        f"(kubelet_cri_losing_support), which kubelet {FALLBACK_REMOVED[0]}.{FALLBACK_REMOVED[1]} removes; upgrade {runtime} "
+        "before the kubelet",
+        None,
+        "",
+    )
