@@ -205,3 +205,27 @@ def test_dcgm_exporter_collection_interval(args, env, want):
     from conformance.cluster.dcgm import collect_interval
 
     assert collect_interval(args, env) == want
+
+
+def test_discovery_finds_gpu_nodes_only_dra_serves(tmp_path):
+    """Issue 52 item 1: the NVIDIA GPU DRA driver needs neither nvidia.com/gpu capacity nor GPU Feature Discovery's
+    label (its prerequisites: Node Feature Discovery only; its DaemonSet selects feature.node.kubernetes.io/
+    pci-10de.present). A node whose ResourceSlices of gpu.nvidia.com publish GPUs is a GPU node, so is one NFD
+    labels with an NVIDIA PCI device; a CPU-only worker (another driver's slices: a DRA CPU driver) is not."""
+    from tests.fakeapi import resource_slice
+
+    api = fake_api()
+    api.add_node(node_object("gpu-dra", internal_ip="10.0.0.41"))
+    api.add_node(node_object("gpu-nfd", internal_ip="10.0.0.42", labels={"feature.node.kubernetes.io/pci-10de.present": "true"}))
+    api.add_node(node_object("cpu-c2", internal_ip="10.0.0.43"))
+    gpu = {"name": "gpu-0", "attributes": {"type": {"string": "gpu"}}}
+    api.slices["s1"] = resource_slice("s1", "gpu-dra", "gpu.nvidia.com", "gpu-dra", [gpu, dict(gpu, name="gpu-1")])
+    api.slices["s2"] = resource_slice("s2", "cpu-c2", "dra.cpu", "cpu-c2", [{"name": "cpu-0", "attributes": {}}])
+    with serve(api) as url:
+        (tmp_path / "kc").write_text(kubeconfig(url, "full-token"))
+        s = KubeSpec(kubeconfig=str(tmp_path / "kc"))
+        found = discover(api_client(s), s)
+    assert [(d.name, d.why) for d in found] == [
+        ("gpu-dra", "ResourceSlices of gpu.nvidia.com publish 2 device(s)"),
+        ("gpu-nfd", "label feature.node.kubernetes.io/pci-10de.present=true (Node Feature Discovery: an NVIDIA PCI device)"),
+    ]

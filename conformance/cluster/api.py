@@ -12,6 +12,7 @@ from typing import Any
 
 from conformance.cluster.api_errors import explain
 from conformance.cluster.dcgm import collect_interval
+from conformance.cluster.dra import nodes_publishing
 from conformance.cluster.kubelet_access import KubeletEndpoint, endpoint_of, parse_configz
 from conformance.config.kubernetes import KubeSpec
 from conformance.errors import FactUnavailable, UsageError
@@ -59,8 +60,14 @@ def runtime_class_handlers(api: Any) -> dict[str, str]:
     return {rc.metadata.name: rc.handler for rc in items}
 
 
+DRA_GPU_DRIVERS = ("gpu.nvidia.com",)  # the default profile's gpu.dra_drivers
+NFD_NVIDIA_PCI = "feature.node.kubernetes.io/pci-10de.present"
+
+
 def discover(api: Any, spec: KubeSpec) -> list[DiscoveredNode]:
-    """Nodes to audit: those matching the label selector, else those with GPU capacity."""
+    """Nodes to audit: those matching the label selector, else GPU nodes: GPU capacity (nvidia.com/gpu, MIG
+    slices), GPU Feature Discovery's label, GPUs the DRA drivers' ResourceSlices publish, or Node Feature
+    Discovery's NVIDIA PCI label."""
     from kubernetes import client
 
     try:
@@ -70,6 +77,12 @@ def discover(api: Any, spec: KubeSpec) -> list[DiscoveredNode]:
         nodes = client.CoreV1Api(api).list_node(**kwargs).items
     except Exception as e:
         raise UsageError(explain(e, "list", "nodes")) from None
+    # GPU nodes that only DRA serves: the GPU DRA drivers' ResourceSlices name them (the NVIDIA GPU DRA driver's
+    # DaemonSet selects Node Feature Discovery's feature.node.kubernetes.io/pci-10de.present, its only prerequisite)
+    try:
+        published = {} if spec.node_selector else nodes_publishing(api, DRA_GPU_DRIVERS)
+    except FactUnavailable as e:
+        raise UsageError(f"discovering GPU nodes served by DRA: {e}") from None
     out = []
     for n in nodes:
         capacity = (n.status.capacity or {}) if n.status else {}
@@ -87,6 +100,10 @@ def discover(api: Any, spec: KubeSpec) -> list[DiscoveredNode]:
             why = "MIG resources " + ", ".join(f"{k} {v}" for k, v in sorted(slices.items()))
         elif labels.get("nvidia.com/gpu.present") == "true":
             why = "label nvidia.com/gpu.present=true"
+        elif published.get(n.metadata.name):
+            why = f"ResourceSlices of {', '.join(DRA_GPU_DRIVERS)} publish {published[n.metadata.name]} device(s)"
+        elif labels.get(NFD_NVIDIA_PCI) == "true":
+            why = f"label {NFD_NVIDIA_PCI}=true (Node Feature Discovery: an NVIDIA PCI device)"
         else:
             continue
         kubelet = endpoint_of(n)

@@ -123,6 +123,26 @@ def read_claim(api: Any, version: str, namespace: str, name: str) -> dict[str, A
     return doc
 
 
+def nodes_publishing(api: Any, drivers: tuple[str, ...]) -> dict[str, int]:
+    """Node -> the devices the GPU DRA drivers' ResourceSlices publish on it (a node the NVIDIA GPU DRA driver
+    serves needs neither nvidia.com/gpu capacity nor GPU Feature Discovery's label: kubernetes-sigs/
+    dra-driver-nvidia-gpu docs/prerequisites.md). {} where the API server serves no resource.k8s.io version."""
+    version = served_version(api)
+    if version is None:
+        return {}
+    try:
+        doc = _custom(api).list_cluster_custom_object(GROUP, version, "resourceslices", _request_timeout=TIMEOUT_S)
+    except Exception as e:
+        raise FactUnavailable(explain(e, "list", f"resourceslices.{GROUP}")) from None
+    out: dict[str, int] = {}
+    for item in (doc.get("items") if isinstance(doc, dict) else None) or []:
+        spec = item.get("spec") or {} if isinstance(item, dict) else {}
+        node, devices = spec.get("nodeName"), spec.get("devices") or []
+        if spec.get("driver") in drivers and isinstance(node, str) and devices:
+            out[node] = out.get(node, 0) + len(devices)
+    return out
+
+
 def node_slices(api: Any, version: str | None, node: str, drivers: tuple[str, ...]) -> NodeSlices:
     """The devices of the GPU drivers' ResourceSlices on `node` (field selector spec.nodeName, which the API
     server supports for ResourceSlices: pkg/registry/resource/resourceslice/strategy.go). Of a pool published
