@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from conformance.checks.fleet_drift import drift_results
+from conformance.errors import FactUnavailable
 from conformance.facts.canonical import digest
 from conformance.facts.kubelet import load_yaml_mapping
 from conformance.facts.runtime import load_toml
@@ -223,8 +224,14 @@ def test_the_judge_on_node_records():
     pinned = drift_results([_node("solo", driver="550.90.07")], lambda n, k: {**{"fleet.pin": {"driver": "550.127.05"}},
                            **{k2: setting(n, k2) for k2 in ("fleet.attributes", "fleet.severity")}}[k])  # fmt: skip
     assert pinned[0]["outcome"] == "failed"  # a pin is judged on a fleet of one too
-    missing = drift_results([{"name": "old", "profile": "default", "labels": {}}], setting)[0]
+    missing = drift_results([_node("solo"), {"name": "old", "profile": "default", "labels": {}}], setting)[1]
     assert missing["outcome"] == "error" and "no identity record" in missing["message"]
+
+    def unknown(node: str, key: str):
+        raise FactUnavailable(f"node {node}: its profile is unknown (it sent nothing)")
+
+    silent = drift_results([_node("a"), {"name": "silent", "labels": {}}], unknown)
+    assert {r["severity"] for r in silent} == {"medium"}  # the check's declared severity, never "high" (issue 54)
 
 
 def test_the_report_shows_the_drift_and_diff_shows_identity_changes(judged):

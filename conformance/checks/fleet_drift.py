@@ -86,8 +86,10 @@ def _judge(n: dict[str, Any], pool: Pool, group: str, setting: Callable[[str, st
         severity = setting(name, "fleet.severity") or FLEET_CHECK.severity
         pins = setting(name, "fleet.pin") or {}
         attributes = setting(name, "fleet.attributes") or []
-    except FactUnavailable as e:  # unknown settings: judged as a blocking error, the node's own gap said first
-        return _result(name, "error", "; ".join(unknown) if unknown else str(e), [], "high")
+    except FactUnavailable as e:
+        # unknown settings (a node that sent nothing has no known profile): an error at the check's declared severity,
+        # which only a profile that applies to the node may change (issue 54: it ranked as a blocking check of the fleet)
+        return _result(name, "error", "; ".join(unknown) if unknown else str(e), [], FLEET_CHECK.severity)
     if size < 2 and not pins:
         # a fleet of one (README command 1 audits this one machine): no peer to compare with and nothing pinned
         return _result(name, "skipped", f"the only node in {group} and no attribute pinned (fleet.pin): a fleet of one "
