@@ -6,8 +6,7 @@ import pytest
 
 from conformance.checks import check
 from conformance.checks.dra_rules import device_plugin_gpu_resources, dra_advertised
-from conformance.checks.gpu_rules import expected_generation, floor_for, local_node, reconcile_advertised
-from conformance.cluster.dcgm import served_as
+from conformance.checks.gpu_rules import expected_generation, floor_for, local_node, reconcile_advertised, served_as
 from conformance.errors import FactUnavailable
 from conformance.facts.cpulist import format_cpulist
 

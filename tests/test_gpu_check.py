@@ -116,7 +116,8 @@ def test_with_nvbandwidth_its_figure_stands_beside_the_probes(bundled, standin_r
 
 def test_a_dcgm_metric_renamed_by_the_exporters_release_is_served():
     """Issue 51 item 7: dcgm-exporter 4.10 serves DCGM_FI_PROF_PCIE_TX_BYTES as ..._PER_SECOND."""
-    from conformance.cluster.dcgm import metric_series, served_as
+    from conformance.checks.gpu_rules import served_as
+    from conformance.cluster.dcgm import metric_series
 
     text = (
         "# HELP DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND The rate of data transmitted over the PCIe bus.\n"

@@ -61,21 +61,3 @@ def collect_interval(args: list[str], env: dict[str, str]) -> tuple[int | None, 
     if text is None or not str(text).strip().isdigit():
         return None, f"{source} is {text!r}, not a number of milliseconds"
     return int(str(text).strip()), source
-
-
-# Metrics dcgm-exporter serves under another name from some release on: dcgm-exporter 4.10 serves the PCIe
-# throughput fields as DCGM_FI_PROF_PCIE_{TX,RX}_BYTES_PER_SECOND (issue 51's reading of the release notes); a
-# profile's name is served when the exporter serves it under any of its names.
-METRIC_NAMES = (
-    ("DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND"),
-    ("DCGM_FI_PROF_PCIE_RX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES_PER_SECOND"),
-)
-
-
-def served_as(metric: str, series: dict[str, int]) -> tuple[str, int]:
-    """(the name the exporter serves `metric` under, its series count); the profile's own name with 0 if none."""
-    names = next((group for group in METRIC_NAMES if metric in group), (metric,))
-    for name in (metric, *(n for n in names if n != metric)):
-        if series.get(name):
-            return name, series[name]
-    return metric, 0
