@@ -229,3 +229,23 @@ def test_discovery_finds_gpu_nodes_only_dra_serves(tmp_path):
         ("gpu-dra", "ResourceSlices of gpu.nvidia.com publish 2 device(s)"),
         ("gpu-nfd", "label feature.node.kubernetes.io/pci-10de.present=true (Node Feature Discovery: an NVIDIA PCI device)"),
     ]
+
+
+def test_discovery_goes_on_when_resource_slices_are_forbidden(tmp_path):
+    """An identity without list on resourceslices.resource.k8s.io still finds the nodes that capacity and labels
+    name; what it cannot find (nodes only DRA serves) is a warning naming the grant, never a silent gap."""
+    from tests.fakeapi import resource_slice
+
+    api = fake_api()
+    api.add_node(node_object("gpu-a", internal_ip="10.0.0.51", extra={"nvidia.com/gpu": "8"}))
+    api.add_node(node_object("gpu-dra", internal_ip="10.0.0.52"))
+    api.slices["s1"] = resource_slice("s1", "gpu-dra", "gpu.nvidia.com", "gpu-dra", [{"name": "gpu-0", "attributes": {}}])
+    with serve(api) as url:
+        (tmp_path / "kc").write_text(kubeconfig(url, "limited-token"))
+        s = KubeSpec(kubeconfig=str(tmp_path / "kc"))
+        warnings: list[str] = []
+        found = discover(api_client(s), s, warnings)
+    assert [d.name for d in found] == ["gpu-a"]
+    assert len(warnings) == 1
+    assert "lacks the RBAC permission list on resourceslices.resource.k8s.io" in warnings[0]
+    assert "only DRA serves" in warnings[0]

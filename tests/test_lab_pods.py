@@ -263,6 +263,7 @@ def run(lab, url, token, tmp_path, profile: str = PROFILE, select: str = "test_p
         text=True,
         timeout=600,
     )
+    assert (out / "results.json").exists(), p.stdout[-3000:] + p.stderr[-3000:]
     doc = json.loads((out / "results.json").read_text())
     got: dict[str, dict[str, dict]] = {}
     for r in doc["results"]:

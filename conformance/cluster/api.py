@@ -64,10 +64,11 @@ DRA_GPU_DRIVERS = ("gpu.nvidia.com",)  # the default profile's gpu.dra_drivers
 NFD_NVIDIA_PCI = "feature.node.kubernetes.io/pci-10de.present"
 
 
-def discover(api: Any, spec: KubeSpec) -> list[DiscoveredNode]:
+def discover(api: Any, spec: KubeSpec, warnings: list[str] | None = None) -> list[DiscoveredNode]:
     """Nodes to audit: those matching the label selector, else GPU nodes: GPU capacity (nvidia.com/gpu, MIG
     slices), GPU Feature Discovery's label, GPUs the DRA drivers' ResourceSlices publish, or Node Feature
-    Discovery's NVIDIA PCI label."""
+    Discovery's NVIDIA PCI label. ResourceSlices that cannot be listed do not stop the run: the other ways still
+    find their nodes, and a line in `warnings` names the grant that would find the nodes only DRA serves."""
     from kubernetes import client
 
     try:
@@ -82,7 +83,9 @@ def discover(api: Any, spec: KubeSpec) -> list[DiscoveredNode]:
     try:
         published = {} if spec.node_selector else nodes_publishing(api, DRA_GPU_DRIVERS)
     except FactUnavailable as e:
-        raise UsageError(f"discovering GPU nodes served by DRA: {e}") from None
+        published = {}
+        if warnings is not None:
+            warnings.append(f"WARNING: GPU nodes that only DRA serves (no NFD label) may be missing from the audit: {e}")
     out = []
     for n in nodes:
         capacity = (n.status.capacity or {}) if n.status else {}

@@ -71,12 +71,15 @@ def from_options(config: pytest.Config) -> Run:
         return replay
     snapshot = getattr(opt, "conformance_snapshot", None)
     kube_api, endpoints = None, {}
+    warnings: list[str] = []
     if snapshot and not getattr(opt, "conformance_inventory", None):
         bundles = load_snapshots(snapshot)
         inv = Inventory(f"(snapshots in {snapshot})", [NodeSpec(name=n, labels=dict(b.labels or {})) for n, b in bundles.items()])
     elif getattr(opt, "conformance_inventory", None):
         inv = load_inventory(opt.conformance_inventory)
-        kube_api, endpoints = discover_nodes(inv) if inv.kubernetes else (None, {})
+        kube_api, endpoints = discover_nodes(inv, warnings) if inv.kubernetes else (None, {})
+        for w in warnings:
+            print(w, file=sys.stderr)
     else:
         inv = local_inventory(getattr(opt, "conformance_host_root", "") or "")
     unlabelled = sorted(n for n, b in bundles.items() if b.labels is None) if snapshot and not opt.conformance_inventory else []
@@ -95,7 +98,7 @@ def from_options(config: pytest.Config) -> Run:
     run.store.kube_api = kube_api
     run.store.kubelet_endpoints = endpoints
     if kube_api is not None and inv.kubernetes is not None:
-        run.api_access = access_report(kube_api, inv.kubernetes.configz, run.fleet.pod_namespaces())
+        run.api_access = warnings + access_report(kube_api, inv.kubernetes.configz, run.fleet.pod_namespaces())
     run.pytest_config = config
     run.measurements.measure = bool(getattr(opt, "conformance_measure", False))
     run.pods.acceptance_pod = bool(getattr(opt, "conformance_acceptance_pod", False))
@@ -184,15 +187,16 @@ def write_snapshots(bundles: dict[str, Bundle], folder: str, labels: dict[str, d
     return written
 
 
-def discover_nodes(inv: Inventory) -> tuple[Any, dict[str, KubeletEndpoint]]:
+def discover_nodes(inv: Inventory, warnings: list[str] | None = None) -> tuple[Any, dict[str, KubeletEndpoint]]:
     """Ask the Kubernetes API for the nodes to audit and merge them into the inventory. Returns the
-    ApiClient (also used for configz) and the discovered nodes' kubelet endpoints."""
+    ApiClient (also used for configz) and the discovered nodes' kubelet endpoints; what discovery could not
+    ask goes in `warnings`."""
     spec = inv.kubernetes
     assert spec is not None
     api = api_client(spec)
     endpoints: dict[str, KubeletEndpoint] = {}
     if spec.discover:
-        found = discover(api, spec)
+        found = discover(api, spec, warnings)
         merge_discovered(inv, found)
         endpoints = {d.name: d.kubelet for d in found if d.kubelet is not None}
         if not inv.nodes:
