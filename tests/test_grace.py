@@ -195,6 +195,34 @@ def test_nvidia_smi_reports_c2c_mode():
     assert grace.c2c is True and pcie.c2c is None and pcie.errors["c2c"] == "not supported on this GPU"
 
 
+@pytest.mark.parametrize(("machine", "want"), [("x86_64", None), ("aarch64", "error"), (None, "error")])
+def test_an_unread_c2c_mode_is_no_c2c_only_on_an_x86_64_node(machine, want):
+    """nvidia-smi before R550 has no <c2c_mode>: on an x86_64 node no GPU can reach its CPU over NVLink-C2C (it joins
+    Grace CPUs, aarch64, to their GPUs), so the memory mode does not apply; on any other machine, or one whose
+    `uname -m` was not recorded, whether it applies is unknown."""
+    from conformance.collection.bundle import Bundle, Record
+    from conformance.errors import FactUnavailable
+    from conformance.facts.node_facts import NodeFacts
+
+    xml = """<?xml version="1.0" ?><nvidia_smi_log><driver_version>535.183.01</driver_version>
+<gpu id="00000009:01:00.0"><product_name>NVIDIA GH200 480GB</product_name><uuid>GPU-1</uuid>
+<pci><pci_bus_id>00000009:01:00.0</pci_bus_id></pci></gpu></nvidia_smi_log>"""
+    records = [
+        Record("M", "gpus", "ok", b"0009:01:00.0\n"),
+        Record("C", "nvml-probe", "127", b""),
+        Record("C", "nvidia-smi-q", "0", xml.encode()),
+        Record("M", "end", "ok", b""),
+    ]
+    if machine:
+        records.append(Record("C", "uname-m", "0", f"{machine}\n".encode()))
+    facts = NodeFacts(Bundle(node="n1", records=records))
+    if want is None:
+        assert facts.gpu_memory_mode is None
+    else:
+        with pytest.raises(FactUnavailable, match=r"over NVLink-C2C was not read: GPU0 .*a driver before R550"):
+            facts.gpu_memory_mode
+
+
 def test_a_grace_gpus_numa_node_is_its_cpu_side_node_not_its_memory_node():
     """Item 4: `nvidia-smi topo -m` on a GB200 tray gives each GPU a CPU-side "NUMA Affinity" (0 or 1, what pods
     align with, as sysfs numa_node) and a "GPU NUMA ID" (2/10/18/26: its HBM, holding no CPU). The checks compare

@@ -338,6 +338,7 @@ rec M path-dropped ok; b64s "$dropped"; echo  # PATH folders a user other than r
 emit_file /proc/sys/kernel/hostname
 emit_file /etc/os-release  # the OS image, for the node's identity record
 emit_cmd uname uname -r
+emit_cmd uname-m uname -m  # the machine: NVLink-C2C joins GPUs to Grace (aarch64) CPUs only
 emit_cmd stat-cgroup stat -fc %t "$R/sys/fs/cgroup"  # the magic: BusyBox stat names cgroup2fs "UNKNOWN"
 
 # Processes of interest: kubelet and the container runtimes. Every process's command name is read by head (its

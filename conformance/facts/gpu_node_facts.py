@@ -148,15 +148,39 @@ class GpuNodeFacts(FactsBase):
         """The Grace board's GPU memory mode and how it was read; None where no GPU reaches its CPU over NVLink-C2C
         (the mode does not apply). A GPU whose C2C mode was not read leaves it unknown."""
         gpus = self.gpus
-        unread = [g.label for g in gpus.gpus if g.c2c is None and g.errors.get("c2c") != "not supported on this GPU"]
+        unread = [
+            f"{g.label}: {g.errors.get('c2c', 'not read')}"
+            for g in gpus.gpus
+            if g.c2c is None and g.errors.get("c2c") != "not supported on this GPU"
+        ]
         if not any(g.c2c for g in gpus.gpus):
-            if unread:
-                raise FactUnavailable(f"whether the GPUs reach their CPU over NVLink-C2C was not read: {', '.join(unread)}")
+            # NVLink-C2C joins GPUs to a Grace CPU (aarch64) only: on an x86_64 node an unread C2C mode is no C2C
+            machine = self._machine_or_none()
+            if unread and machine != "x86_64":
+                raise FactUnavailable(
+                    f"node {self.name} ({machine or 'machine architecture not recorded'}): whether the GPUs reach their "
+                    f"CPU over NVLink-C2C was not read: {'; '.join(unread)}"
+                )
             return None
         text = self.bundle.optional_text(PARAMS) if self.bundle.file(PARAMS) is not None else None
         if text is None:
             raise FactUnavailable(f"node {self.name}: {PARAMS} was not read (the NVIDIA driver not loaded, or an older snapshot)")
         return memory_mode(text, gpus.driver)
+
+    def _machine_or_none(self) -> str | None:
+        try:
+            return self.machine
+        except FactUnavailable:
+            return None
+
+    @fact
+    def machine(self) -> str:
+        """The kernel's machine name (`uname -m`: x86_64, aarch64)."""
+        rec = self.bundle.command("uname-m")
+        text = rec.data.decode("utf-8", "replace").strip()
+        if rec.status != "0" or not text:
+            raise FactUnavailable(f"node {self.name}: uname -m exited {rec.status}: the machine architecture is unknown")
+        return text
 
 
 def _probe_failure(probe: Record | None) -> str:
