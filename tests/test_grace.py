@@ -220,7 +220,7 @@ def test_an_unread_c2c_mode_is_no_c2c_only_on_an_x86_64_node(machine, want):
         assert facts.gpu_memory_mode is None
     else:
         with pytest.raises(FactUnavailable, match=r"over NVLink-C2C was not read: GPU0 .*a driver before R550"):
-            facts.gpu_memory_mode
+            _ = facts.gpu_memory_mode
 
 
 def test_a_grace_gpus_numa_node_is_its_cpu_side_node_not_its_memory_node():
