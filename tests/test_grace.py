@@ -175,6 +175,19 @@ def test_the_nvl72_fabric_health_mask_is_judged(tmp_path, standins, health, outc
         assert "NVLink fabric degraded bandwidth" in r["message"]
 
 
+def test_a_kubelet_that_answers_configz_has_passed_the_numa_node_limit():
+    """cmd/kubelet/app/server.go run(): NewContainerManager (the Topology Manager's NUMA node limit) comes before
+    RunKubelet starts the server answering /configz. Where the node's NUMA nodes were not read (SSH down), a live
+    kubelet proves the limit held; the admission stall (more than 16 nodes before 1.36) it does not rule out."""
+    from conformance.checks.numa_rules import live_kubelet_within_limit
+
+    assert live_kubelet_within_limit("single-numa-node", {}, None) is not None  # at most 8
+    assert "at most 9" in live_kubelet_within_limit("restricted", {"max-allowable-numa-nodes": "9"}, None)[0]
+    assert live_kubelet_within_limit("single-numa-node", {"max-allowable-numa-nodes": "34"}, (1, 35, 2)) is None
+    assert live_kubelet_within_limit("single-numa-node", {"max-allowable-numa-nodes": "34"}, None) is None
+    assert live_kubelet_within_limit("single-numa-node", {"max-allowable-numa-nodes": "34"}, (1, 36, 0)) is not None
+
+
 def test_the_rules_on_their_own():
     assert numa_limit_problems("none", {}, list(range(34)), (1, 35, 0))[0] == []
     assert numa_limit_problems("single-numa-node", {"max-allowable-numa-nodes": "9"}, list(range(9)), (1, 35, 0))[0] == []

@@ -58,3 +58,18 @@ def numa_limit_problems(
             "#138244 in 1.36); run kubelet 1.36 or later on this machine"
         ], lines
     return [], lines
+
+
+def live_kubelet_within_limit(policy: str, options: Any, release: tuple[int, int, int] | None) -> list[str] | None:
+    """Evidence that the limit holds, from a kubelet that serves configz, where the machine's NUMA nodes were not
+    read; None when that does not decide it. cmd/kubelet/app/server.go run() creates the container manager (and in
+    it the Topology Manager, which refuses too many NUMA nodes) before RunKubelet starts the server that answers
+    /configz: a kubelet that answers has passed the limit. Admission stalls only above STALL_NODES nodes, before
+    STALL_FIXED: a limit at or below it, or a release with the fix, rules that out too."""
+    limit, where = max_allowable(options)
+    if policy != "none" and limit > STALL_NODES and (release is None or release[:2] < STALL_FIXED):
+        return None
+    return [
+        f"NUMA nodes on the machine: not read; the live kubelet answers configz, so it started with topologyManagerPolicy "
+        f"{policy}: the machine has at most {limit} ({where})"
+    ]
