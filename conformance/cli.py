@@ -709,22 +709,26 @@ ROLLUP_SHOWN = 10
 
 
 def rollup(not_accepted: list[dict[str, Any]], total: int) -> list[str]:
-    """Many nodes failing alike, one line per cause: the checks that block most nodes, and the commonest reasons
-    nodes were not reached or not fully judged (of the nodes the summary holds: all, or a merge's first ones)."""
-    checks = Counter(c for n in not_accepted for c in n.get("blocking") or [])
-    reasons = Counter(
-        " ".join(str((n.get("collection") or {}).get("error") or "no reason recorded").split())[:90]
-        for n in not_accepted
-        if n["verdict"] in ("unreachable", "incomplete")
-    )
+    """Many nodes failing alike, one line per cause: the checks that block most of the nodes where they were
+    judged, and the nodes not reached, each once, under its cause without its own name or address (of the nodes
+    the summary holds: all, or a merge's first ones)."""
+    from conformance.config.verdict import cause, not_reached
+
+    checks = Counter(c for n in not_accepted if not not_reached(n) for c in n.get("blocking") or [])
+    reasons = Counter(cause(n) for n in not_accepted if not_reached(n))
+    narrowed = sum(1 for n in not_accepted if n["verdict"] == "incomplete" and not not_reached(n))
     of = "" if len(not_accepted) == total else f" (of the first {len(not_accepted)} nodes not accepted)"
     lines = [f"blocking checks by nodes affected{of}:"] if checks else []
     lines += [f"  {check:<34} {k} node(s)" for check, k in checks.most_common(ROLLUP_SHOWN)]
     if len(checks) > ROLLUP_SHOWN:
         lines.append(f"  and {len(checks) - ROLLUP_SHOWN} more check(s): report.html ranks them all")
     if reasons:
-        lines.append(f"not reached or not fully judged, by reason{of}:")
+        lines.append(f"not reached, by cause{of}:")
         lines += [f"  {k:>6} node(s): {why}" for why, k in reasons.most_common(ROLLUP_SHOWN)]
+        if len(reasons) > ROLLUP_SHOWN:
+            lines.append(f"  and {len(reasons) - ROLLUP_SHOWN} more cause(s): results.json names each node's")
+    if narrowed:
+        lines.append(f"  {narrowed:>6} node(s) reached but not judged on every check that blocks")
     return lines
 
 
@@ -738,7 +742,7 @@ def _finish(rc: int, out: Path, pushgateway: str | None, verbose: int = 0) -> in
     if not results.is_file():
         print(f"error: pytest ended with exit code {rc} and wrote no results", file=sys.stderr)
         return EXIT_INTERRUPTED if rc == pytest.ExitCode.INTERRUPTED else EXIT_USAGE
-    from conformance.config.verdict import verdict_counts, why_not_accepted
+    from conformance.config.verdict import attention_key, verdict_counts, why_not_accepted
     from conformance.plugin import written_summary
 
     doc = written_summary(results) or _read_summary(results)
@@ -749,16 +753,16 @@ def _finish(rc: int, out: Path, pushgateway: str | None, verbose: int = 0) -> in
     if verbose and len(listed) < total:  # a streamed merge keeps only its first nodes; -v lists every node
         listed = list(_nodes_of(results))
     if total > SUMMARY_NODES and not verbose:
-        print(f"{total} nodes: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+        print(f"{total} nodes: {verdict_counts(counts)}")
         not_accepted = sum(v for k, v in counts.items() if k != "accepted")
-        listed = [n for n in listed if n["verdict"] != "accepted"]
+        listed = sorted((n for n in listed if n["verdict"] != "accepted"), key=attention_key)
         for line in rollup(listed, not_accepted):
             print(line)
         if not_accepted > LISTED_MAX:
             print(f"the first {LISTED_MAX} of {not_accepted} nodes not accepted (report.html counts all, results.json lists "
                   "all; -v lists every node):")  # fmt: skip
             listed = listed[:LISTED_MAX]
-    for n in listed:
+    for n in sorted(listed, key=attention_key):
         c = n["counts"]
         badge = _coloured(n["verdict"], f"{n['verdict'].upper():<11}")
         line = (

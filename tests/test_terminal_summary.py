@@ -36,10 +36,16 @@ def test_many_nodes_failing_alike_are_rolled_up_per_check_and_reason(tmp_path):
                         str(tmp_path / "out")], capture_output=True, text=True, timeout=300)  # fmt: skip
     rejected = sum(1 for n in doc["nodes"] if n["verdict"] == "rejected")
     assert "blocking checks by nodes affected:" in p.stdout, p.stdout[-3000:]
-    assert f"  {'X-1':<34} {rejected + 1} node(s)" in p.stdout  # the unreachable node errs on X-1 too
-    assert "not reached or not fully judged, by reason:\n       1 node(s): ssh: timed out" in p.stdout
-    nodes = [{"name": f"n{i}", "verdict": "unreachable", "collection": {"error": "ssh: refused"}} for i in range(3)]
-    assert rollup(nodes, 10)[0] == "not reached or not fully judged, by reason (of the first 3 nodes not accepted):"
+    assert f"  {'X-1':<34} {rejected} node(s)" in p.stdout  # the unreachable node errs on X-1 too: counted under its cause
+    assert "not reached, by cause:\n       1 node(s): ssh: timed out" in p.stdout
+    # nodes failing alike share one line: their own names and addresses are left out of the cause
+    refused = "ssh to 10.0.0.{}:22: Connection refused (after 3 attempts)"
+    nodes = [{"name": f"n{i}", "verdict": "unreachable", "blocking": ["X-1"], "collection": {"error": refused.format(i)}}
+             for i in range(3)]  # fmt: skip
+    assert rollup(nodes, 10) == [
+        "not reached, by cause (of the first 3 nodes not accepted):",
+        "       3 node(s): ssh to <address>: Connection refused (after 3 attempts)",
+    ]
 
 
 def test_the_markdown_summary_counts_nodes_per_pool(tmp_path):

@@ -16,6 +16,7 @@ here too; the run hands in what its parts know (the collection record, the profi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -25,6 +26,34 @@ INTERRUPTED = "interrupted"  # a collection's error kind when the run was stoppe
 MISSING = "missing"  # a node `merge --expect` names whose results never came
 VERDICTS = ("accepted", "rejected", "unreachable", "incomplete")
 ATTENTION_ORDER = ("rejected", "unreachable", "incomplete", "accepted")  # what needs attention first
+ATTENTION_RANK = {v: i for i, v in enumerate(ATTENTION_ORDER)}
+
+
+def attention_key(summary: dict[str, Any]) -> tuple[int, int, str]:
+    """The one order of nodes wherever they are listed (the scope list, the verdicts, the fleet view, summary.md,
+    the terminal): rejected and unreachable before incomplete before accepted; within a verdict, a node with a
+    check that blocks failing or erroring before one without; then by name."""
+    return ATTENTION_RANK.get(summary["verdict"], len(ATTENTION_ORDER)), 0 if summary.get("blocking") else 1, summary["name"]
+
+
+def not_reached(summary: dict[str, Any]) -> bool:
+    """Whether the node's collection failed (unreachable, interrupted, or it sent nothing): its errors are that
+    one cause, counted once under it, never as so many checks' findings."""
+    return summary["verdict"] in ("unreachable", "incomplete") and bool((summary.get("collection") or {}).get("error"))
+
+
+_ADDRESS = re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b|\[[0-9a-fA-F:.]+\](?::\d+)?")
+
+
+def cause(summary: dict[str, Any]) -> str:
+    """Why the node was not reached, in one line without the node's own name and address, so that nodes failing
+    alike share one line ("ssh to <address>: Connection refused (after 3 attempts)")."""
+    text = " ".join(str((summary.get("collection") or {}).get("error") or "no reason recorded").split())
+    name = str(summary.get("name") or "")
+    if name:
+        text = re.sub(rf"(?<![\w.-]){re.escape(name)}(?![\w-])", "<node>", text)
+    text = re.sub(r"\bssh to [^\s:]+:\d+", "ssh to <address>", _ADDRESS.sub("<address>", text))
+    return text[:160]
 
 
 def verdict_counts(counts: Mapping[str, int], form: str = "{n} {v}") -> str:

@@ -17,6 +17,7 @@ from typing import Any
 from conformance.checks import REGISTRY
 from conformance.config.check_contract import BLOCKING, SEVERITY_RANK
 from conformance.config.fleet import IDENTITY_ATTRIBUTES, group_label, group_of, pools
+from conformance.config.verdict import attention_key, cause, not_reached
 from conformance.outputs import FAILING
 from conformance.outputs.palette import VERDICT_COLOURS
 from conformance.outputs.safe_text import xml_safe
@@ -63,6 +64,7 @@ class FleetSummary:
         self.by_profile: dict[str, Counter[str]] = defaultdict(Counter)
         self.by_group: dict[str, Counter[str]] = defaultdict(Counter)
         self.failing: dict[str, _Failing] = {}
+        self.causes: Counter[str] = Counter()  # nodes not reached, each once, under its cause
         self.listed = _Smallest(NODE_LIST_MAX)
         self.compact: list[list[str]] = []
 
@@ -83,7 +85,12 @@ class FleetSummary:
         self.by_profile[n.get("profile", "-")][n["verdict"]] += 1
         self.by_group[group][n["verdict"]] += 1
         checks: list[str] = []
+        unreached = not_reached(n)
+        if unreached:
+            self.causes[cause(n)] += 1
         for r in rows:
+            if r["outcome"] == "error" and unreached:
+                continue  # the node's one cause, counted above, not an error of each check
             if r["outcome"] in FAILING:
                 failing = self.failing.setdefault(r["check"], _Failing(r["severity"]))
                 failing.add(n["name"], group, r)
@@ -91,7 +98,7 @@ class FleetSummary:
                     checks.append(r["check"])
         reason = ((n.get("collection") or {}).get("error") or "") if n["verdict"] in ("unreachable", "incomplete") else ""
         self.listed.add(
-            (n["verdict"] == "accepted", n["name"]),
+            attention_key(n),
             f"<tr id='node-{e(n['name'])}'><td><a href='#node-{e(n['name'])}'>{e(n['name'])}</a></td><td>{e(n['verdict'])}</td>"
             f"<td>{e(n.get('profile', '-'))}</td><td>{e(group)}</td><td>{e(reason or ', '.join(checks))}</td></tr>",
         )
@@ -152,6 +159,7 @@ def fleet_view(summary: FleetSummary) -> str:
         _counts_table("profile", summary.by_profile),
         f"<p>Nodes grouped by {grouped}.</p>",
         _counts_table("group", summary.by_group),
+        _causes(summary),
         _check_by_group(summary),
         summary.drift,
         _node_list(summary),
@@ -204,6 +212,23 @@ def drift_section(nodes: list[dict[str, Any]], wanted_label: str | None = None, 
     )
 
 
+CAUSES_SHOWN = 20
+
+
+def _causes(summary: FleetSummary) -> str:
+    """The nodes not reached, counted once each under their cause (their errors stay out of the checks' tallies)."""
+    if not summary.causes:
+        return ""
+    rows = "".join(f"<tr><td class='n'>{k}</td><td>{e(why)}</td></tr>" for why, k in summary.causes.most_common(CAUSES_SHOWN))
+    more = len(summary.causes) - CAUSES_SHOWN
+    tail = f"<p>and {more} more cause(s): the node list names each node's.</p>" if more > 0 else ""
+    return (
+        f"<h3>Not reached, by cause</h3><p>{sum(summary.causes.values())} node(s) could not be collected or sent "
+        "nothing; each counts once here, and its errors are not counted against the checks below.</p>"
+        f"<table class='fleet'><tr><th>nodes</th><th>cause</th></tr>{rows}</table>{tail}"
+    )
+
+
 def _check_by_group(summary: FleetSummary) -> str:
     """Rows: checks with failed or errored results; cells: how many nodes of each group; the row
     expands to the failing (node, subject) results with their messages, the first FAILING_SHOWN by node."""
@@ -226,7 +251,8 @@ def _check_by_group(summary: FleetSummary) -> str:
         )
     return (
         "<h3>Failed or errored checks by group</h3><p>Nodes with a failed or errored result, per group, the checks "
-        "that block acceptance first; open a row for the nodes and their messages.</p>"
+        "that block acceptance first; a node not reached counts under its cause above, not here. Open a row for the "
+        "nodes and their messages.</p>"
         f"<table class='fleet'><tr><th>check</th><th>severity</th>{head}<th>nodes</th><th>remediation</th></tr>"
         f"{''.join(rows)}</table>"
     )
@@ -237,7 +263,7 @@ def _node_list(summary: FleetSummary) -> str:
     checks; every node, compact, as data: the search finds any node of the fleet and says when none matches,
     and `#node-NAME` lands on any node, listed or not."""
     listed = summary.listed
-    shown = f"{summary.nodes} nodes (non-accepted first)"
+    shown = f"{summary.nodes} nodes (rejected, unreachable, incomplete, then accepted)"
     if listed.seen > listed.limit:
         shown += f"; the first {listed.limit} listed here, results.json lists all {listed.seen}, the search finds any"
     data = json.dumps(summary.compact, separators=(",", ":")).replace("<", "\\u003c")

@@ -16,7 +16,7 @@ from conformance import __version__
 from conformance.checks import REGISTRY
 from conformance.config.check_contract import BLOCKING
 from conformance.config.fleet import FLEET_CHECK_ID
-from conformance.config.verdict import ATTENTION_ORDER, verdict_counts, why_not_accepted
+from conformance.config.verdict import ATTENTION_ORDER, attention_key, verdict_counts, why_not_accepted
 from conformance.outputs.findings import anchor, check_anchor, findings_section, node_anchor
 from conformance.outputs.fleet_view import (
     MATRIX_MAX_NODES,
@@ -365,7 +365,7 @@ def scope_section(run: ReportView) -> str:
         f"inventory {e(doc.get('inventory') or '-')}",
         f"started {e(doc.get('started_at') or '-')}, took {_duration(doc)}",
     ]
-    bad = [n for n in nodes if n["verdict"] != "accepted"][:SCOPE_LISTED]
+    bad = sorted((n for n in nodes if n["verdict"] != "accepted"), key=attention_key)[:SCOPE_LISTED]
     items = "".join(
         f"<li><a href='#node-{e(n['name'])}'>{e(n['name'])}</a> <span class='verdict v-{e(n['verdict'])}'>"
         f"{e(n['verdict'])}</span> {e(why_not_accepted(n))}</li>"
@@ -384,7 +384,7 @@ WROTE = "; <b>this run created acceptance pods (the only write the suite makes t
 def verdict_table(run: ReportView, summaries: list[dict[str, Any]]) -> str:
     rows = []
     fleet = run.fleet is not None or len(summaries) > MATRIX_MAX_NODES
-    for n in summaries:
+    for n in sorted(summaries, key=attention_key):
         if fleet and n["verdict"] == "accepted":
             continue  # at fleet scale the fleet view lists every node; here only those that need attention
         c = n["counts"]

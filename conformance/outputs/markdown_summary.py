@@ -11,7 +11,7 @@ from typing import Any
 
 from conformance.config.check_contract import SEVERITY_RANK
 from conformance.config.fleet import GROUP_LABELS, most_carried
-from conformance.config.verdict import ATTENTION_ORDER, verdict_counts, why_not_accepted
+from conformance.config.verdict import ATTENTION_ORDER, attention_key, cause, not_reached, verdict_counts, why_not_accepted
 from conformance.outputs.documents import parts_of_file
 
 NODES_LISTED = 30
@@ -33,8 +33,12 @@ def summary_markdown(results: Path) -> str:
     # per pool label the fleet view groups by (conformance.config.fleet.GROUP_LABELS), counted in the one pass;
     # the label most nodes carry is chosen afterwards, as group_label chooses it
     per_label: dict[str, dict[str, Counter[str]]] = {k: defaultdict(Counter) for k in GROUP_LABELS}
-    not_accepted: list[dict[str, Any]] = []
-    blocking_nodes: dict[str, set[str]] = defaultdict(set)  # check -> nodes it blocks
+    not_accepted: list[dict[str, Any]] = []  # the first NODES_LISTED in attention order (conformance.config.verdict)
+    causes: Counter[str] = Counter()  # nodes not reached, once each, under their cause
+    unreached: set[str] = set()
+    failing: dict[str, set[str]] = defaultdict(set)  # check -> nodes where it failed
+    erroring: dict[str, set[str]] = defaultdict(set)  # check -> nodes where it errored (a node not reached: its cause)
+    outcomes: Counter[str] = Counter()
     for kind, value in parts_of_file(results):
         if kind == "meta":
             meta.update(value)
@@ -45,17 +49,30 @@ def summary_markdown(results: Path) -> str:
             for key in GROUP_LABELS:
                 if key in labels:
                     per_label[key][str(labels[key])][value["verdict"]] += 1
-            if value["verdict"] != "accepted" and len(not_accepted) < NODES_LISTED:
+            if not_reached(value):
+                unreached.add(value["name"])
+                causes[cause(value)] += 1
+            if value["verdict"] != "accepted":
                 not_accepted.append(value)
-        elif kind == "result" and value.get("outcome") in ("failed", "error") and not value.get("waiver"):
-            blocking_nodes[value["check"]].add(value["node"])
+                if len(not_accepted) > 2 * NODES_LISTED:
+                    not_accepted = sorted(not_accepted, key=attention_key)[:NODES_LISTED]
+        elif kind == "result":
+            outcomes[value.get("outcome", "?")] += 1
+            if value.get("outcome") in ("failed", "error") and not value.get("waiver"):
+                (failing if value["outcome"] == "failed" else erroring)[value["check"]].add(value["node"])
+    not_accepted = sorted(not_accepted, key=attention_key)[:NODES_LISTED]
+    # per check, the nodes where it was judged and failed or errored: a node not reached counts under its cause
+    blocking_nodes = {c: failing.get(c, set()) | (erroring.get(c, set()) - unreached) for c in {*failing, *erroring}}
+    blocking_nodes = {c: ns for c, ns in blocking_nodes.items() if ns}
     checks = meta.get("checks") or {}
     total = sum(verdicts.values())
     day = str(meta.get("started_at") or "")[:10]
     lines = [f"# GPU node conformance {day}".rstrip(), ""]
     shown = verdict_counts(verdicts, "**{n} {v}**")
     state = "complete" if meta.get("complete", True) else "**interrupted**: what was not collected is incomplete"
-    lines += [f"{total} node(s): {shown or 'none'}; run {state}.", ""]
+    lines += [f"{total} node(s): {shown or 'none'}; run {state}."]
+    words = {"passed": "passed", "failed": "failed", "error": "errors", "skipped": "skipped", "waived": "waived"}
+    lines += ["", "Results: " + ", ".join(f"{outcomes[k]} {w}" for k, w in words.items()) + ".", ""]
     if len(per_profile) > 1 or any(p != "default" for p in per_profile):
         lines += ["| profile | " + " | ".join(ATTENTION_ORDER) + " |", "|---|" + "---:|" * len(ATTENTION_ORDER)]
         for profile, c in sorted(per_profile.items()):
@@ -73,6 +90,13 @@ def summary_markdown(results: Path) -> str:
         lines += [f"## Not accepted{more}", "", "| node | verdict | why |", "|---|---|---|"]
         lines += [f"| {cell(n['name'])} | {n['verdict']} | {cell(why_not_accepted(n, 5))} |" for n in not_accepted]
         lines.append("")
+    if causes:
+        lines += ["## Not reached, by cause", "", "| nodes | cause |", "|---:|---|"]
+        lines += [f"| {k} | {cell(why)} |" for why, k in causes.most_common(CHECKS_LISTED)]
+        if len(causes) > CHECKS_LISTED:
+            lines.append(f"| {sum(causes.values()) - sum(k for _, k in causes.most_common(CHECKS_LISTED))} | "
+                         f"{len(causes) - CHECKS_LISTED} more cause(s): results.json names each node's |")  # fmt: skip
+        lines.append("")
     if blocking_nodes:
 
         def rank(check: str) -> tuple[int, int, str]:
@@ -81,11 +105,14 @@ def summary_markdown(results: Path) -> str:
 
         top = sorted(blocking_nodes, key=rank)[:CHECKS_LISTED]
         lines += ["## Checks that fail or error, by severity then nodes", "",
+                  "Nodes where the check was judged; a node not reached counts once, under its cause.", "",
                   "| check | severity | nodes | remediation |", "|---|---|---:|---|"]  # fmt: skip
         for c in top:
             spec = checks.get(c) or {}
             severity, remedy = cell(spec.get("severity", "?")), cell(spec.get("remediation", ""))
             lines.append(f"| {cell(c)} | {severity} | {len(blocking_nodes[c])} | {remedy} |")
+        if len(blocking_nodes) > len(top):
+            lines.append(f"\nand {len(blocking_nodes) - len(top)} more check(s): report.html ranks them all")
         lines.append("")
     diff = meta.get("diff")
     if diff:

@@ -19,6 +19,7 @@ import pytest
 from conformance.checks import REGISTRY, selects
 from conformance.checks.fleet_drift import FLEET_CHECK, DriftJudge
 from conformance.config.fleet import group_label
+from conformance.config.verdict import attention_key
 from conformance.outputs import FAILING, Diff, write_atomically, write_json_document
 from conformance.outputs.fleet_view import MATRIX_MAX_NODES, TABLE_NODES_MAX, VERDICT_ROWS_MAX, FleetSummary, drift_section
 from conformance.outputs.replay import NodeReplayItem, result_id, safe_id
@@ -127,6 +128,11 @@ def stream(run: Run, spool: NodeSpool, out: Outputs, ticker: Ticker | None = Non
         spool_.close()
     if ticker is not None:
         ticker.say(f"writing the reports: {len(names)} of {len(names)} nodes", last=True)
+    if not small:
+        not_accepted = sum(k for v, k in shown.verdicts.items() if v != "accepted")
+        listed[:] = sorted(listed, key=attention_key)[:VERDICT_ROWS_MAX]
+        if not_accepted > len(listed):
+            shown.left_out["verdict_rows"] = not_accepted - len(listed)
     # the page keeps a bounded part of the nodes and results; its scope, title and totals are the whole run's
     totals = {"nodes": sum(shown.verdicts.values()), "verdicts": dict(shown.verdicts), "checks": sorted(used),
               "profiles": sorted(profiles), "narrowed": narrowed}  # fmt: skip
@@ -140,10 +146,9 @@ def _keep(shown: Shown, summary: dict[str, Any], rows: list[dict[str, Any]], lis
     """The bounded part of a node the page and the command line show."""
     left = shown.left_out
     if small or summary["verdict"] != "accepted":
-        if small or len(listed) < VERDICT_ROWS_MAX:
-            listed.append(summary)
-        else:
-            left["verdict_rows"] = left.get("verdict_rows", 0) + 1
+        listed.append(summary)  # a large fleet's page keeps the first VERDICT_ROWS_MAX in attention order
+        if not small and len(listed) > 2 * VERDICT_ROWS_MAX:
+            listed[:] = sorted(listed, key=attention_key)[:VERDICT_ROWS_MAX]
     failing = [r for r in rows if r["outcome"] in FAILING]
     if failing:
         if len(shown.table) < TABLE_NODES_MAX:
