@@ -283,6 +283,17 @@ def test_the_fleet_search_finds_every_node_and_permalinks_reach_unlisted_nodes(d
     assert driver.find_element(By.ID, "gnc-found").text.startswith("No node matches")
     driver.get((out / "report.html").as_uri() + f"#node-{last}")
     assert driver.find_element(By.ID, f"node-{last}").is_displayed()
+    # issue 54 item 8: at fleet scale too, findings have #NODE/CHECK permalinks and the per-check lists link to them;
+    # a finding the page leaves out (it keeps the first 2,000, what blocks first) lands on its node's row
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    assert "<li><a href='#gpu-0007/X-1'><b>gpu-0007</b></a>" in html and "id='gpu-0007/X-1'" in html
+    driver.get((out / "report.html").as_uri() + "#gpu-0007/X-1")
+    assert driver.find_element(By.ID, "gpu-0007/X-1").is_displayed()
+    assert f"id='{last}/FLEET-CONSISTENT'" not in html
+    driver.get((out / "report.html").as_uri() + f"#{last}/FLEET-CONSISTENT")
+    WebDriverWait(driver, 30).until(lambda d: d.execute_script("return location.hash") == f"#node-{last}")
+    assert driver.find_element(By.ID, f"node-{last}").is_displayed()
 
 
 def test_the_keyboard_reaches_matrix_cells_and_opens_result_rows(driver, report):

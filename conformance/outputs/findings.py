@@ -14,7 +14,7 @@ from typing import Any
 from conformance.checks import REGISTRY
 from conformance.config.check_contract import BLOCKING, SEVERITY_RANK
 from conformance.config.verdict import ATTENTION_ORDER
-from conformance.outputs.fleet_view import e
+from conformance.outputs.safe_text import e
 
 FINDINGS = ("failed", "error", "waived")
 OUTCOME_RANK = {"failed": 0, "error": 1, "waived": 2}
@@ -46,6 +46,15 @@ def check_anchor(check: str) -> str:
     return f"check-{check}"
 
 
+def finding_key(r: dict[str, Any], verdict: str = "") -> tuple:
+    """Where a result ranks among the findings: what blocks acceptance first (a critical or high failure or error),
+    then by severity, then by outcome; then the nodes in attention order (issue 54: a critical error sat below
+    medium failures that block nothing)."""
+    blocks = r["outcome"] != "waived" and r["severity"] in BLOCKING
+    return (0 if blocks else 1, SEVERITY_RANK.get(r["severity"], 9), OUTCOME_RANK.get(r["outcome"], 9),
+            VERDICT_RANK.get(verdict, 9), r["node"], r["check"])  # fmt: skip
+
+
 def _entries(results: list[dict[str, Any]], verdicts: dict[str, str]) -> list[list[dict[str, Any]]]:
     """The findings as rows: one result each, or a node's identical ones folded; what blocks first."""
     by_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -64,19 +73,14 @@ def _entries(results: list[dict[str, Any]], verdicts: dict[str, str]) -> list[li
                 rows.extend([r] for r in group)
 
     def rank(group: list[dict[str, Any]]) -> tuple:
-        # what blocks acceptance first (a critical or high failure or error), then by severity, then by outcome; then
-        # the nodes in attention order (issue 54: a critical error sat below medium failures that block nothing)
-        first = group[0]
-        blocks = first["outcome"] != "waived" and any(r["severity"] in BLOCKING for r in group)
-        worst = min(SEVERITY_RANK.get(r["severity"], 9) for r in group)
-        return (0 if blocks else 1, worst, OUTCOME_RANK[first["outcome"]], VERDICT_RANK.get(verdicts.get(first["node"], ""), 9),
-                first["node"], first["check"])  # fmt: skip
+        return min(finding_key(r, verdicts.get(r["node"], "")) for r in group)
 
     return sorted(rows, key=rank)
 
 
-def findings_section(results: list[dict[str, Any]], nodes: list[dict[str, Any]]) -> tuple[str, set[str]]:
-    """The section, and the `NODE/CHECK` permalinks its rows hold (the matrix links its cells to them)."""
+def findings_section(results: list[dict[str, Any]], nodes: list[dict[str, Any]], of: int | None = None) -> tuple[str, set[str]]:
+    """The section, and the `NODE/CHECK` permalinks its rows hold (the matrix links its cells to them). `of`: a
+    fleet page's count of every finding, when `results` holds only the first of them, what blocks first."""
     verdicts = {n["name"]: n["verdict"] for n in nodes}
     entries = _entries(results, verdicts)
     total = sum(len(g) for g in entries)
@@ -92,6 +96,9 @@ def findings_section(results: list[dict[str, Any]], nodes: list[dict[str, Any]])
     shown = f"{total} result(s) in {len(entries)} row(s)" + (
         f"; the first {len(rows)} rows here, results.json has the other {more}" if more else ""
     )
+    if of is not None and of > total:
+        shown = (f"the first {total} of {of} results of the nodes reached, in {len(entries)} row(s) (results.json has "
+                 "every one; a node not reached is counted under its cause above)")  # fmt: skip
     severities = "".join(f"<option>{s}</option>" for s in SEVERITY_RANK)
     outcomes = "".join(f"<option>{o}</option>" for o in FINDINGS)
     return (
@@ -192,6 +199,10 @@ _SCRIPT = """<script>
   form.addEventListener("input", apply); form.addEventListener("change", apply);
   function land() {
     var id = decodeURIComponent(location.hash.slice(1)), el = id && document.getElementById(id);
+    // a finding a fleet page leaves out: land on its node's row (node names hold no "/")
+    if (!el && id.indexOf("/") > 0 && document.getElementById("gnc-every-node")) {
+      location.hash = "node-" + id.split("/")[0]; return;
+    }
     var row = el && el.closest && el.closest("#gnc-findings tbody tr");
     if (row && row.style.display === "none") { form.reset(); apply(); el.scrollIntoView({block: "center"}); }
   }

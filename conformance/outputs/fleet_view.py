@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from html import escape
 from typing import Any
 
 from conformance.checks import REGISTRY
@@ -19,18 +18,14 @@ from conformance.config.check_contract import BLOCKING, SEVERITY_RANK
 from conformance.config.fleet import IDENTITY_ATTRIBUTES, group_label, group_of, pools
 from conformance.config.verdict import attention_key, cause, not_reached
 from conformance.outputs import FAILING
+from conformance.outputs.findings import finding_key
 from conformance.outputs.palette import VERDICT_COLOURS
-from conformance.outputs.safe_text import xml_safe
+from conformance.outputs.safe_text import e
 
 # Above this many nodes the report shows the fleet view and drops the node x check matrix and the
 # per-node verdict rows of accepted nodes (each node stays in the fleet view's node list).
 MATRIX_MAX_NODES = 300
 VERDICTS = tuple(VERDICT_COLOURS)
-
-
-def e(value: Any) -> str:
-    """Escaped for HTML text and (quoted) attribute values: every value in the report passes here."""
-    return escape(xml_safe(str(value)), quote=True)
 
 
 def _counts_table(title: str, rows: dict[str, Counter[str]]) -> str:
@@ -55,7 +50,8 @@ VERDICT_ROWS_MAX = 1000
 class FleetSummary:
     """What the fleet view shows, gathered node by node (a merge streams 50,000 nodes through it): verdict
     counts per profile and group, per failing check the nodes per group and the first FAILING_SHOWN failing
-    results by node name, and the first NODE_LIST_MAX nodes of the node list (non-accepted first)."""
+    results by node name, the first FINDINGS_KEPT findings (what blocks first), and the first NODE_LIST_MAX nodes of
+    the node list in attention order."""
 
     def __init__(self, label: str | None, drift: str = "") -> None:
         self.label = label
@@ -65,6 +61,8 @@ class FleetSummary:
         self.by_group: dict[str, Counter[str]] = defaultdict(Counter)
         self.failing: dict[str, _Failing] = {}
         self.causes: Counter[str] = Counter()  # nodes not reached, each once, under its cause
+        self.findings = _Smallest(FINDINGS_KEPT)  # the failing and waived results the findings show, what blocks first
+        self.finding_results = 0
         self.listed = _Smallest(NODE_LIST_MAX)
         self.compact: list[list[str]] = []
 
@@ -91,6 +89,9 @@ class FleetSummary:
         for r in rows:
             if r["outcome"] == "error" and unreached:
                 continue  # the node's one cause, counted above, not an error of each check
+            if r["outcome"] in FAILING or r["outcome"] == "waived":
+                self.finding_results += 1
+                self.findings.add(finding_key(r, n["verdict"]), r)
             if r["outcome"] in FAILING:
                 failing = self.failing.setdefault(r["check"], _Failing(r["severity"]))
                 failing.add(n["name"], group, r)
@@ -115,16 +116,16 @@ class _Smallest:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.entries: list[tuple[Any, int, str]] = []
+        self.entries: list[tuple[Any, int, Any]] = []
         self.seen = 0
 
-    def add(self, key: Any, text: str) -> None:
+    def add(self, key: Any, text: Any) -> None:
         self.entries.append((key, self.seen, text))
         self.seen += 1
         if len(self.entries) > 2 * self.limit:
             self.entries = sorted(self.entries)[: self.limit]
 
-    def texts(self) -> list[str]:
+    def texts(self) -> list[Any]:
         return [text for _, _, text in sorted(self.entries)[: self.limit]]
 
 
@@ -143,7 +144,10 @@ class _Failing:
             self._last = node
             self.per_group[group] += 1
             self.nodes += 1
-        self.results.add(node, f"<li><b>{e(node)}</b> {e(r['outcome'])}: {e(r['message'][:300])}</li>")
+        # the node links to its finding (#NODE/CHECK; a finding the page leaves out lands on the node's row)
+        self.results.add(
+            node, f"<li><a href='#{e(node)}/{e(r['check'])}'><b>{e(node)}</b></a> {e(r['outcome'])}: {e(r['message'][:300])}</li>"
+        )
 
 
 def fleet_view(summary: FleetSummary) -> str:
@@ -213,6 +217,7 @@ def drift_section(nodes: list[dict[str, Any]], wanted_label: str | None = None, 
 
 
 CAUSES_SHOWN = 20
+FINDINGS_KEPT = 2000  # findings.ROWS_MAX: the findings section of a fleet page shows at most this many
 
 
 def _causes(summary: FleetSummary) -> str:

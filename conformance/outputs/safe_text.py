@@ -6,6 +6,8 @@ same characters (and DEL) as parse errors. Each is written out visibly instead (
 from __future__ import annotations
 
 import re
+from html import escape
+from typing import Any
 
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
 
@@ -13,3 +15,8 @@ _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uffff]
 def xml_safe(text: str) -> str:
     """`text` with every character XML 1.0 (and HTML) cannot hold written as a visible `\\xNN` / `\\uNNNN`."""
     return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
+
+
+def e(value: Any) -> str:
+    """Escaped for HTML text and (quoted) attribute values: every value in the report passes here."""
+    return escape(xml_safe(str(value)), quote=True)
