@@ -162,7 +162,15 @@ class Run:
             # a replay of an interrupted run stays incomplete: what it did not collect is still missing
             "complete": not self.ledger.interrupted and bool((self.ledger.replay or {}).get("complete", True)),
             "inventory": self.inventory.path,
+            **self._replay_times(),
         }
+
+    def _replay_times(self) -> dict[str, Any]:
+        """A replay or merge: when the audits it holds ran, and when it began (finished_at is when it ended)."""
+        if self.ledger.audits is None:
+            return {}
+        first, last = self.ledger.audits
+        return {"audits": {"started_at": first, "finished_at": last}, "replayed_at": self.ledger.replay_started_at}
 
     def document_tail(self, diff: dict[str, Any] | None) -> dict[str, Any]:
         """results.json's keys between its checks and its results."""

@@ -5,6 +5,7 @@ keeps what the earlier run judged: real runs of the local transport over a sampl
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -186,7 +187,16 @@ def test_the_report_opens_with_its_scope_and_the_nodes_not_accepted(runs, tmp_pa
     doc["complete"] = False
     (tmp_path / "cut.json").write_text(json.dumps(doc))
     conformance("report", str(tmp_path / "cut.json"), "--output", str(tmp_path / "out"))
-    assert "interrupted (Ctrl-C or SIGTERM)" in (tmp_path / "out" / "report.html").read_text()
+    cut = (tmp_path / "out" / "report.html").read_text()
+    assert "interrupted (Ctrl-C or SIGTERM)" in cut
+    # issue 54 item 9: the title and the verdict block say it too, not only a sentence of the scope
+    assert re.search(r"<title[^>]*>GPU node conformance report [\d-]+ \(INTERRUPTED\): ", cut)
+    assert "<p class='gnc-interrupted' role='alert'><b>This run was interrupted</b>" in cut
+    # a replay says when its audits ran and how long the replay took, not the span from the audit to the replay
+    assert f"audits ran from {doc['started_at']} to {doc['finished_at']}; merged " in cut
+    written = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert written["audits"] == {"started_at": doc["started_at"], "finished_at": doc["finished_at"]}
+    assert written["replayed_at"] <= written["finished_at"]
 
 
 def test_the_terminal_and_ci_get_one_count_and_a_markdown_summary(runs):

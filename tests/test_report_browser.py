@@ -235,6 +235,15 @@ def test_findings_filter_by_node_check_severity_outcome_and_text_and_say_when_no
     target = rows[0].get_attribute("id") or rows[0].find_element(By.CSS_SELECTOR, "[id]").get_attribute("id")
     driver.execute_script("location.hash = arguments[0]", target)
     assert rows[0].is_displayed()
+    # several words find the rows holding all of them, in any order (issue 54 item 9)
+    text = form.find_element(By.NAME, "text")
+    node, check = rows[0].get_attribute("data-node"), rows[0].get_attribute("data-check").split()[0]
+    text.clear()
+    text.send_keys(f"{check.lower()}   {node.upper()}")
+    visible = [r for r in rows if r.is_displayed()]
+    assert rows[0] in visible and all(node in r.text and check in r.text for r in visible)
+    text.send_keys(" no-such-word")
+    assert not any(r.is_displayed() for r in rows)
 
 
 def test_every_node_and_finding_has_a_permalink_that_lands(driver, report):

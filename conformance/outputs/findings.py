@@ -185,12 +185,13 @@ _SCRIPT = """<script>
   var rows = document.querySelectorAll("#gnc-findings tbody tr");
   function apply() {
     var f = {node: form.node.value.toLowerCase(), check: form.check.value.toLowerCase(),
-             severity: form.severity.value, outcome: form.outcome.value, text: form.text.value.toLowerCase()};
+             severity: form.severity.value, outcome: form.outcome.value,
+             words: form.text.value.toLowerCase().split(/\\s+/).filter(Boolean)};  // every word must occur
     var n = 0;
     rows.forEach(function (r) {
       var ok = r.dataset.node.toLowerCase().indexOf(f.node) >= 0 && r.dataset.check.toLowerCase().indexOf(f.check) >= 0
         && (!f.severity || r.dataset.severity === f.severity) && (!f.outcome || r.dataset.outcome === f.outcome)
-        && r.textContent.toLowerCase().indexOf(f.text) >= 0;
+        && f.words.every(function (w) { return r.textContent.toLowerCase().indexOf(w) >= 0; });
       r.style.display = ok ? "" : "none"; if (ok) n++;
     });
     shown.textContent = n ? n + " of " + rows.length + " rows shown"

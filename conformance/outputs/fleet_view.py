@@ -302,7 +302,11 @@ _NODE_SCRIPT = """<script>
   box.addEventListener("input", function () {
     var q = box.value.toLowerCase();
     if (!q) { body.innerHTML = listed; found.textContent = ""; return; }
-    var hits = all.filter(function (n) { return n.join(" ").toLowerCase().indexOf(q) >= 0; });
+    var words = q.split(/\\s+/).filter(Boolean);  // every word must occur
+    var hits = all.filter(function (n) {
+      var t = n.join(" ").toLowerCase();
+      return words.every(function (w) { return t.indexOf(w) >= 0; });
+    });
     body.textContent = "";
     hits.slice(0, SHOWN).forEach(function (n) { body.appendChild(row(n)); });
     found.textContent = hits.length === 0 ? "No node matches \u201c" + box.value + "\u201d (" + all.length + " nodes searched)"

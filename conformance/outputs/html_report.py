@@ -35,6 +35,7 @@ _STYLE = """<style>
 .gnc table{border-collapse:collapse;margin:6px 0 14px}
 .gnc td,.gnc th{border:1px solid #ccc;padding:2px 6px;font-size:12px}
 .gnc .verdict{color:#fff;font-weight:bold;padding:1px 6px;border-radius:3px}
+.gnc .gnc-interrupted{border:2px solid #b35900;background:#fff4e5;padding:6px 10px;font-size:14px}
 .gnc .m td.c{width:18px;height:18px;text-align:center;color:#fff;padding:0;font-size:11px}
 .gnc .m th.r{writing-mode:vertical-rl;transform:rotate(180deg);font-weight:normal;white-space:nowrap;max-height:190px}
 .gnc .fam{text-align:center;background:#f5f5f5}
@@ -288,7 +289,8 @@ def dated_title(doc: dict[str, Any]) -> str:
     counts = Counter(whole["verdicts"]) if whole else Counter(n["verdict"] for n in doc.get("nodes") or [])
     shown = verdict_counts(counts)
     day = str(doc.get("started_at") or "")[:10]
-    return " ".join(p for p in (title, day) if p) + (f": {shown}" if shown else "")
+    cut = "" if doc.get("complete", True) else " (INTERRUPTED)"
+    return " ".join(p for p in (title, day) if p) + cut + (f": {shown}" if shown else "")
 
 
 @dataclass(frozen=True)
@@ -327,12 +329,30 @@ def _view(session: pytest.Session) -> ReportView | None:
 SCOPE_LISTED = 50  # nodes not accepted listed by name in the scope section (the verdict table has them all)
 
 
-def _duration(doc: dict[str, Any]) -> str:
+def _seconds(start: Any, end: Any) -> str:
     try:
-        took = datetime.fromisoformat(str(doc["finished_at"])) - datetime.fromisoformat(str(doc["started_at"]))
-    except (KeyError, TypeError, ValueError):
+        took = datetime.fromisoformat(str(end)) - datetime.fromisoformat(str(start))
+    except (TypeError, ValueError):
         return "not recorded"
     return f"{took.total_seconds():.0f} s"
+
+
+def _when(doc: dict[str, Any]) -> str:
+    """When the run was: a live run's start and duration; a replay's or merge's audits (the first start, the last
+    finish) and how long the replay itself took (the span from the oldest audit to the merge is no duration)."""
+    audits = doc.get("audits")
+    if isinstance(audits, dict):
+        return (
+            f"audits ran from {e(audits.get('started_at') or '-')} to {e(audits.get('finished_at') or '-')}; "
+            f"merged {e(doc.get('finished_at') or '-')} in {_seconds(doc.get('replayed_at'), doc.get('finished_at'))}"
+        )
+    return f"started {e(doc.get('started_at') or '-')}, took {_seconds(doc.get('started_at'), doc.get('finished_at'))}"
+
+
+INTERRUPTED_BANNER = (
+    "<p class='gnc-interrupted' role='alert'><b>This run was interrupted</b> (Ctrl-C or SIGTERM): the nodes it did not "
+    "finish collecting are incomplete, and no verdict below covers what was not judged.</p>"
+)
 
 
 def scope_section(run: ReportView) -> str:
@@ -363,7 +383,7 @@ def scope_section(run: ReportView) -> str:
         else "every node judged on every check that blocks",
         f"tool version {e(__version__)}",
         f"inventory {e(doc.get('inventory') or '-')}",
-        f"started {e(doc.get('started_at') or '-')}, took {_duration(doc)}",
+        _when(doc),
     ]
     bad = sorted((n for n in nodes if n["verdict"] != "accepted"), key=attention_key)[:SCOPE_LISTED]
     items = "".join(
@@ -374,6 +394,7 @@ def scope_section(run: ReportView) -> str:
     listed = f"<p>Not accepted ({total - counts['accepted']} of {total}):</p><ul>{items}</ul>" if bad else ""
     return (
         f"<section aria-label='Scope and verdicts' id='gnc-scope'><h2>Scope and verdicts</h2>"
+        f"{INTERRUPTED_BANNER if not doc.get('complete', True) else ''}"
         f"<p class='gnc-totals'>{total} node(s): {totals}</p>{listed}<p>{'; '.join(facts)}.</p></section>"
     )
 

@@ -17,6 +17,9 @@ class Ledger:
         self.interrupted = False
         self.diff: dict[str, Any] | None = None
         self.replay: dict[str, Any] | None = None  # the results document a replayed run came from
+        # a replay: when its documents' audits ran (the first start, the last finish) and when the replay began
+        self.audits: tuple[str, str] | None = None
+        self.replay_started_at = self.started_at
         self.replayed_nodes: dict[str, dict[str, Any]] = {}
         self.waivers: list[Waiver] = []
         self.waivers_file: str | None = None

@@ -192,8 +192,9 @@ class _Meta:
         d, key = self._pending, (finished, doc)
         self._pending = {}
         started = d.get("started_at") or ""
+        audits = d.get("audits") if isinstance(d.get("audits"), dict) else {}  # a merge's: its audits' own times
         self.started_at = started if self.started_at is None else min(self.started_at, started)
-        self.finished_at = max(self.finished_at, finished)
+        self.finished_at = max(self.finished_at, str(audits.get("finished_at") or finished))
         self.complete = self.complete and d.get("complete", True)
         for cid, spec in (d.get("checks") or {}).items():
             if cid not in self.checks or key >= self.checks[cid][0]:

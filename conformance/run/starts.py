@@ -132,7 +132,9 @@ def from_results(
         raise UsageError(f"--select {', '.join(bad)}: matches no check id or family of the documents' checks")
     lights = [spool.entries[n].light for n in names]
     run = compose(inventory_of({"sources": paths, "nodes": lights}))
+    run.ledger.replay_started_at = run.ledger.started_at
     run.ledger.started_at = meta.started_at or ""
+    run.ledger.audits = (meta.started_at or "", meta.finished_at or "")
     run.api_access = meta.api_access_json()
     for n in lights:
         run.fleet.adopt(n["name"], n.get("profile", "default"), n.get("profile_reason", ""), n.get("fleet"))
