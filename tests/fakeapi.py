@@ -700,7 +700,10 @@ class FakeApiServer:
             self._status(h, 404, "NotFound", f'pods "{name}" not found', {"name": name, "kind": "pods"})
             return
         container = query.get("container", [pod["spec"]["containers"][0]["name"]])[0]
-        if container not in [c["name"] for c in pod["spec"]["containers"]]:
+        # pkg/registry/core/pod/strategy.go streamLocation: podHasContainerWithName visits every container, init and
+        # ephemeral ones too (a sidecar can be exec'd into); any other name is a 400
+        every = [*pod["spec"]["containers"], *pod["spec"].get("initContainers", []), *pod["spec"].get("ephemeralContainers", [])]
+        if container not in [c["name"] for c in every]:
             self._status(h, 400, "BadRequest", f"container {container} is not valid for pod {name}")
             return
         offered = [p.strip() for p in h.headers.get("Sec-WebSocket-Protocol", "").split(",")]

@@ -107,3 +107,17 @@ def test_admin_access_results_are_no_workload_allocation():
         r["adminAccess"] = True
     assert allocated(claim, None) == []
     assert [d[3] for d in allocated(claim, None, admin=True)] == ["gpu-0", "gpu-1"]
+
+
+def test_a_sidecar_is_judged_like_a_container_and_a_finished_init_container_is_not(tmp_path):
+    """Issue 52 item 8: a restartable init container (restartPolicy Always: a sidecar, KEP-753, GA 1.33) runs for the
+    pod's life beside its containers, and with integer CPUs holds exclusive CPUs the kubelet never hands on
+    (policy_static.go, updateCPUsToReuse reuses only the CPUs of init containers that are not restartable). With a GPU
+    it is a GPU container to judge; an ordinary init container has finished before any container started."""
+    whole = {"requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}
+    gpu = {"requests": {**whole["requests"], **GPU}, "limits": {**whole["limits"], **GPU}}
+    inits = [{"name": "fetch-weights", "resources": gpu}, {"name": "proxy", "resources": gpu, "restartPolicy": "Always"}]
+    pod = pod_object("ml", "with-sidecar", "uid-sc", "gpu-a1", [{"name": "app", "resources": whole}], init_containers=inits)
+    got = listed(tmp_path, pod)["with-sidecar"]
+    assert [(c["name"], c.get("sidecar", False), c["gpus"]) for c in got.containers] == [("proxy", True, 1), ("app", False, 0)]
+    assert got.init_containers == {"fetch-weights": False, "proxy": True}

@@ -283,7 +283,12 @@ def gpu_pods(
         spec = p.spec
         containers = []
         statuses = {s.name: s for s in (getattr(p.status, "container_statuses", None) or [])} if p.status else {}
-        for c in spec.containers or []:
+        statuses.update({s.name: s for s in (getattr(p.status, "init_container_statuses", None) or [])} if p.status else {})
+        # restartable init containers (sidecars, restartPolicy Always; KEP-753, GA 1.33) run beside the containers for
+        # the pod's life and hold their CPUs throughout: judged like containers (issue 52 item 8); the other init
+        # containers have finished before any container runs
+        sidecars = [c for c in spec.init_containers or [] if getattr(c, "restart_policy", None) == "Always"]
+        for c in [*sidecars, *(spec.containers or [])]:
             req = (c.resources.requests or {}) if c.resources else {}
             lim = (c.resources.limits or {}) if c.resources else {}
             containers.append(
@@ -297,6 +302,7 @@ def gpu_pods(
                     # what the kubelet allocated (KEP-1287 in-place resize, GA 1.35): the spec is the desired size,
                     # status.containerStatuses[].allocatedResources (else .resources.requests) what the container holds
                     "cpu_allocated": _allocated_cpu(statuses.get(c.name)),
+                    **({"sidecar": True} if c in sidecars else {}),
                 }
             )
         if not p.status or p.status.phase != "Running":
