@@ -7,7 +7,9 @@ import pytest
 from conformance.checks import check
 from conformance.checks.dra_rules import device_plugin_gpu_resources, dra_advertised
 from conformance.checks.gpu_rules import expected_generation, floor_for, local_node, reconcile_advertised, served_as
+from conformance.checks.runtime_rules import cdi_enabled
 from conformance.errors import FactUnavailable
+from conformance.facts.cdi import NVIDIA_GPU_KIND
 from conformance.facts.cpulist import format_cpulist
 
 
@@ -426,3 +428,78 @@ def test_gpu_memory_mode(node, visible_gpus, facts, profile, evidence):
         f"the driver runs in NUMA mode ({how}): every GPU's HBM is system memory of its own NUMA node, counted in "
         "the node's memory capacity; load it with NVreg_CoherentGPUMemoryMode=driver (CDMM)"
     )
+
+
+@check(
+    "GPU-CDI",
+    "high",
+    title="Where GPUs reach containers through CDI, the specs exist, resolve, match the driver, and the runtime reads them",
+    rationale="""With CDI (the NVIDIA Container Toolkit's cdi mode, its default refresh service from 1.18, the GPU
+    Operator's CDI option, and every DRA GPU driver) a container gets its GPU from a spec file: a spec missing after a
+    reboot (/var/run is empty until it is generated again), one generated for the previous driver (its mounts name
+    libraries that are gone), a GPU defined twice at one priority (the runtime drops it) or a runtime that does not
+    read CDI all leave GPU pods failing to start.""",
+    remediation="Generate the spec for this driver (nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml, or "
+    "enable the toolkit's nvidia-cdi-refresh service), remove duplicate specs, and enable CDI in the runtime "
+    "(containerd 1.7: enable_cdi = true in the CRI plugin; on by default from 2.0; CRI-O: always on).",
+    source="/etc/cdi, /var/run/cdi; /etc/nvidia-container-runtime/config.toml; the runtime's enable_cdi; the kubelet's "
+    "plugin registry (DRA drivers)",
+)
+def test_gpu_cdi(node, visible_gpus, facts, profile, evidence):
+    evidence.source = "CDI spec folders (/etc/cdi, /var/run/cdi), the toolkit's config, the runtime's configuration"
+    reg = facts.cdi
+    mode, how = facts.container_toolkit_mode
+    evidence.add(f"NVIDIA Container Toolkit: {how}")
+    for spec in reg.specs:
+        evidence.add(f"{spec.path}: {spec.kind}, {len(spec.devices)} device(s), driver {spec.driver or 'not named'}")
+    for path, why in reg.errors.items():
+        evidence.add(f"{path}: left out by the runtime ({why})")
+    dra = facts.kubelet_assignments.dra_drivers  # unknown: the check errors, it cannot tell whether CDI is in use
+    nvidia = reg.of_kind(NVIDIA_GPU_KIND)
+    users = [text for used, text in (
+        (mode == "cdi", "the NVIDIA Container Runtime runs in cdi mode"),
+        (bool(dra), f"GPU DRA driver(s) {', '.join(dra)} registered with the kubelet (their devices are CDI devices)"),
+        (bool(nvidia), f"{NVIDIA_GPU_KIND} specs exist"),
+        (profile.get("gpu.cdi") == "required", f"profile {profile.name} requires CDI (gpu.cdi: required)"),
+    ) if used]  # fmt: skip
+    if not users:
+        pytest.skip(f"CDI is not in use: toolkit mode {mode}, no GPU DRA driver registered, no {NVIDIA_GPU_KIND} spec "
+                    f"in {', '.join(reg.looked_in)}")  # fmt: skip
+    evidence.add("CDI in use: " + "; ".join(users))
+    problems: list[str] = []
+    unknown: list[str] = []
+    if dra or profile.get("gpu.cdi") == "required":
+        # the kubelet hands DRA devices (and CDI-mode device plugins' devices) to the runtime as CDI names over the CRI
+        rc = facts.runtime_config
+        release = facts.containerd_release.triple if rc.runtime == "containerd" and facts.containerd_release else None
+        enabled, why = cdi_enabled(rc.runtime, rc.cdi_enable, release)
+        evidence.add(f"runtime {rc.runtime}: {why}")
+        if enabled is False:
+            problems.append(f"the runtime does not read CDI specs ({why}): the kubelet's CDI devices fail every GPU pod")
+        elif enabled is None:
+            unknown.append(f"whether {rc.runtime} reads CDI specs: {why}")
+        if rc.cdi_dirs is not None and list(rc.cdi_dirs) != list(reg.looked_in):
+            unknown.append(f"the runtime reads CDI specs from {', '.join(rc.cdi_dirs)}; {', '.join(reg.looked_in)} were read")
+    if mode == "cdi" or nvidia or profile.get("gpu.cdi") == "required":
+        if not nvidia:
+            problems.append(
+                f"no {NVIDIA_GPU_KIND} CDI spec in {', '.join(reg.looked_in)}: containers asking for a GPU fail to start "
+                "(after a reboot /var/run/cdi is empty until nvidia-ctk cdi generate, or the toolkit's nvidia-cdi-refresh "
+                "service, writes it again)"
+            )
+        driver = visible_gpus.driver
+        for spec in nvidia:
+            if driver and spec.driver and spec.driver != driver:
+                problems.append(f"{spec.path} was generated for driver {spec.driver}, the node runs {driver}: it mounts "
+                                "libraries by a release that is gone; generate it again")  # fmt: skip
+        for qualified, paths in reg.conflicts.items():
+            if qualified.startswith(NVIDIA_GPU_KIND + "="):
+                problems.append(f"{qualified} is defined at one priority in {' and '.join(paths)}: the runtime drops it")
+        if nvidia:
+            missing = [g.label for g in visible_gpus.gpus if f"{NVIDIA_GPU_KIND}={g.uuid}" not in reg.devices]
+            if missing:
+                problems.append(f"no resolvable {NVIDIA_GPU_KIND} device for {', '.join(missing)}: a spec for other GPUs "
+                                "(another node's, or before a GPU was replaced)")  # fmt: skip
+    assert not problems, "; ".join(problems)
+    if unknown:
+        raise FactUnavailable("; ".join(unknown))

@@ -33,7 +33,8 @@ def replayed(every_node_collected, tmp_path_factory):
     # bases that fail GPU health through one record each, so that losing that record would show: NVLink error
     # counters over the limit on the nvidia-smi path (every link up), and a fabric registration that completed
     # with an error status
-    for name, derive in (("gpu-nvlink-counters", _counters_only), ("gpu-fabric-status", _fabric_status_only)):
+    for name, derive in (("gpu-nvlink-counters", _counters_only), ("gpu-fabric-status", _fabric_status_only),
+                         ("gpu-grace", _grace_numa_mode)):  # fmt: skip
         (bases / f"{name}.json").write_text(json.dumps(derive(dict(c.snaps[node_name(derive.base, DEBIAN)], node=name))))
     # the local transport's sample host root (tests/test_cli_local.py), collected as users collect it
     local = subprocess.run(
@@ -54,7 +55,7 @@ def test_every_record_of_every_node_was_taken_away(replayed, every_node_collecte
     made, run, doc = replayed
     assert run.returncode in (0, 1), run.stderr
     bases = {b for b, _ in made.values()}
-    assert bases == {*every_node_collected.bases, "host-root", "gpu-nvlink-counters", "gpu-fabric-status"}
+    assert bases == {*every_node_collected.bases, "host-root", "gpu-nvlink-counters", "gpu-fabric-status", "gpu-grace"}
     assert {what.rsplit(" ", 1)[-1] for _, what in made.values()} >= {"denied", "absent", "empty", "truncated"}
     assert len(made) > 600  # one variant per record: some 60 records on each of 15 nodes
     judged = {r["node"] for r in doc["results"]}
@@ -92,6 +93,23 @@ def _fabric_status_only(doc: dict) -> dict:
 _fabric_status_only.base = "gpu-good"  # type: ignore[attr-defined]
 
 
+def _grace_numa_mode(doc: dict) -> dict:
+    """gpu-good as a Grace board: its GPUs on NVLink-C2C (NVML's C2C mode), the driver (550, before CDMM was the
+    default) loaded without NVreg_CoherentGPUMemoryMode: NUMA mode, which GPU-MEMORY-MODE fails."""
+    doc = json.loads(json.dumps(doc))
+    probe = _record(doc, "C", "nvml-probe")
+    data = json.loads(probe["text"])
+    for g in data.get("gpus") or []:
+        g["c2c"] = True
+    probe["text"] = json.dumps(data)
+    params = _record(doc, "F", "/proc/driver/nvidia/params")
+    params.update(status="ok", text="ResmanDebugLevel: 4294967295\nRmLogonRC: 1\n")
+    return doc
+
+
+_grace_numa_mode.base = "gpu-good"  # type: ignore[attr-defined]
+
+
 # Checks a snapshot replay cannot fail or error, so the offline invariant cannot show them flip: pods are read
 # live through the API (pod specs, one exec per container), bandwidth and the replay counter are measured,
 # the endpoint is sent requests, and dcgm-exporter is asked over the API.
@@ -127,6 +145,8 @@ def test_the_derived_gpu_bases_fail_through_their_one_record(replayed):
     assert "replay 500 > 100" in got[("gpu-nvlink-counters", "GPU-NVLINK")]["message"]
     assert got[("gpu-fabric-status", "GPU-FABRIC")]["outcome"] == "failed"
     assert "completed with status GPU_IS_LOST" in got[("gpu-fabric-status", "GPU-FABRIC")]["message"]
+    assert got[("gpu-grace", "GPU-MEMORY-MODE")]["outcome"] == "failed"
+    assert "NUMA mode" in got[("gpu-grace", "GPU-MEMORY-MODE")]["message"]
 
 
 def test_the_witness_fails_where_unknown_used_to_pass(replayed):

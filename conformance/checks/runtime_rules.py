@@ -105,3 +105,33 @@ def runtime_config_support(
         None,
         "",
     )
+
+
+# CDI in the runtime (tags.cncf.io/container-device-interface README, "How to configure CDI?"): CRI-O reads CDI specs
+# from v1.23.0 with no setting; containerd from 1.7, where the CRI plugin's enable_cdi defaults to false
+# (pkg/cri/config/config_unix.go), and 2.0 turned it on by default (internal/cri/config/config_unix.go).
+CONTAINERD_CDI_FROM = (1, 7)
+CONTAINERD_CDI_DEFAULT_ON = (2, 0)
+
+
+def cdi_enabled(
+    runtime: str, setting: tuple[object, str] | None, release: tuple[int, int, int] | None
+) -> tuple[bool | None, str]:
+    """(whether the runtime injects CDI devices, why); None: unknown (the release decides and is not known)."""
+    if runtime == "cri-o":
+        return True, "CRI-O reads CDI specs with no setting (from 1.23)"
+    if runtime != "containerd":
+        return False, f"{runtime}: no CRI CDI support judged"
+    if setting is not None and not isinstance(setting[0], bool):
+        return None, f"{setting[1]} is {setting[0]!r}, not true or false: containerd does not start its CRI plugin"
+    if release is not None and release[:2] < CONTAINERD_CDI_FROM:
+        return False, f"containerd {'.'.join(map(str, release))} has no CDI support (from 1.7)"
+    if setting is not None:
+        on = bool(setting[0])
+        if on and release is None:
+            return None, f"{setting[1]} = true, and containerd's release is unknown (CDI needs 1.7 or later)"
+        return on, f"{setting[1]} = {str(on).lower()}"
+    if release is None:
+        return None, "enable_cdi is not set and containerd's release is unknown (its default: false in 1.7, true from 2.0)"
+    on = release[:2] >= CONTAINERD_CDI_DEFAULT_ON
+    return on, f"enable_cdi not set: containerd {'.'.join(map(str, release))}'s default, {str(on).lower()}"

@@ -587,6 +587,16 @@ rec M gpus ok; b64s "$gpus"; echo
 rec M nvswitches ok; b64s "${nvsw:-}"; echo  # NVIDIA bridge-class functions: NVSwitches
 if [ -n "$gpus" ]; then
   emit_file /proc/driver/nvidia/params  # the driver's module parameters: CoherentGPUMemoryMode on Grace boards
+  # CDI specs in the runtimes' default spec folders, and the NVIDIA Container Toolkit's runtime mode. Below a host
+  # root each folder is resolved as the node resolves it (/var/run -> /run would otherwise lead to this pod's /run);
+  # M cdi-dir:FOLDER says where its listing came from.
+  for d in /etc/cdi /var/run/cdi; do
+    dr=$d
+    if [ -n "$R" ]; then resolve_in_root "$d" || { rec G "$d/*" loop; echo; continue; }; dr=$IR; fi
+    rec M "cdi-dir:$d" ok; b64s "$dr"; echo
+    emit_glob "$dr/*"
+  done
+  emit_file /etc/nvidia-container-runtime/config.toml
   m=
   for g in $gpus; do
     for a in numa_node local_cpulist current_link_speed current_link_width max_link_speed max_link_width device; do

@@ -174,6 +174,7 @@ def _validate(values: dict[str, Any], source: str) -> None:
     )
     need("gpu.mig", g["mig"] in ("any", "off", "on"), "any, off or on")
     need("gpu.memory_mode", g["memory_mode"] in ("driver", "any"), "driver or any")
+    need("gpu.cdi", g["cdi"] in ("auto", "required"), "auto or required")
     need(
         "gpu.dra_drivers",
         isinstance(g["dra_drivers"], list) and all(isinstance(v, str) and v for v in g["dra_drivers"]),

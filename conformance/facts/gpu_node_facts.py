@@ -8,6 +8,7 @@ import re
 
 from conformance.collection.bundle import Record
 from conformance.errors import FactUnavailable, ParseError
+from conformance.facts.cdi import SPEC_DIRS, TOOLKIT_CONFIG, CdiRegistry, cdi_registry, toolkit_mode
 from conformance.facts.gpu import GpuFacts, parse_nvml_probe, parse_pci_function, parse_smi_xml, parse_topo_matrix
 from conformance.facts.gpu_health import parse_smi_nvlink
 from conformance.facts.node_base import FactsBase, fact
@@ -166,6 +167,35 @@ class GpuNodeFacts(FactsBase):
         if text is None:
             raise FactUnavailable(f"node {self.name}: {PARAMS} was not read (the NVIDIA driver not loaded, or an older snapshot)")
         return memory_mode(text, gpus.driver)
+
+    @fact
+    def cdi(self) -> CdiRegistry:
+        """The CDI specs in the runtimes' default spec folders, as their CDI cache reads them (conformance.facts.cdi).
+        A folder that could not be listed, or a spec file that could not be read, leaves it unknown."""
+        self.require_reachable()
+        files: list[tuple[int, str, str]] = []
+        for priority, folder in enumerate(SPEC_DIRS):
+            meta = self.bundle.meta(f"cdi-dir:{folder}")
+            if meta is None and not self.bundle.listed(f"{folder}/*"):
+                raise FactUnavailable(f"node {self.name}: the CDI spec folders were not listed (a collector before CDI)")
+            if meta is not None and (meta.status != "ok" or not meta.data.strip()):
+                raise FactUnavailable(f"node {self.name}: where {folder} leads below the host root was not recorded")
+            where = meta.data.decode("utf-8", "replace").strip() if meta is not None else folder
+            for path in self.bundle.glob(f"{where}/*"):  # raises naming the folder when it could not be listed
+                if not path.endswith((".json", ".yaml")):
+                    continue
+                files.append((priority, path, self.bundle.text(path, f"CDI spec {path}")))
+        return cdi_registry(files)
+
+    @fact
+    def container_toolkit_mode(self) -> tuple[str, str]:
+        """The NVIDIA Container Runtime's mode (auto, legacy, cdi, csv) and where it was read."""
+        if self.bundle.file(TOOLKIT_CONFIG) is None:
+            raise FactUnavailable(f"node {self.name}: {TOOLKIT_CONFIG} was not collected (a collector before CDI)")
+        try:
+            return toolkit_mode(self.bundle.optional_text(TOOLKIT_CONFIG))
+        except ParseError as e:
+            raise FactUnavailable(str(e)) from None
 
     def _machine_or_none(self) -> str | None:
         try:

@@ -130,6 +130,10 @@ class RuntimeConfig:
     alternatives: dict[str, RuntimeConfig | ParseError] = field(default_factory=dict)
     refused: str | None = None  # why the runtime refuses these files (then there are no handlers)
     effective: str | None = None  # digest of the effective configuration: containerd's merged document, CRI-O's files
+    # CDI: the runtime's enable_cdi as its files set it (None: not set, the release's default applies) and where,
+    # and the cdi_spec_dirs they set (None: the default /etc/cdi, /var/run/cdi)
+    cdi_enable: tuple[Any, str] | None = None
+    cdi_dirs: list[str] | None = None
 
 
 @dataclass
@@ -426,9 +430,14 @@ def containerd_runtime(merge: ContainerdMerge) -> RuntimeConfig:
     handlers = {
         name: _handler(name, rt, f"{where}.containerd.runtimes.{name}", rules, cri_systemd) for name, rt in runtimes.items()
     }
+    # CDI (containerd 1.7: the CRI plugin's enable_cdi, default false, pkg/cri/config/config_unix.go; 2.x: the
+    # runtime plugin's, default true, internal/cri/config/config_unix.go; cdi_spec_dirs beside it in both)
+    enable = (cri["enable_cdi"], f"{where}.enable_cdi") if "enable_cdi" in cri else None
+    dirs = cri.get("cdi_spec_dirs")
     return RuntimeConfig(
-        "containerd", default, handlers, files, rules=f"{rules.family} merge rules ({rules.label})", effective=digest(doc)
-    )
+        "containerd", default, handlers, files, rules=f"{rules.family} merge rules ({rules.label})", effective=digest(doc),
+        cdi_enable=enable, cdi_dirs=[str(d) for d in dirs] if isinstance(dirs, list) else None,
+    )  # fmt: skip
 
 
 def _handler(name: str, rt: dict[str, Any], where: str, rules: MergeRules, cri_systemd: Any) -> RuntimeHandler:
@@ -625,6 +634,7 @@ def crio_runtime(
     names: set[str] = set()
     files: list[str] = []
     parsed: list[tuple[str, dict[str, Any]]] = []
+    cdi_dirs: list[str] | None = None  # [crio.runtime] cdi_spec_dirs (CRI-O has no switch: CDI is always on)
     for path, text in docs:
         doc = load_toml(text, path)
         files.append(path)
@@ -640,6 +650,8 @@ def crio_runtime(
         rts = runtime.get("runtimes", {})
         if isinstance(rts, dict):
             names.update(rts)
+        if isinstance(runtime.get("cdi_spec_dirs"), list):
+            cdi_dirs = [str(d) for d in runtime["cdi_spec_dirs"]]
     o = overrides or {}
     if "cgroup_manager" in o:
         manager, source = str(o["cgroup_manager"][0]), o["cgroup_manager"][1]
@@ -651,7 +663,8 @@ def crio_runtime(
     handlers = {n: RuntimeHandler(n, "oci", manager == "systemd", source) for n in sorted(names)}
     flags = {k: v for k, (v, _) in o.items() if k in ("cgroup_manager", "default_runtime", "runtimes")}
     layers: list[Any] = [*parsed, ("command line", flags)] if flags else parsed
-    return RuntimeConfig("cri-o", default_runtime, handlers, files, cgroup_manager=manager, effective=digest(layers))
+    return RuntimeConfig("cri-o", default_runtime, handlers, files, cgroup_manager=manager, effective=digest(layers),
+                         cdi_enable=(True, "CRI-O: CDI is always on (no enable switch)"), cdi_dirs=cdi_dirs)  # fmt: skip
 
 
 DOCKER_CONFIG = "/etc/docker/daemon.json"  # dockerd(8) --config-file's default

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import yaml
+
 from tests.gpu_standins import driver_files, gpu_line
 from tests.lab.builder import NodeSpec
 from tests.lab.nodes import GPU_CHECKS, SAMPLES
@@ -146,7 +148,11 @@ def gpu_specs(built: dict[str, Path]) -> list[NodeSpec]:
     )
     good = NodeSpec(
         name="gpu-good",
-        files=driver_files(built, good_conf, kern_log=GOOD_KERN_LOG),
+        # GPU-CDI: the spec the toolkit's refresh service writes, for this driver and these GPUs
+        files={
+            **driver_files(built, good_conf, kern_log=GOOD_KERN_LOG),
+            "/var/run/cdi/nvidia.yaml": cdi_spec("550.0-standin", [UUID["0000:18:00.0"], UUID["0000:19:00.0"]]),
+        },
         numa=NUMA,
         siblings=SIBLINGS,
         online="0-1",
@@ -202,7 +208,14 @@ def gpu_specs(built: dict[str, Path]) -> list[NodeSpec]:
     )
     bad = NodeSpec(
         name="gpu-bad",
-        files=driver_files(built, bad_conf, kern_log=BAD_KERN_LOG),
+        # GPU-CDI: a spec left from the previous driver that names one GPU of two; a second file that is not a spec
+        files={
+            **driver_files(built, bad_conf, kern_log=BAD_KERN_LOG),
+            "/etc/cdi/nvidia.yaml": cdi_spec("535.183.01", [UUID["0000:18:00.0"]]),
+            "/etc/cdi/broken.json": '{"cdiVersion": "0.5.0", "kind": "nvidia.com"}',
+            # the NVIDIA Container Runtime in cdi mode: CDI is in use whatever the spec folders hold
+            "/etc/nvidia-container-runtime/config.toml": '[nvidia-container-runtime]\nmode = "cdi"\n',
+        },
         numa=NUMA,
         siblings=SIBLINGS,
         online="0-1",
@@ -258,6 +271,22 @@ def gpu_specs(built: dict[str, Path]) -> list[NodeSpec]:
     return [good, bad, smi, old]
 
 
+# A CDI spec as `nvidia-ctk cdi generate` writes it (tests/samples: toolkit 1.17.8, driver 575.64.03), made for the
+# given driver release and GPUs: one device per GPU by index and by UUID, and `all`.
+CDI_SAMPLE = SAMPLES / "cdi.nvidia-ctk-1.17.8.driver-575.64.03.salilkadam-infrastructure.yaml"
+
+
+def cdi_spec(driver: str, uuids: list[str]) -> str:
+    doc = yaml.safe_load(CDI_SAMPLE.read_text().replace("575.64.03", driver))
+    nodes = [{"path": f"/dev/nvidia{i}"} for i in range(len(uuids))]
+    doc["devices"] = [
+        *({"name": name, "containerEdits": {"deviceNodes": [node]}} for i, u in enumerate(uuids) for name, node in
+          ((str(i), nodes[i]), (u, nodes[i]))),
+        {"name": "all", "containerEdits": {"deviceNodes": nodes}},
+    ]  # fmt: skip
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
 def _row(**outcomes: str) -> dict[str, str]:
     return {c: outcomes[c.replace("-", "_")] for c in GPU_CHECKS}
 
@@ -284,6 +313,7 @@ GPU_EXPECTED = {
         GPU_PERSISTENCE="passed",
         GPU_CLOCK_EVENTS="passed",  # GPU 9A's hardware slowdown is while busy: not judged
         GPU_MEMORY_MODE="skipped",
+        GPU_CDI="skipped",  # no CDI spec, the toolkit in auto mode, no DRA driver: CDI is not in use
     ),
     "gpu-old-driver": _row(
         GPU_COUNT="passed",
@@ -303,6 +333,7 @@ GPU_EXPECTED = {
         GPU_PERSISTENCE="failed",
         GPU_CLOCK_EVENTS="skipped",  # its only GPU is busy
         GPU_MEMORY_MODE="skipped",
+        GPU_CDI="skipped",  # no CDI spec, the toolkit in auto mode, no DRA driver: CDI is not in use
     ),
 }
 

@@ -338,6 +338,7 @@ GPU_CHECKS = [
     "GPU-PERSISTENCE",
     "GPU-CLOCK-EVENTS",
     "GPU-MEMORY-MODE",
+    "GPU-CDI",
 ]
 
 
