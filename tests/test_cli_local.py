@@ -187,15 +187,6 @@ def test_a_node_without_a_tool_the_collector_needs_is_an_error_naming_it(tmp_pat
     assert b.error_kind == "error" and "missing: awk" in b.error and b.error.startswith("collector exited 3")
 
 
-def test_the_readme_check_table_is_the_checks_themselves():
-    """The README's "What is checked" table: every check, with the severity and title the code declares."""
-    import re
-
-    rows = re.findall(r"^\| `([A-Z0-9-]+)` \| (\w+) \| \w+ \| (.+) \|$", (ROOT / "README.md").read_text(), re.M)
-    declared = json.loads(conformance("checks", "--json").stdout)
-    assert sorted(rows) == sorted((c["id"], c["severity"], c["title"]) for c in declared)
-
-
 def test_a_fleet_of_one_is_not_judged_for_drift(host_root, tmp_path):
     """Issue 54 item 10: README command 1 audits one machine: FLEET-CONSISTENT is skipped saying why (no peer, no
     pin), and the page draws no drift table of one node."""
