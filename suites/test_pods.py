@@ -177,6 +177,9 @@ def gpu_sources(spec_container) -> list[str]:
     out = []
     if spec_container["plugin_gpus"]:
         out.append(f"GPUs from the device plugin: {spec_container['plugin_gpus']}")
+    if spec_container.get("extended"):
+        out.append("its GPU resource is a DRA extended resource (status.extendedResourceClaimStatus): the special "
+                   "claim's devices, which the Topology Manager does not align")  # fmt: skip
     dra = spec_container["dra"]
     for c in dra.devices:
         out.append(

@@ -169,8 +169,11 @@ def pod_object(
     pod_resources: dict | None = None,
     allocated: dict[str, dict] | None = None,
     conditions: list[dict] | None = None,
+    extended_claim: dict | None = None,
 ) -> dict:
     """A complete running v1 Pod; `containers` are {name, resources: {requests, limits, claims}};
+    `extended_claim`: status.extendedResourceClaimStatus (DRA extended resources, KEP-5004) as the scheduler writes it,
+    {resourceClaimName, requestMappings: [{containerName, resourceName, requestName}]};
     `resource_claims`: spec.resourceClaims ({name, resourceClaimName | resourceClaimTemplateName});
     `claim_statuses`: status.resourceClaimStatuses ({name, resourceClaimName}) for claims made from templates."""
     spec_containers = [{"name": c["name"], "image": c.get("image", "registry.example/app:1"), "resources": c.get("resources", {})}
@@ -196,6 +199,18 @@ def pod_object(
         if bad:  # the API server's validation: "supported pod-level resources are cpu, memory and hugepages"
             raise ValueError(f"spec.resources: unsupported pod-level resources {bad}")
         spec["resources"] = pod_resources
+    if extended_claim is not None:
+        # the API's rules (k8s.io/api core/v1 PodExtendedResourceClaimStatus: resourceClaimName and every mapping's
+        # three names are required; KEP-5004: a mapping names an init or regular container, never an ephemeral one)
+        if not extended_claim.get("resourceClaimName"):
+            raise ValueError("status.extendedResourceClaimStatus.resourceClaimName: Required value")
+        known = {c["name"] for c in spec_containers + inits}
+        for i, m in enumerate(extended_claim.get("requestMappings") or []):
+            for key in ("containerName", "resourceName", "requestName"):
+                if not m.get(key):
+                    raise ValueError(f"status.extendedResourceClaimStatus.requestMappings[{i}].{key}: Required value")
+            if m["containerName"] not in known:
+                raise ValueError(f"status.extendedResourceClaimStatus.requestMappings[{i}].containerName: Not found")
     statuses = [
         {"name": c["name"], "ready": True, "restartCount": 0, "image": c["image"], "imageID": f"{c['image']}@sha256:{'0' * 64}",
          "containerID": f"containerd://{hashlib.sha256((uid + c['name']).encode()).hexdigest()}",
@@ -226,6 +241,7 @@ def pod_object(
             "podIP": "10.244.0.10",
             "startTime": "2026-12-03T00:00:00Z",
             **({"resourceClaimStatuses": claim_statuses} if claim_statuses else {}),
+            **({"extendedResourceClaimStatus": extended_claim} if extended_claim else {}),
         },
     }
 

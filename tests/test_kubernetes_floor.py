@@ -1,7 +1,8 @@
-"""The oldest `kubernetes` client pyproject.toml allows reads the pod fields the suite reads (issue 53.9):
-installed from the package registry into a folder of its own, it deserialises a pod with DRA claims as the API
-server writes it, and conformance.cluster.dra reads its claims. Clients 29 and 30 modelled a pod's claim as
-`source` (V1ClaimSource) and fail here: the floor is 31."""
+"""The oldest `kubernetes` client pyproject.toml allows reads the pod fields the suite reads (issues 53.9, 52.3):
+installed from the package registry into a folder of its own, it deserialises a pod with DRA claims and a DRA
+extended resource as the API server writes them, and conformance.cluster.dra reads its claims. Clients 29 and 30
+modelled a pod's claim as `source` (V1ClaimSource); clients before 34 have no status.extendedResourceClaimStatus
+and drop it while deserialising (the special claim's GPU would pass for a device plugin's): the floor is 34.1."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ from conformance.cluster.dra import pod_claims
 pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "n"},
        "spec": {"containers": [{"name": "c", "image": "i", "resources": {"claims": [{"name": "gpu"}]}}],
                 "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]},
-       "status": {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "p-gpu-x7k2q"}]}}
+       "status": {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "p-gpu-x7k2q"}],
+                  "extendedResourceClaimStatus": {"resourceClaimName": "p-extended-resources-q8w4n", "requestMappings":
+                      [{"containerName": "c", "resourceName": "nvidia.com/gpu", "requestName": "container-0-request-0"}]}}}
 obj = ApiClient()._ApiClient__deserialize(pod, V1Pod)
 print(json.dumps(pod_claims(obj)))
 """
@@ -35,7 +38,7 @@ def floor() -> str:
     return m.group(1)
 
 
-@pytest.mark.parametrize("version", [floor(), "30.1.0"], ids=["floor", "below-floor"])
+@pytest.mark.parametrize("version", [floor(), "33.1.0", "30.1.0"], ids=["floor", "below-floor", "before-claim-names"])
 def test_the_lowest_allowed_client_reads_pod_claims(tmp_path, version):
     target = tmp_path / "site"
     pip = [sys.executable, "-m", "pip", "install", "--quiet", "--target", str(target), f"kubernetes=={version}"]
@@ -43,8 +46,14 @@ def test_the_lowest_allowed_client_reads_pod_claims(tmp_path, version):
     assert got.returncode == 0, f"could not install kubernetes=={version} from the package registry: {got.stderr[-1500:]}"
     env = {"PYTHONPATH": f"{target}:{ROOT}", "PATH": "/usr/bin:/bin"}
     run = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120, env=env)
+    whole = (
+        '[{"gpu": "p-gpu-x7k2q", "(extended resources)": "p-extended-resources-q8w4n"}, '
+        '{"c": [["gpu", null], ["(extended resources)", "container-0-request-0"]]}]'
+    )
     if version == floor():
         assert run.returncode == 0, run.stderr[-2000:]
-        assert run.stdout.strip() == '[{"gpu": "p-gpu-x7k2q"}, {"c": [["gpu", null]]}]'
-    else:  # the reason for the floor: this client has no resource_claim_name on a pod's claim
+        assert run.stdout.strip() == whole
+    elif version == "33.1.0":  # the reason for the floor: the extended resource's claim is lost without a word
+        assert run.returncode == 0 and run.stdout.strip() == '[{"gpu": "p-gpu-x7k2q"}, {"c": [["gpu", null]]}]'
+    else:  # and before 31 no resource_claim_name on a pod's claim
         assert run.returncode != 0 and "resource_claim_name" in run.stderr

@@ -40,6 +40,17 @@ PODS = [
     _dra("dra-shared-b", "1", [1], claims={"gpu": "shared-gpu"}),
     _dra("dra-mig", "1", [1], claims={"mig": "mig-slice"}),  # a MIG device of GPU1: its parent's NUMA node counts
     LabPod("plugin", "uid-plugin", "0", gpus=[0], env=GOOD, shm_mib=2048),  # the device plugin's nvidia.com/gpu
+    # nvidia.com/gpu served by DRA (KEP-5004: a DeviceClass's extendedResourceName): the scheduler's special claim
+    # holds GPU0 (NUMA 0) for a container pinned to cpu1 (NUMA 1), which no Topology Manager aligned
+    LabPod(
+        "dra-extended",
+        "uid-dra-extended",
+        "1",
+        gpus=[0],
+        env=GOOD,
+        shm_mib=2048,
+        extended_claim=("dra-extended-extended-resources-q8w4n", "container-0-request-0"),
+    ),
 ]
 CLAIMS = {
     "aligned-gpu": (["gpu", DRIVER, NODE, "gpu-0"], ["dra-aligned"]),
@@ -47,6 +58,7 @@ CLAIMS = {
     "two-gpus": ([("gpus", DRIVER, NODE, "gpu-0"), ("gpus", DRIVER, NODE, "gpu-1")], ["dra-two"]),
     "shared-gpu": (["gpu", DRIVER, NODE, "gpu-1"], ["dra-shared-a", "dra-shared-b"]),
     "mig-slice": (["mig", DRIVER, NODE, "gpu-1-mig-1g10gb-0"], ["dra-mig"]),
+    "dra-extended-extended-resources-q8w4n": (["container-0-request-0", DRIVER, NODE, "gpu-0"], ["dra-extended"]),
 }
 
 
@@ -178,7 +190,20 @@ def test_dra_pods_are_found_and_judged(audit):
         "dra-shared-b": "passed",
         "dra-mig": "passed",
         "plugin": "passed",  # the device plugin's pod beside them keeps its verdict
+        "dra-extended": "failed",  # nvidia.com/gpu from DRA's special claim: judged as a DRA GPU, and misplaced
     }, p.stdout[-3000:] + p.stderr[-2000:]
+
+
+def test_an_extended_resource_served_by_dra_is_judged_as_a_dra_gpu(audit):
+    """Issue 52 item 3 (KEP-5004, DRAExtendedResource: alpha 1.34; k8s.io/api core/v1 PodExtendedResourceClaimStatus):
+    the container asks for nvidia.com/gpu, and status.extendedResourceClaimStatus names the special claim that holds
+    it. It is no device plugin's GPU (no checkpoint entry, no Topology Manager hint): its devices are the claim's."""
+    _, got = audit
+    r = got["dra-extended"]["POD-GPU-NUMA-ALIGNED"]
+    assert "claim dra-extended-extended-resources-q8w4n (driver gpu.nvidia.com, device gpu-0" in r["message"], r["message"]
+    evidence = " | ".join(got["dra-extended"]["POD-QOS-GUARANTEED"]["evidence"])
+    assert "DRA extended resource" in evidence and "GPUs from the device plugin" not in evidence
+    assert "GPU from DRA: claim dra-extended-extended-resources-q8w4n, request container-0-request-0" in evidence
 
 
 def test_the_failure_names_the_claim_and_the_device(audit):

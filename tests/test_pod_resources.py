@@ -121,3 +121,20 @@ def test_a_sidecar_is_judged_like_a_container_and_a_finished_init_container_is_n
     got = listed(tmp_path, pod)["with-sidecar"]
     assert [(c["name"], c.get("sidecar", False), c["gpus"]) for c in got.containers] == [("proxy", True, 1), ("app", False, 0)]
     assert got.init_containers == {"fetch-weights": False, "proxy": True}
+
+
+def test_the_fake_refuses_an_extended_resource_claim_status_the_api_refuses():
+    """k8s.io/api core/v1 PodExtendedResourceClaimStatus: resourceClaimName and each mapping's containerName,
+    resourceName and requestName are required; a mapping names an init or regular container of the pod (KEP-5004)."""
+    res = {"requests": GPU, "limits": GPU}
+    good = {"resourceClaimName": "x-extended-resources-q8w4n",
+            "requestMappings": [{"containerName": "app", "resourceName": "nvidia.com/gpu", "requestName": "container-0-request-0"}]}  # fmt: skip
+    pod = pod_object("ml", "x", "u", "gpu-a1", [{"name": "app", "resources": res}], extended_claim=good)
+    assert pod["status"]["extendedResourceClaimStatus"] == good
+    for bad, why in (
+        ({**good, "resourceClaimName": ""}, "resourceClaimName: Required value"),
+        ({**good, "requestMappings": [{**good["requestMappings"][0], "requestName": ""}]}, "requestName: Required value"),
+        ({**good, "requestMappings": [{**good["requestMappings"][0], "containerName": "sidecar"}]}, "containerName: Not found"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            pod_object("ml", "x", "u", "gpu-a1", [{"name": "app", "resources": res}], extended_claim=bad)

@@ -216,10 +216,32 @@ def pod_claims(pod: Any) -> tuple[dict[str, str | None], dict[str, list[tuple[st
     for rc in getattr(spec, "resource_claims", None) or []:
         names[rc.name] = rc.resource_claim_name or made.get(rc.name)
     uses: dict[str, list[tuple[str, str | None]]] = {}
-    for c in spec.containers or []:
+    for c in [*(getattr(spec, "init_containers", None) or []), *(spec.containers or [])]:
         for cl in (getattr(c.resources, "claims", None) or []) if c.resources else []:
             uses.setdefault(c.name, []).append((cl.name, getattr(cl, "request", None) or None))
+    # DRA extended resources (KEP-5004): a container's request of an extended resource that a DeviceClass's
+    # extendedResourceName (or its implicit deviceclass.resource.kubernetes.io/<class>) maps to DRA is allocated in a
+    # special claim the scheduler makes; status.extendedResourceClaimStatus names it and maps each (container,
+    # resource) to its request (k8s.io/api core/v1 PodExtendedResourceClaimStatus: resourceClaimName, requestMappings)
+    ext = getattr(status, "extended_resource_claim_status", None) if status is not None else None
+    if ext is not None and ext.resource_claim_name:
+        names[EXTENDED_CLAIM] = ext.resource_claim_name
+        for m in ext.request_mappings or []:
+            uses.setdefault(m.container_name, []).append((EXTENDED_CLAIM, m.request_name))
     return names, uses
+
+
+EXTENDED_CLAIM = "(extended resources)"  # the special claim's entry: it has no spec.resourceClaims entry
+
+
+def extended_resources(pod: Any) -> dict[str, list[str]]:
+    """Container -> the extended resources DRA serves it (status.extendedResourceClaimStatus.requestMappings): such a
+    resource is no device plugin's, whatever its name (nvidia.com/gpu too)."""
+    ext = getattr(pod.status, "extended_resource_claim_status", None) if pod.status is not None else None
+    out: dict[str, list[str]] = {}
+    for m in (ext.request_mappings or []) if ext is not None else []:
+        out.setdefault(m.container_name, []).append(m.resource_name)
+    return out
 
 
 def allocated(claim: dict[str, Any], request: str | None, admin: bool = False) -> list[tuple[str, str, str, str]]:

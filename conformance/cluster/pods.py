@@ -15,7 +15,7 @@ from functools import partial
 from typing import Any
 
 from conformance.cluster.api_errors import explain
-from conformance.cluster.dra import ContainerDra, DraReader
+from conformance.cluster.dra import ContainerDra, DraReader, extended_resources
 from conformance.collection.redact import env_value
 from conformance.config.kubernetes import GPU_RESOURCE
 from conformance.errors import FactUnavailable
@@ -308,7 +308,11 @@ def gpu_pods(
         if not p.status or p.status.phase != "Running":
             continue  # nothing to exec into yet (Pending: also a pod whose claims are not allocated) or any more
         claims = dra.containers(p, node, dra_drivers, cpu_drivers) if dra is not None else {}
+        served = extended_resources(p)
         for c in containers:
+            if resource in served.get(c["name"], []):
+                c["gpus"] = 0  # its GPU resource is a DRA extended resource: its GPUs are the special claim's
+                c["extended"] = True
             c["plugin_gpus"] = c["gpus"]
             c["dra"] = claims.get(c["name"], ContainerDra())
             c["gpus"] += len(c["dra"].devices)

@@ -84,6 +84,9 @@ class LabPod:
     # from a template (resourceClaimTemplateName; the claim's name in status.resourceClaimStatuses)
     claims: dict[str, str] = field(default_factory=dict)
     claim_templates: dict[str, str] = field(default_factory=dict)
+    # DRA extended resources (KEP-5004): the special claim the scheduler made for the container's nvidia.com/gpu
+    # request, named in status.extendedResourceClaimStatus with the request it maps to
+    extended_claim: tuple[str, str] | None = None
 
     def api_object(self, node: str) -> dict[str, Any]:
         gpu = {"nvidia.com/gpu": str(self.gpu_count)} if self.gpu_count else {}
@@ -104,7 +107,15 @@ class LabPod:
             containers.append({"name": self.sidecar, "resources": {"requests": small, "limits": small}})
         return pod_object(self.namespace, self.name, self.uid, node, containers, init_containers=inits or None,
                           runtime_class=self.runtime_class, share_pid=self.share_pid, host_network=self.host_network,
-                          resource_claims=pod_claims or None, claim_statuses=made or None)  # fmt: skip
+                          resource_claims=pod_claims or None, claim_statuses=made or None,
+                          extended_claim=self._extended())  # fmt: skip
+
+    def _extended(self) -> dict | None:
+        if self.extended_claim is None:
+            return None
+        claim, request = self.extended_claim
+        mapping = {"containerName": self.container, "resourceName": "nvidia.com/gpu", "requestName": request}
+        return {"resourceClaimName": claim, "requestMappings": [mapping]}
 
 
 def cpu_hierarchy() -> tuple[Path, str] | None:
