@@ -127,8 +127,8 @@ def test_the_fake_refuses_an_extended_resource_claim_status_the_api_refuses():
     """k8s.io/api core/v1 PodExtendedResourceClaimStatus: resourceClaimName and each mapping's containerName,
     resourceName and requestName are required; a mapping names an init or regular container of the pod (KEP-5004)."""
     res = {"requests": GPU, "limits": GPU}
-    good = {"resourceClaimName": "x-extended-resources-q8w4n",
-            "requestMappings": [{"containerName": "app", "resourceName": "nvidia.com/gpu", "requestName": "container-0-request-0"}]}  # fmt: skip
+    mapping = {"containerName": "app", "resourceName": "nvidia.com/gpu", "requestName": "container-0-request-0"}
+    good = {"resourceClaimName": "x-extended-resources-q8w4n", "requestMappings": [mapping]}
     pod = pod_object("ml", "x", "u", "gpu-a1", [{"name": "app", "resources": res}], extended_claim=good)
     assert pod["status"]["extendedResourceClaimStatus"] == good
     for bad, why in (
