@@ -198,6 +198,13 @@ def dra_slices(gnc_run: Run, node: str) -> NodeSlices | None:
 
 
 @pytest.fixture(scope=NODE)
+def node_gpu_pods(gnc_run: Run, node: str) -> list[PodInfo]:
+    """The node's GPU pods as the API lists them (the pod checks' pods); pods that cannot be listed make the check
+    `error`."""
+    return gnc_run.pods.pods_on(node)
+
+
+@pytest.fixture(scope=NODE)
 def runtime_handlers(gnc_run: Run) -> dict[str, str]:
     """Every RuntimeClass of the cluster and its handler (Kubernetes API, node.k8s.io/v1)."""
     return gnc_run.pods.runtime_handlers()

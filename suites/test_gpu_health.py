@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.checks import check
+from conformance.checks.dra_rules import cluster_health_view
 from conformance.checks.gpu_health import (
     Verdict,
     judge_clock_events,
@@ -164,3 +165,50 @@ def test_gpu_persistence(node, visible_gpus, profile, evidence):
 def test_gpu_clock_events(node, visible_gpus, profile, evidence):
     evidence.source = visible_gpus.source
     settle(judge_clock_events(visible_gpus.gpus, profile.get("gpu")), evidence)
+
+
+@check(
+    "GPU-CLUSTER-HEALTH",
+    "high",
+    title="The cluster sees each GPU's health as the node does",
+    rationale="""A GPU the node shows broken (uncorrected ECC errors, a pending row remap, a fatal Xid) while the
+    cluster still schedules on it takes the next job down; a GPU the cluster keeps work off while the node reads it
+    healthy is capacity lost to a stale taint or report. The cluster's view: DRA ResourceSlice device taints
+    (KEP-5055; NVIDIA's GPU DRA driver taints gpu.nvidia.com/xid, gpu-lost, unmonitored), the device plugin's
+    allocatable count, and the health the kubelet reports to each pod (KEP-4680, allocatedResourcesStatus).""",
+    remediation="For a broken GPU: drain the node or let the driver taint the device (NoSchedule, NoExecute), and "
+    "reset or replace the GPU. For a stale taint or report: find what set it (the DRA driver's health monitor, a "
+    "DeviceTaintRule, the device plugin), fix its cause or remove it.",
+    source="NVML / nvidia-smi and the kernel log (the node); ResourceSlices, node allocatable, pods' "
+    "allocatedResourcesStatus (Kubernetes API)",
+)
+def test_gpu_cluster_health(node, visible_gpus, facts, node_spec, dra_slices, node_gpu_pods, profile, evidence):
+    if dra_slices is None:
+        pytest.skip("no Kubernetes API in this run: the cluster's view of the GPUs is not read")
+    gp = profile.get("gpu")
+    broken: dict[int, list[str]] = {}
+    unknown: dict[int, list[str]] = {}
+    try:
+        log = facts.xid_log
+    except FactUnavailable as e:
+        log, xid_unread = None, str(e)
+    for g in visible_gpus.gpus:
+        verdicts = [("ECC", judge_ecc([g], gp)), ("row remap", judge_row_remap([g], gp))]
+        if log is not None:
+            verdicts.append(("Xid", judge_xids(log, [g], gp)))
+        else:
+            unknown.setdefault(g.index, []).append(f"Xid: {xid_unread}")
+        for what, v in verdicts:
+            if v.failures:
+                broken.setdefault(g.index, []).append(f"{what}: {'; '.join(v.failures)}")
+            if v.unknowns:
+                unknown.setdefault(g.index, []).append(f"{what}: {'; '.join(v.unknowns)}")
+    capacity = node_spec.gpu_resources.get("nvidia.com/gpu", 0)
+    plugin = (capacity, node_spec.gpu_allocatable.get("nvidia.com/gpu", 0)) if capacity else None
+    pod_health = [(f"{p.namespace}/{p.name}", name, rid, health) for p in node_gpu_pods
+                  for c in p.containers for name, rid, health in c.get("health", [])]  # fmt: skip
+    problems, unknowns, lines = cluster_health_view(visible_gpus, broken, unknown, dra_slices, plugin, pod_health)
+    evidence.add(*lines)
+    assert not problems, "; ".join(problems)
+    if unknowns:
+        raise FactUnavailable("; ".join(unknowns))

@@ -170,8 +170,11 @@ def pod_object(
     allocated: dict[str, dict] | None = None,
     conditions: list[dict] | None = None,
     extended_claim: dict | None = None,
+    resource_health: dict[str, list[dict]] | None = None,
 ) -> dict:
     """A complete running v1 Pod; `containers` are {name, resources: {requests, limits, claims}};
+    `resource_health`: container -> containerStatuses[].allocatedResourcesStatus (KEP-4680: [{name, resources:
+    [{resourceID, health}]}], health Healthy | Unhealthy | Unknown), as the kubelet writes it;
     `extended_claim`: status.extendedResourceClaimStatus (DRA extended resources, KEP-5004) as the scheduler writes it,
     {resourceClaimName, requestMappings: [{containerName, resourceName, requestName}]};
     `resource_claims`: spec.resourceClaims ({name, resourceClaimName | resourceClaimTemplateName});
@@ -211,13 +214,22 @@ def pod_object(
                     raise ValueError(f"status.extendedResourceClaimStatus.requestMappings[{i}].{key}: Required value")
             if m["containerName"] not in known:
                 raise ValueError(f"status.extendedResourceClaimStatus.requestMappings[{i}].containerName: Not found")
+    for statuses_of in (resource_health or {}).values():
+        for rs in statuses_of:  # core/v1 ResourceStatus: name required; health one of three values
+            if not rs.get("name"):
+                raise ValueError("allocatedResourcesStatus[].name: Required value")
+            for h in rs.get("resources") or []:
+                if h.get("health") not in ("Healthy", "Unhealthy", "Unknown"):
+                    raise ValueError(f"allocatedResourcesStatus[].resources[].health: Unsupported value: {h.get('health')!r}")
     statuses = [
         {"name": c["name"], "ready": True, "restartCount": 0, "image": c["image"], "imageID": f"{c['image']}@sha256:{'0' * 64}",
          "containerID": f"containerd://{hashlib.sha256((uid + c['name']).encode()).hexdigest()}",
          "state": {"running": {"startedAt": "2026-12-03T00:00:00Z"}},
          # what the kubelet allocated (KEP-1287): its own record of the resources the container holds
          **({"allocatedResources": allocated[c["name"]], "resources": {"requests": allocated[c["name"]]}}
-            if allocated and c["name"] in allocated else {})}
+            if allocated and c["name"] in allocated else {}),
+         **({"allocatedResourcesStatus": resource_health[c["name"]]} if resource_health and c["name"] in resource_health
+            else {})}
         for c in spec_containers
     ]  # fmt: skip
     return {

@@ -391,3 +391,33 @@ def test_unknown_dra_records_never_turn_a_failure_into_a_pass(dra_lab, tmp_path,
         assert (
             outcomes["dra-aligned"] == "error" and "has not prepared it" in got["dra-aligned"]["POD-GPU-NUMA-ALIGNED"]["message"]
         )
+
+
+def test_the_clusters_view_of_gpu_health_is_judged_beside_the_nodes(dra_lab, tmp_path):
+    """Issue 52 item 4: the node reads both GPUs healthy (NVML, kernel log). Untainted, the cluster agrees; a
+    KEP-5055 taint on gpu-1 as NVIDIA's driver sets it, or the kubelet reporting gpu-1 Unhealthy to the pod holding
+    it (KEP-4680), is the cluster keeping work off a GPU the node reads healthy: a finding."""
+    api = _cluster(dra_lab, plugin_gpus=0)
+    with serve(api) as url:
+        _, got = run(dra_lab, url, tmp_path / "clean", select="test_gpu_cluster_health")
+    clean = got["-"]["GPU-CLUSTER-HEALTH"]
+    assert clean["outcome"] == "passed", clean["message"]
+    assert any("GPU1" in line and "the node reads it healthy; the cluster: schedules on it" in line for line in clean["evidence"])
+    (s,) = api.slices.values()
+    s["spec"]["devices"][1]["taints"] = [{"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoExecute",
+                                          "timeAdded": "2026-12-03T00:00:00Z"}]  # fmt: skip
+    with serve(api) as url:
+        _, got = run(dra_lab, url, tmp_path / "tainted", select="test_gpu_cluster_health")
+    r = got["-"]["GPU-CLUSTER-HEALTH"]
+    assert r["outcome"] == "failed" and "DRA device gpu-1 tainted gpu.nvidia.com/xid=79:NoExecute" in r["message"], r
+    del s["spec"]["devices"][1]["taints"]
+    pod = next(p for p in PODS if p.name == "dra-shared-a")
+    obj = pod.api_object(NODE)
+    obj["status"]["containerStatuses"][0]["allocatedResourcesStatus"] = [
+        {"name": "claim:shared-gpu/gpu", "resources": [{"resourceID": f"{DRIVER}/{NODE}/gpu-1", "health": "Unhealthy"}]}
+    ]
+    api.add_pod(obj)
+    with serve(api) as url:
+        _, got = run(dra_lab, url, tmp_path / "reported", select="test_gpu_cluster_health")
+    r = got["-"]["GPU-CLUSTER-HEALTH"]
+    assert r["outcome"] == "failed" and "the kubelet reports gpu.nvidia.com/gpu-dra/gpu-1 Unhealthy" in r["message"], r

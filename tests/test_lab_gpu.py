@@ -70,6 +70,8 @@ def test_every_gpu_check_has_a_pass_and_a_failure():
     for check in GPU_CHECKS:
         if check == "GPU-MEMORY-MODE":
             continue  # a Grace board's: tests/test_grace.py has its passes and failures (GH200, GB200)
+        if check == "GPU-CLUSTER-HEALTH":
+            continue  # needs the Kubernetes API: tests/test_lab_dra.py has its pass and failure
         seen = {GPU_EXPECTED[n][check] for n in GPU_EXPECTED}
         assert {"passed", "failed"} <= seen, check
 

@@ -132,3 +132,68 @@ def node_disagrees(devices: list[ClaimDevice], prepared: list[DraPrepared], pod_
                 f"dra_manager_state: the kubelet prepared claim {claim} for this pod: {', '.join(sorted(w[2] for w in want))}"
             )
     return problems, lines
+
+
+def cluster_health_view(
+    gpus: GpuFacts,
+    node_broken: dict[int, list[str]],
+    node_unknown: dict[int, list[str]],
+    slices: NodeSlices | None,
+    plugin: tuple[int, int] | None,
+    pod_health: list[tuple[str, str, str, str]],
+) -> tuple[list[str], list[str], list[str]]:
+    """(problems, unknowns, evidence) of whether the cluster's view of each GPU's health is the node's.
+
+    The cluster keeps work off a GPU through a ResourceSlice taint with effect NoSchedule or NoExecute (KEP-5055),
+    or, for the device plugin, by leaving it out of the node's allocatable (`plugin`: (capacity, allocatable) of
+    nvidia.com/gpu); a pod's containerStatuses[].allocatedResourcesStatus (KEP-4680; `pod_health`: pod, resource
+    name, resource ID, health) says what the kubelet last heard of each device it holds. `node_broken` are the GPUs
+    the node's own health checks fail (index -> why), `node_unknown` those whose health could not be read."""
+    problems: list[str] = []
+    unknowns: list[str] = []
+    lines: list[str] = []
+    cluster_off: dict[int, list[str]] = {}
+    published: set[int] = set()
+    by_device: dict[str, Gpu] = {}
+    for d in slices.devices if slices is not None else []:
+        try:
+            g = published_gpu(d, gpus)
+        except FactUnavailable as e:
+            unknowns.append(str(e))
+            continue
+        if g is None:
+            continue
+        published.add(g.index)
+        by_device[f"{d.driver}/{d.pool}/{d.name}"] = g
+        for t in d.keeps_work_off():
+            cluster_off.setdefault(g.index, []).append(f"DRA device {d.name} tainted {t}")
+    by_uuid = {g.uuid: g for g in gpus.gpus}
+    for pod, resource, rid, health in pod_health:
+        g = by_device.get(rid) or by_uuid.get(rid)
+        lines.append(f"pod {pod}: {resource} {rid} {health}" + (f" ({g.label})" if g else ""))
+        if g is not None and health == "Unhealthy":
+            cluster_off.setdefault(g.index, []).append(f"the kubelet reports {rid} Unhealthy to pod {pod}")
+    for g in gpus.gpus:
+        broken, unread, off = node_broken.get(g.index), node_unknown.get(g.index), cluster_off.get(g.index)
+        state = "broken: " + "; ".join(broken) if broken else "health unknown: " + "; ".join(unread) if unread else "healthy"
+        lines.append(f"{g.label}: the node reads it {state}; the cluster: {'; '.join(off) if off else 'schedules on it'}")
+        if broken and g.index in published and not any("tainted" in x for x in off or []):
+            problems.append(f"{g.label} is broken on the node ({'; '.join(broken)}) but its DRA device carries no "
+                            "NoSchedule or NoExecute taint: the scheduler still hands it to claims")  # fmt: skip
+        if off and not broken and not unread:
+            problems.append(f"the cluster keeps work off {g.label} ({'; '.join(off)}), yet the node reads it healthy: a "
+                            "stale taint or health report, or a failure the node's records do not show")  # fmt: skip
+        if off and unread and not broken:
+            unknowns.append(f"{g.label}: the cluster keeps work off it, and the node's own health of it was not read")
+    if plugin is not None:
+        capacity, allocatable = plugin
+        plugin_broken = [g.label for g in gpus.gpus if node_broken.get(g.index) and g.index not in published]
+        lines.append(f"device plugin: nvidia.com/gpu capacity {capacity}, allocatable {allocatable}")
+        if len(plugin_broken) > capacity - allocatable:
+            problems.append(f"{', '.join(plugin_broken)} broken on the node, yet the device plugin reports only "
+                            f"{capacity - allocatable} of {capacity} GPUs unhealthy (allocatable {allocatable}): "
+                            "the scheduler still places pods on them")  # fmt: skip
+        elif capacity - allocatable > len(plugin_broken) and not node_unknown:
+            problems.append(f"the device plugin reports {capacity - allocatable} GPU(s) unhealthy (allocatable "
+                            f"{allocatable} of {capacity}) but the node reads {len(plugin_broken)} broken")  # fmt: skip
+    return problems, unknowns, lines

@@ -28,6 +28,7 @@ class DiscoveredNode:
     gpus: int = 0
     why: str = ""
     resources: dict[str, int] = field(default_factory=dict)  # every nvidia.com/* capacity
+    allocatable: dict[str, int] = field(default_factory=dict)  # every nvidia.com/* allocatable
     kubelet: KubeletEndpoint | None = None  # where configz is read (configz: kubelet)
 
 
@@ -92,6 +93,8 @@ def discover(api: Any, spec: KubeSpec, warnings: list[str] | None = None) -> lis
         labels = dict(n.metadata.labels or {})
         gpus = _int(capacity.get(spec.gpu_resource))
         resources = {k: _int(v) for k, v in capacity.items() if k.startswith("nvidia.com/")}
+        allocatable_ = (n.status.allocatable or {}) if n.status else {}
+        allocatable = {k: _int(v) for k, v in allocatable_.items() if k.startswith("nvidia.com/")}
         # Under the mixed MIG strategy a GPU node may advertise nvidia.com/gpu 0 and only nvidia.com/mig-*
         # slices; GPU Feature Discovery labels every GPU node nvidia.com/gpu.present=true.
         slices = {k: v for k, v in resources.items() if k.startswith("nvidia.com/mig-") and v > 0}
@@ -110,7 +113,8 @@ def discover(api: Any, spec: KubeSpec, warnings: list[str] | None = None) -> lis
         else:
             continue
         kubelet = endpoint_of(n)
-        out.append(DiscoveredNode(n.metadata.name, kubelet.address if kubelet else None, labels, gpus, why, resources, kubelet))
+        address = kubelet.address if kubelet else None
+        out.append(DiscoveredNode(n.metadata.name, address, labels, gpus, why, resources, allocatable, kubelet))
     return sorted(out, key=lambda d: d.name)
 
 

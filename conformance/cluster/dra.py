@@ -51,6 +51,13 @@ class SliceDevice:
     parent_uuid: str | None  # a MIG device's GPU
     pci: str | None  # normalised PCI address (0000:c1:00.0)
     product: str | None
+    # the device's taints (KEP-5055, resource.k8s.io/v1 Device.taints: key, value, effect None | NoSchedule |
+    # NoExecute; consumers treat an unknown effect as None): NVIDIA's GPU DRA driver taints a GPU it sees failing
+    taints: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def keeps_work_off(self) -> list[str]:
+        """The taints that keep new claims (NoSchedule) or every claim (NoExecute) off the device."""
+        return [f"{k}={v}:{e}" if v else f"{k}:{e}" for k, v, e in self.taints if e in ("NoSchedule", "NoExecute")]
 
     @property
     def gpu_uuid(self) -> str | None:
@@ -195,6 +202,11 @@ def slice_device(driver: str, pool: str, d: dict[str, Any], slice_name: str) -> 
         pci = normalise_bus_id(raw_pci) if raw_pci else None
     except ParseError as e:
         raise FactUnavailable(f"ResourceSlice {slice_name} device {d.get('name')}: {e}") from None
+    raw_taints = d.get("taints")
+    if raw_taints is None and isinstance(d.get("basic"), dict):  # v1beta1
+        raw_taints = d["basic"].get("taints")
+    taints = [(str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect") or "None"))
+              for t in raw_taints or [] if isinstance(t, dict)]  # fmt: skip
     return SliceDevice(
         driver=driver,
         pool=pool,
@@ -204,6 +216,7 @@ def slice_device(driver: str, pool: str, d: dict[str, Any], slice_name: str) -> 
         parent_uuid=value("parentUUID"),
         pci=pci,
         product=value("productName"),
+        taints=taints,
     )
 
 

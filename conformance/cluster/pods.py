@@ -225,6 +225,14 @@ def _resize_state(status: Any) -> str | None:
     return f"status.resize {old}" if old else None
 
 
+def _resource_health(status: Any) -> list[tuple[str, str, str]]:
+    out = []
+    for rs in (getattr(status, "allocated_resources_status", None) or []) if status is not None else []:
+        for h in rs.resources or []:
+            out.append((str(rs.name), str(h.resource_id), str(h.health or "Unknown")))
+    return out
+
+
 def _gpus(resources: Any, resource: str) -> int:
     for part in ("limits", "requests"):
         v = (getattr(resources, part, None) or {}).get(resource) if resources else None
@@ -302,6 +310,9 @@ def gpu_pods(
                     # what the kubelet allocated (KEP-1287 in-place resize, GA 1.35): the spec is the desired size,
                     # status.containerStatuses[].allocatedResources (else .resources.requests) what the container holds
                     "cpu_allocated": _allocated_cpu(statuses.get(c.name)),
+                    # the kubelet's record of its devices' health (KEP-4680, containerStatuses[].allocatedResourcesStatus):
+                    # (resource name, resource ID: a device plugin's device ID or DRA's driver/pool/device, health)
+                    "health": _resource_health(statuses.get(c.name)),
                     **({"sidecar": True} if c in sidecars else {}),
                 }
             )

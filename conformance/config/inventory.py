@@ -49,6 +49,8 @@ class NodeSpec:
     discovered: str | None = None  # why the Kubernetes API named this node (None: inventory only)
     gpu_capacity: int | None = None  # the node's nvidia.com/gpu capacity, from the API
     gpu_resources: dict[str, int] = field(default_factory=dict)  # every nvidia.com/* capacity (MIG slices too)
+    # every nvidia.com/* allocatable: a device plugin leaves the devices it reports unhealthy out of it
+    gpu_allocatable: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -246,6 +248,7 @@ def merge_discovered(inv: Inventory, found: list[Any]) -> Inventory:
             node.discovered = f"{d.why}; also in the inventory"
             node.gpu_capacity = d.gpus
             node.gpu_resources = dict(d.resources)
+            node.gpu_allocatable = dict(d.allocatable)
             if not node.address and node.transport != "local":
                 node.address = d.internal_ip
             continue
@@ -260,6 +263,7 @@ def merge_discovered(inv: Inventory, found: list[Any]) -> Inventory:
             discovered=d.why,
             gpu_capacity=d.gpus,
             gpu_resources=dict(d.resources),
+            gpu_allocatable=dict(d.allocatable),
         )
         inv.nodes.append(node)
         by_name[d.name] = node

@@ -293,8 +293,9 @@ def _row(**outcomes: str) -> dict[str, str]:
 
 GPU_EXPECTED = {
     # the GPU memory mode is a Grace board's: the lab's PCIe GPUs skip it (tests/test_grace.py judges it)
-    "gpu-good": {**dict.fromkeys(GPU_CHECKS, "passed"), "GPU-MEMORY-MODE": "skipped"},
-    "gpu-bad": {**dict.fromkeys(GPU_CHECKS, "failed"), "GPU-MEMORY-MODE": "skipped"},
+    # GPU-CLUSTER-HEALTH needs the Kubernetes API, which this lab's audit does not use (tests/test_lab_dra.py judges it)
+    "gpu-good": {**dict.fromkeys(GPU_CHECKS, "passed"), "GPU-MEMORY-MODE": "skipped", "GPU-CLUSTER-HEALTH": "skipped"},
+    "gpu-bad": {**dict.fromkeys(GPU_CHECKS, "failed"), "GPU-MEMORY-MODE": "skipped", "GPU-CLUSTER-HEALTH": "skipped"},
     "gpu-smi": _row(
         GPU_COUNT="passed",
         GPU_NUMA_KNOWN="passed",
@@ -314,6 +315,7 @@ GPU_EXPECTED = {
         GPU_CLOCK_EVENTS="passed",  # GPU 9A's hardware slowdown is while busy: not judged
         GPU_MEMORY_MODE="skipped",
         GPU_CDI="skipped",  # no CDI spec, the toolkit in auto mode, no DRA driver: CDI is not in use
+        GPU_CLUSTER_HEALTH="skipped",
     ),
     "gpu-old-driver": _row(
         GPU_COUNT="passed",
@@ -334,6 +336,7 @@ GPU_EXPECTED = {
         GPU_CLOCK_EVENTS="skipped",  # its only GPU is busy
         GPU_MEMORY_MODE="skipped",
         GPU_CDI="skipped",  # no CDI spec, the toolkit in auto mode, no DRA driver: CDI is not in use
+        GPU_CLUSTER_HEALTH="skipped",
     ),
 }
 

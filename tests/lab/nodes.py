@@ -339,6 +339,7 @@ GPU_CHECKS = [
     "GPU-CLOCK-EVENTS",
     "GPU-MEMORY-MODE",
     "GPU-CDI",
+    "GPU-CLUSTER-HEALTH",
 ]
 
 

@@ -1,0 +1,65 @@
+"""Issue 52 item 4: the cluster's view of each GPU's health beside the node's own (GPU-CLUSTER-HEALTH). Devices as
+NVIDIA's GPU DRA driver publishes them in resource.k8s.io/v1 ResourceSlices, with KEP-5055 taints (k8s.io/api
+resource/v1 DeviceTaint: key, value, effect None | NoSchedule | NoExecute); the kubelet's KEP-4680 report in
+containerStatuses[].allocatedResourcesStatus (core/v1 ResourceStatus: name, resources[].resourceID and health, the
+resource ID a device plugin's device ID or DRA's <driver>/<pool>/<device>); the device plugin's allocatable."""
+
+from __future__ import annotations
+
+from conformance.checks.dra_rules import cluster_health_view
+from conformance.cluster.dra import NodeSlices, slice_device
+from conformance.facts.gpu import Gpu, GpuFacts
+
+UUID0, UUID1 = "GPU-00000000-0000-4000-8000-000000000018", "GPU-00000000-0000-4000-8000-00000000009A"
+GPUS = GpuFacts(gpus=[Gpu(0, UUID0, "0000:18:00.0"), Gpu(1, UUID1, "0000:9a:00.0")], source="NVML")
+
+
+def _slices(taints1: list[dict] | None = None) -> NodeSlices:
+    devices = [
+        {"name": "gpu-0", "attributes": {"type": {"string": "gpu"}, "uuid": {"string": UUID0}}},
+        {"name": "gpu-1", "attributes": {"type": {"string": "gpu"}, "uuid": {"string": UUID1}},
+         **({"taints": taints1} if taints1 else {})},
+    ]  # fmt: skip
+    return NodeSlices("v1", [slice_device("gpu.nvidia.com", "node-a", d, "node-a-gpu") for d in devices], "slices")
+
+
+XID = {"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoExecute", "timeAdded": "2026-12-03T00:00:00Z"}
+
+
+def test_a_broken_gpu_the_cluster_still_schedules_on_fails():
+    problems, _, _ = cluster_health_view(GPUS, {1: ["ECC: 3 uncorrected"]}, {}, _slices(), None, [])
+    assert len(problems) == 1 and problems[0].startswith(f"GPU1 {UUID1} (0000:9a:00.0) is broken on the node")
+    assert "carries no NoSchedule or NoExecute taint" in problems[0]
+    # tainted by the driver: the cluster agrees
+    assert cluster_health_view(GPUS, {1: ["Xid 79"]}, {}, _slices([XID]), None, [])[0] == []
+
+
+def test_a_gpu_the_cluster_keeps_work_off_while_the_node_reads_it_healthy_fails():
+    problems, _, _ = cluster_health_view(GPUS, {}, {}, _slices([XID]), None, [])
+    assert problems and "DRA device gpu-1 tainted gpu.nvidia.com/xid=79:NoExecute" in problems[0]
+    assert "yet the node reads it healthy" in problems[0]
+    # an effect of None informs only (and an unknown effect is treated as None)
+    for effect in ("None", "PreferNoSchedule"):
+        assert cluster_health_view(GPUS, {}, {}, _slices([{**XID, "effect": effect}]), None, [])[0] == []
+
+
+def test_unknown_node_health_never_agrees_with_a_taint():
+    problems, unknowns, _ = cluster_health_view(GPUS, {}, {1: ["ECC: not reported"]}, _slices([XID]), None, [])
+    assert problems == [] and unknowns and "node's own health of it was not read" in unknowns[0]
+
+
+def test_the_kubelets_health_report_to_a_pod_counts():
+    pod = [("inference/llm", "claim:llm-gpu/gpu", "gpu.nvidia.com/node-a/gpu-1", "Unhealthy")]
+    problems, _, _ = cluster_health_view(GPUS, {}, {}, _slices(), None, pod)
+    assert problems and "the kubelet reports gpu.nvidia.com/node-a/gpu-1 Unhealthy to pod inference/llm" in problems[0]
+    plugin_pod = [("inference/old", "nvidia.com/gpu", UUID0, "Healthy")]
+    assert cluster_health_view(GPUS, {}, {}, NodeSlices(None), (2, 2), plugin_pod)[0] == []
+
+
+def test_the_device_plugins_allocatable_counts_its_unhealthy_gpus():
+    none = NodeSlices(None)
+    problems, _, _ = cluster_health_view(GPUS, {0: ["row remap pending"]}, {}, none, (2, 2), [])
+    assert problems and "the device plugin reports only 0 of 2 GPUs unhealthy" in problems[0]
+    assert cluster_health_view(GPUS, {0: ["row remap pending"]}, {}, none, (2, 1), [])[0] == []
+    problems, _, _ = cluster_health_view(GPUS, {}, {}, none, (2, 1), [])
+    assert problems and "reports 1 GPU(s) unhealthy (allocatable 1 of 2) but the node reads 0 broken" in problems[0]
