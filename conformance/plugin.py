@@ -203,7 +203,8 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError("--acceptance-pod cannot run under pytest-xdist (each worker would create pods)")
         config.option.dist = "loadgroup"  # every check of a node in one worker: one collection per node
     try:
-        config.stash[RUN_KEY] = starts.from_options(config)
+        config.stash[RUN_KEY] = Run.of(starts.from_options(config))
+        config.stash[RUN_KEY].pytest_config = config
         config.pluginmanager.register(fixtures.run_plugin(config.stash[RUN_KEY]), "conformance-run")
         config.stash[RUN_KEY].store.xdist_worker = _xdist_worker(config)
         if _xdist_controller(config):

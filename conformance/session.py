@@ -20,6 +20,7 @@ from conformance.run.fleet import Fleet
 from conformance.run.identities import FleetIdentity
 from conformance.run.ledger import Ledger
 from conformance.run.measurements_store import MeasurementStore
+from conformance.run.parts import RunParts
 from conformance.run.pod_view import PodView
 from conformance.run.site_checks import SiteChecks
 
@@ -55,6 +56,15 @@ class Run:
         self.api_access: list[str] = []  # the API grants the run relies on, as the API server answered
         self.streamed: Any = None  # a replay's NodeSpool, where it is streamed (conformance.run.streamed)
         self.shown: Any = None  # what that streamed pass left for the report and the command line
+
+    @classmethod
+    def of(cls, parts: RunParts) -> Run:
+        """The run that composes the parts a start built (conformance.run.starts)."""
+        run = cls(parts.fleet, parts.store, parts.pods, parts.measurements, parts.site, parts.ledger, parts.identities,
+                  parts.console)  # fmt: skip
+        run.api_access = list(parts.api_access)
+        run.streamed = parts.streamed
+        return run
 
     # -- shortcuts for what most callers ask; everything else is asked of the part that knows --------
     inventory = property(lambda self: self.fleet.inventory)

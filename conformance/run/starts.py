@@ -1,6 +1,6 @@
 """How a run starts: live over an inventory (discovered through the Kubernetes API or not), on this machine,
-from snapshots, or replaying results documents (in memory, or streamed node by node); each way builds the
-run's parts and hands them to `Run` (conformance.session), which composes them."""
+from snapshots, or replaying results documents (in memory, or streamed node by node). Each way builds the run's
+parts (conformance.run.parts); `Run` (conformance.session), a stage above, composes them."""
 
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ from conformance.run.fleet import Fleet
 from conformance.run.identities import FleetIdentity
 from conformance.run.ledger import Ledger
 from conformance.run.measurements_store import MeasurementStore
+from conformance.run.parts import RunParts
 from conformance.run.pod_view import PodView
 from conformance.run.site_checks import SiteChecks
-from conformance.session import Run
 
 
 def compose(
@@ -36,8 +36,8 @@ def compose(
     parallel: int = 16,
     timeout: float = 120.0,
     verbose: bool = False,
-) -> Run:
-    """A run's parts, made for an inventory (and the snapshots it replays), and the run that composes them."""
+) -> RunParts:
+    """A run's parts, made for an inventory (and the snapshots it replays)."""
     console = Console()
     fleet = Fleet(inventory, profile_override)
     store = FactStore(fleet, CollectOptions(parallel, timeout, 2, verbose, tty=sys.stderr.isatty()), console.say)
@@ -45,7 +45,7 @@ def compose(
     if snapshot_dir:
         store.snapshots = load_snapshots(snapshot_dir)
     ledger = Ledger()
-    return Run(
+    return RunParts(
         fleet,
         store,
         PodView(fleet, store, console.say),
@@ -57,7 +57,7 @@ def compose(
     )
 
 
-def from_options(config: pytest.Config) -> Run:
+def from_options(config: pytest.Config) -> RunParts:
     opt = config.option
     if getattr(opt, "conformance_replay", None):
         replay = from_results(
@@ -67,7 +67,6 @@ def from_options(config: pytest.Config) -> Run:
             opt.conformance_select,
             config.option.verbose > 0,
         )
-        replay.pytest_config = config
         return replay
     snapshot = getattr(opt, "conformance_snapshot", None)
     kube_api, endpoints = None, {}
@@ -99,7 +98,6 @@ def from_options(config: pytest.Config) -> Run:
     run.store.kubelet_endpoints = endpoints
     if kube_api is not None and inv.kubernetes is not None:
         run.api_access = warnings + access_report(kube_api, inv.kubernetes.configz, run.fleet.pod_namespaces())
-    run.pytest_config = config
     run.measurements.measure = bool(getattr(opt, "conformance_measure", False))
     run.pods.acceptance_pod = bool(getattr(opt, "conformance_acceptance_pod", False))
     if getattr(opt, "conformance_waivers", None):
@@ -113,7 +111,7 @@ def from_results(
     expect: list[str] | None = None,
     select: list[str] | None = None,
     verbose: bool = False,
-) -> Run:
+) -> RunParts:
     """A replay of results documents (files, folders of them, pod logs): merged by node in a spool, then
     held in memory as one document (one pytest item per result) up to RESULT_ROWS_MAX results and
     MATRIX_MAX_NODES nodes, else (or where items per node are asked for) streamed node by node
