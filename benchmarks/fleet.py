@@ -140,7 +140,7 @@ def pytest_floor(tests: int, nodes: int, tmp: Path) -> float:
     """CPU s of pytest itself running `tests` empty tests (nodes x checks, parametrized as the suite is),
     with the plugins and the quiet and HTML options `conformance run` uses, and without this project's
     plugin: what no pytest-based audit of that many checks can go below here."""
-    from conformance.cli import QUIET
+    from conformance.commands.common import QUIET
 
     d = tmp / f"pytest-floor-{tests}"
     d.mkdir(exist_ok=True)

@@ -8,9 +8,9 @@ import json
 import subprocess
 import sys
 
-from conformance.cli import rollup
 from conformance.collection import collect
 from conformance.collection.bundle import Bundle
+from conformance.commands.summary import rollup
 from tests.test_fleet_report import fleet
 
 

@@ -1,0 +1,1 @@
+"""The `conformance` commands, one module each: its options beside its body (conformance.cli dispatches)."""
