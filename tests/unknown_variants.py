@@ -12,6 +12,7 @@ error on every variant of it, and the node's verdict must never improve."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -113,6 +114,11 @@ def judge(snapshots: Path, out: Path, profile: Path | None = None) -> tuple[subp
     args = [sys.executable, "-m", "conformance", "run", "--snapshot", str(snapshots), "--output", str(out)]
     if profile is not None:
         args += ["--profile", str(profile)]
+    # a thousand snapshot nodes: one pytest-xdist worker per CPU (each node's checks stay in one worker), the
+    # outputs the same as a serial run's (tests/test_xdist.py)
+    workers = min(4, len(os.sched_getaffinity(0)))
+    if workers > 1:
+        args += ["--", "-n", str(workers)]
     p = subprocess.run(args, capture_output=True, text=True, timeout=1800)
     return p, json.loads((out / "results.json").read_text())
 
