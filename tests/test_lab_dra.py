@@ -398,6 +398,8 @@ def test_the_clusters_view_of_gpu_health_is_judged_beside_the_nodes(dra_lab, tmp
     KEP-5055 taint on gpu-1 as NVIDIA's driver sets it, or the kubelet reporting gpu-1 Unhealthy to the pod holding
     it (KEP-4680), is the cluster keeping work off a GPU the node reads healthy: a finding."""
     api = _cluster(dra_lab, plugin_gpus=0)
+    for d in ("clean", "tainted", "reported"):
+        (tmp_path / d).mkdir()
     with serve(api) as url:
         _, got = run(dra_lab, url, tmp_path / "clean", select="test_gpu_cluster_health")
     clean = got["-"]["GPU-CLUSTER-HEALTH"]
