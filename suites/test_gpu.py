@@ -322,6 +322,9 @@ def test_gpu_h2d_local_bandwidth(node, visible_gpus, h2d, profile, evidence):
             continue
         gen, why = expected_generation(g, gp)
         floor = floor_for(gen, gp)
+        link = f"Gen{gen}"
+        if g.c2c:  # a Grace board's GPU: its host path is NVLink-C2C, not the PCIe link it reports (issue 51)
+            floor, link, why = gp.get("h2d_floor_c2c_gbps"), "NVLink-C2C", "the GPU reaches its CPU over NVLink-C2C"
         try:
             local = local_node(g)
         except FactUnavailable as e:
@@ -337,11 +340,12 @@ def test_gpu_h2d_local_bandwidth(node, visible_gpus, h2d, profile, evidence):
             continue
         metrics[g.uuid] = {"local_node": local, "gbps": row.gbps, "floor_gbps": floor, "generation": gen}
         line = f"{g.label}: {row.gbps:.2f} GB/s from NUMA node {local} (samples {row.samples}); "
-        line += f"floor {floor} GB/s for Gen{gen} ({why})"
+        line += f"floor {floor} GB/s for {link} ({why})"
         if floor is None:
-            errors.append(f"{g.label}: no floor in the profile for Gen{gen} (gpu.h2d_floor_gbps)")
+            key = "gpu.h2d_floor_c2c_gbps" if g.c2c else "gpu.h2d_floor_gbps"
+            errors.append(f"{g.label}: no floor in the profile for {link} ({key})")
         elif row.gbps < floor:
-            failures.append(f"{g.label}: {row.gbps:.2f} GB/s < floor {floor} GB/s (Gen{gen} x16)")
+            failures.append(f"{g.label}: {row.gbps:.2f} GB/s < floor {floor} GB/s ({link if g.c2c else link + ' x16'})")
         elif row.gbps < floor * (1 + margin):
             line += f"; within {margin:.0%} above the floor"
         evidence.add(line)

@@ -85,7 +85,7 @@ def _cut(rec: dict) -> dict:
     key = "text" if "text" in rec else "base64" if "base64" in rec else None
     if key is None or len(rec[key]) <= 4096:
         return rec
-    return {**rec, key: rec[key][:4096] if key == "text" else rec[key][:4096 - 4096 % 4]}
+    return {**rec, key: rec[key][:4096] if key == "text" else rec[key][: 4096 - 4096 % 4]}
 
 
 def write_variants(bases: list[Path], out: Path) -> dict[str, tuple[str, str]]:

@@ -172,6 +172,7 @@ def _validate(values: dict[str, Any], source: str) -> None:
         isinstance(g["h2d_floor_gbps"], dict) and all(_is_number(v) for v in g["h2d_floor_gbps"].values()),
         "a mapping of PCIe generation to GB/s",
     )
+    need("gpu.h2d_floor_c2c_gbps", g["h2d_floor_c2c_gbps"] is None or _is_number(g["h2d_floor_c2c_gbps"]), "GB/s or null")
     need("gpu.mig", g["mig"] in ("any", "off", "on"), "any, off or on")
     need("gpu.memory_mode", g["memory_mode"] in ("driver", "any"), "driver or any")
     need("gpu.cdi", g["cdi"] in ("auto", "required"), "auto or required")
