@@ -34,6 +34,18 @@ def published_gpu(d: SliceDevice, gpus: GpuFacts) -> Gpu | None:
     return by_uuid or by_pci
 
 
+def published_gpus(slices: NodeSlices | None, gpus: GpuFacts) -> tuple[list[tuple[SliceDevice, Gpu | None]], list[str]]:
+    """Each published device with the node's GPU it lives on (None: none of them), and the devices whose UUID and
+    PCI address name two GPUs (published_gpu), as problems."""
+    pairs, problems = [], []
+    for d in slices.devices if slices is not None else []:
+        try:
+            pairs.append((d, published_gpu(d, gpus)))
+        except FactUnavailable as e:
+            problems.append(str(e))
+    return pairs, problems
+
+
 def claim_gpu(c: ClaimDevice, gpus: GpuFacts, node: str) -> Gpu:
     """The node's GPU behind one allocated device; FactUnavailable names what could not be mapped."""
     d = c.published
@@ -83,14 +95,9 @@ def dra_advertised(slices: NodeSlices, gpus: GpuFacts, plugin: dict[str, int]) -
     lines = [f"{slices.source}: {len(slices.devices)} device(s)" if slices.version else slices.source]
     if not slices.devices:
         return [], lines, False
-    problems: list[str] = []
+    pairs, problems = published_gpus(slices, gpus)
     on: dict[int, list[str]] = {}  # GPU index -> the DRA devices on it (a GPU, or its MIG devices)
-    for d in slices.devices:
-        try:
-            g = published_gpu(d, gpus)
-        except FactUnavailable as e:
-            problems.append(str(e))
-            continue
+    for d, g in pairs:
         if g is None:
             problems.append(f"DRA device {d.name} (UUID {d.gpu_uuid or '?'}, PCI {d.pci or '?'}) is no GPU {gpus.source} lists")
             continue
@@ -150,17 +157,12 @@ def cluster_health_view(
     name, resource ID, health) says what the kubelet last heard of each device it holds. `node_broken` are the GPUs
     the node's own health checks fail (index -> why), `node_unknown` those whose health could not be read."""
     problems: list[str] = []
-    unknowns: list[str] = []
     lines: list[str] = []
     cluster_off: dict[int, list[str]] = {}
     published: set[int] = set()
     by_device: dict[str, Gpu] = {}
-    for d in slices.devices if slices is not None else []:
-        try:
-            g = published_gpu(d, gpus)
-        except FactUnavailable as e:
-            unknowns.append(str(e))
-            continue
+    pairs, unknowns = published_gpus(slices, gpus)
+    for d, g in pairs:
         if g is None:
             continue
         published.add(g.index)
