@@ -112,13 +112,13 @@ _grace_numa_mode.base = "gpu-good"  # type: ignore[attr-defined]
 
 # Checks a snapshot replay cannot fail or error, so the offline invariant cannot show them flip: pods are read
 # live through the API (pod specs, one exec per container), bandwidth and the replay counter are measured,
-# the endpoint is sent requests, and dcgm-exporter is asked over the API. (GPU-CLUSTER-HEALTH is asked over the API
-# too, but errors where a node's GPUs could not be read, as on the unreachable base.)
+# the endpoint is sent requests, and dcgm-exporter and the cluster's view of GPU health are asked over the API.
 NOT_IN_SNAPSHOTS = {
     "POD-QOS-GUARANTEED", "POD-CPUS-EXCLUSIVE", "POD-CPUS-SINGLE-NUMA", "POD-GPU-NUMA-ALIGNED", "POD-MEMS-LOCAL",
     "POD-FULL-CORES", "POD-THREAD-AFFINITY", "POD-THREAD-ENV", "POD-SHM-SIZE", "POD-RUNTIME-CLASS", "POD-CPU-THROTTLING",
     "POD-SYSCTL-TCP-TW-REUSE", "POD-SYSCTL-SOMAXCONN", "POD-SYSCTL-PORT-RANGE", "RUNTIME-CLASS-HANDLER",
     "GPU-H2D-LOCAL-BW", "GPU-H2D-NUMA-MATRIX", "GPU-PCIE-REPLAY", "LATENCY-JITTER", "GPU-DCGM-EXPORTER",
+    "GPU-CLUSTER-HEALTH",
 }  # fmt: skip
 
 
