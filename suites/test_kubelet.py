@@ -13,7 +13,7 @@ import pytest
 
 from conformance.checks import check
 from conformance.checks.numa_rules import live_kubelet_within_limit, numa_limit_problems
-from conformance.checks.runtime_rules import runtime_config_support
+from conformance.checks.runtime_rules import FALLBACK_REMOVED, runtime_config_support
 from conformance.checks.sysctl_rules import POD_SYSCTLS, allowlisted
 from conformance.config.units import parse_duration
 from conformance.errors import FactUnavailable, ParseError
@@ -306,8 +306,15 @@ def test_cgroup_driver(node, kubelet_cgroup_driver, facts, evidence):
         kubelet = None
     try:
         runtime, _ = facts.runtime_name
-    except FactUnavailable:
-        return  # no runtime known: RUNTIME-SYSTEMD-CGROUP says so
+    except FactUnavailable as e:
+        # which runtime answers the kubelet's RuntimeConfig call is unknown: only a kubelet that still falls back to
+        # its own cgroupDriver, now and at its next minor release, makes that not matter
+        if kubelet is not None and kubelet[:2] < (FALLBACK_REMOVED[0], FALLBACK_REMOVED[1] - 1):
+            evidence.add(
+                f"container runtime not known ({e}); kubelet {'.'.join(map(str, kubelet))} falls back to its own cgroupDriver"
+            )
+            return
+        raise FactUnavailable(f"whether the container runtime answers the kubelet's RuntimeConfig call: {e}") from None
     release = facts.containerd_release if runtime == "containerd" else facts.crio_release if runtime == "cri-o" else None
     numbers = release.triple if runtime == "containerd" and release is not None else None
     m = re.match(r"(\d+)\.(\d+)\.(\d+)", str(release or "")) if runtime == "cri-o" else None

@@ -87,3 +87,22 @@ def test_not_reached_nodes_count_once_and_attention_order_holds_everywhere(tmp_p
     assert re.findall(r"<tr id='node-(gpu-\d{4})'>", every)[:11] == [*(f"gpu-{i:04d}" for i in range(90, 100)), "gpu-0000"]
     assert re.search(r"<tr><td>X-1</td>.*?<summary>3 node\(s\)</summary>", html)
     assert "<td class='n'>50</td><td>ssh to &lt;address&gt;: connection timed out</td>" in html
+
+
+def test_nodes_discovery_could_not_find_are_said_first(tmp_path):
+    """A run whose discovery could not list ResourceSlices (tests/test_kube_api.py) may lack the GPU nodes only DRA
+    serves: the page's scope and summary.md say so before the verdicts, not only the API access lines."""
+    doc = _fleet()
+    doc["nodes"], doc["results"] = doc["nodes"][90:100], [r for r in doc["results"] if r["node"] in
+                                                          {n["name"] for n in doc["nodes"][90:100]}]  # fmt: skip
+    line = ("WARNING: GPU nodes that only DRA serves (no NFD label) may be missing from the audit: the suite's identity "
+            "lacks the RBAC permission list on resourceslices.resource.k8s.io")  # fmt: skip
+    doc["api_access"] = [line]
+    (tmp_path / "results.json").write_text(json.dumps(doc))
+    subprocess.run([sys.executable, "-m", "conformance", "report", str(tmp_path / "results.json"), "--output",
+                    str(tmp_path / "out")], capture_output=True, text=True, timeout=300)  # fmt: skip
+    html = (tmp_path / "out" / "report.html").read_text()
+    scope = re.search(r"id='gnc-scope'>(.*?)</section>", html, re.S).group(1)
+    assert scope.index("may be missing from the audit") < scope.index("gnc-totals")
+    md = (tmp_path / "out" / "summary.md").read_text()
+    assert "**WARNING: GPU nodes that only DRA serves (no NFD label) may be missing from the audit" in md

@@ -188,6 +188,18 @@ def test_a_kubelet_that_answers_configz_has_passed_the_numa_node_limit():
     assert live_kubelet_within_limit("single-numa-node", {"max-allowable-numa-nodes": "34"}, (1, 36, 0)) is not None
 
 
+def test_the_admission_stall_is_unknown_without_the_kubelets_release():
+    """Above 16 NUMA nodes the verdict rests on the kubelet's release (the stall is fixed in 1.36): an unread
+    release is an error naming it, never a pass; at 9 nodes (a GH200) the release does not matter."""
+    from conformance.errors import FactUnavailable
+
+    options = {"max-allowable-numa-nodes": "34"}
+    with pytest.raises(FactUnavailable, match="the kubelet's release is unknown"):
+        numa_limit_problems("single-numa-node", options, list(range(34)), None)
+    assert numa_limit_problems("single-numa-node", options, list(range(34)), (1, 36, 0))[0] == []
+    assert numa_limit_problems("single-numa-node", options, list(range(9)), None)[0] == []
+
+
 def test_the_rules_on_their_own():
     assert numa_limit_problems("none", {}, list(range(34)), (1, 35, 0))[0] == []
     assert numa_limit_problems("single-numa-node", {"max-allowable-numa-nodes": "9"}, list(range(9)), (1, 35, 0))[0] == []

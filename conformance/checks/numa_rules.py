@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.errors import ParseError
+from conformance.errors import FactUnavailable, ParseError
 
 DEFAULT_MAX_NUMA_NODES = 8
 STALL_NODES = 16  # 2^16 affinity masks per hint provider: a GH200's 9 nodes admit as usual, a GB200's 34 do not
@@ -39,7 +39,8 @@ def max_allowable(options: Any) -> tuple[int, str]:
 def numa_limit_problems(
     policy: str, options: Any, nodes: list[int], release: tuple[int, int, int] | None
 ) -> tuple[list[str], list[str]]:
-    """(problems, evidence) of the Topology Manager's NUMA node limit on this machine."""
+    """(problems, evidence) of the Topology Manager's NUMA node limit on this machine; FactUnavailable where the
+    verdict needs the kubelet's release (more than STALL_NODES nodes) and it is unknown."""
     count = len(nodes)
     limit, where = max_allowable(options)
     lines = [f"NUMA nodes on the machine: {count} (/sys/devices/system/node/node*, as cadvisor counts them); limit {where}"]
@@ -51,7 +52,13 @@ def numa_limit_problems(
             f'exits at start ("unsupported on machines with more than {limit} NUMA Nodes"); set '
             f'topologyManagerPolicyOptions max-allowable-numa-nodes: "{count}"'
         ], lines
-    if count > STALL_NODES and release is not None and release[:2] < STALL_FIXED:
+    if count > STALL_NODES and release is None:
+        # whether pod admission stalls depends on the kubelet's release: unknown is never a pass
+        raise FactUnavailable(
+            f"{count} NUMA nodes with topologyManagerPolicy {policy}: pod admission stalls on kubelets before 1.36 "
+            "(kubernetes/kubernetes #135541), and the kubelet's release is unknown"
+        )
+    if count > STALL_NODES and release[:2] < STALL_FIXED:
         return [
             f"{count} NUMA nodes with topologyManagerPolicy {policy} on kubelet {'.'.join(map(str, release))}: pod "
             "admission enumerates the affinity masks of every node and stalls (kubernetes/kubernetes #135541, fixed by "

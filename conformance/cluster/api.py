@@ -14,7 +14,7 @@ from conformance.cluster.api_errors import explain
 from conformance.cluster.dcgm import collect_interval
 from conformance.cluster.dra import nodes_publishing
 from conformance.cluster.kubelet_access import KubeletEndpoint, endpoint_of, parse_configz
-from conformance.config.kubernetes import KubeSpec
+from conformance.config.kubernetes import MISSING_FROM_AUDIT, KubeSpec
 from conformance.errors import FactUnavailable, UsageError
 
 TIMEOUT_S = 15.0
@@ -86,7 +86,7 @@ def discover(api: Any, spec: KubeSpec, warnings: list[str] | None = None) -> lis
     except FactUnavailable as e:
         published = {}
         if warnings is not None:
-            warnings.append(f"WARNING: GPU nodes that only DRA serves (no NFD label) may be missing from the audit: {e}")
+            warnings.append(f"WARNING: GPU nodes that only DRA serves (no NFD label) {MISSING_FROM_AUDIT}: {e}")
     out = []
     for n in nodes:
         capacity = (n.status.capacity or {}) if n.status else {}

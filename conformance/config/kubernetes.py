@@ -15,6 +15,11 @@ GPU_RESOURCE = "nvidia.com/gpu"
 CONFIGZ_MODES = ("kubelet", "proxy", "off")
 
 
+# Said in a run's API access lines (results.json api_access) when discovery could not ask all it needed: nodes the
+# run should have audited may be absent; the report's scope shows such lines first.
+MISSING_FROM_AUDIT = "may be missing from the audit"
+
+
 @dataclass
 class KubeSpec:
     """The inventory's `kubernetes:` section."""

@@ -11,6 +11,7 @@ from typing import Any
 
 from conformance.config.check_contract import SEVERITY_RANK
 from conformance.config.fleet import GROUP_LABELS, most_carried
+from conformance.config.kubernetes import MISSING_FROM_AUDIT
 from conformance.config.verdict import ATTENTION_ORDER, attention_key, cause, not_reached, verdict_counts, why_not_accepted
 from conformance.outputs.documents import parts_of_file
 
@@ -71,6 +72,7 @@ def summary_markdown(results: Path) -> str:
     shown = verdict_counts(verdicts, "**{n} {v}**")
     state = "complete" if meta.get("complete", True) else "**interrupted**: what was not collected is incomplete"
     lines += [f"{total} node(s): {shown or 'none'}; run {state}."]
+    lines += [f"\n**{cell(a)}**" for a in meta.get("api_access") or [] if MISSING_FROM_AUDIT in a]
     words = {"passed": "passed", "failed": "failed", "error": "errors", "skipped": "skipped", "waived": "waived"}
     lines += ["", "Results: " + ", ".join(f"{outcomes[k]} {w}" for k, w in words.items()) + ".", ""]
     if len(per_profile) > 1 or any(p != "default" for p in per_profile):

@@ -9,6 +9,7 @@ from typing import Any
 
 from conformance import __version__
 from conformance.checks import REGISTRY
+from conformance.config.kubernetes import MISSING_FROM_AUDIT
 from conformance.config.verdict import ATTENTION_ORDER, attention_key, verdict_counts, why_not_accepted
 from conformance.outputs.fleet_view import (
     e,
@@ -93,8 +94,11 @@ def scope_section(run: ReportView) -> str:
         for n in bad
     )
     listed = f"<p>Not accepted ({total - counts['accepted']} of {total}):</p><ul>{items}</ul>" if bad else ""
+    # what may be missing from the scope itself comes first: an interrupted run, nodes discovery could not find
+    alerts = [INTERRUPTED_BANNER] if not doc.get("complete", True) else []
+    alerts += [f"<p class='gnc-interrupted' role='alert'>{e(line)}</p>" for line in doc.get("api_access") or []
+               if MISSING_FROM_AUDIT in line]  # fmt: skip
     return (
-        f"<section aria-label='Scope and verdicts' id='gnc-scope'><h2>Scope and verdicts</h2>"
-        f"{INTERRUPTED_BANNER if not doc.get('complete', True) else ''}"
+        f"<section aria-label='Scope and verdicts' id='gnc-scope'><h2>Scope and verdicts</h2>{''.join(alerts)}"
         f"<p class='gnc-totals'>{total} node(s): {totals}</p>{listed}<p>{'; '.join(facts)}.</p></section>"
     )
