@@ -475,7 +475,8 @@ def test_gpu_cdi(node, visible_gpus, facts, profile, evidence):
     if dra or profile.get("gpu.cdi") == "required":
         # the kubelet hands DRA devices (and CDI-mode device plugins' devices) to the runtime as CDI names over the CRI
         rc = facts.runtime_config
-        release = facts.containerd_release.triple if rc.runtime == "containerd" and facts.containerd_release else None
+        containerd = facts.containerd_release if rc.runtime == "containerd" else None  # read from the package database
+        release = containerd.triple if containerd is not None else None
         enabled, why = cdi_enabled(rc.runtime, rc.cdi_enable, release)
         evidence.add(f"runtime {rc.runtime}: {why}")
         if enabled is False:

@@ -61,9 +61,9 @@ class FleetSummary:
         self.by_group: dict[str, Counter[str]] = defaultdict(Counter)
         self.failing: dict[str, _Failing] = {}
         self.causes: Counter[str] = Counter()  # nodes not reached, each once, under its cause
-        self.findings = _Smallest(FINDINGS_KEPT)  # the failing and waived results the findings show, what blocks first
+        self.findings = Smallest(FINDINGS_KEPT)  # the failing and waived results the findings show, what blocks first
         self.finding_results = 0
-        self.listed = _Smallest(NODE_LIST_MAX)
+        self.listed = Smallest(NODE_LIST_MAX)
         self.compact: list[list[str]] = []
 
     @classmethod
@@ -111,7 +111,7 @@ class FleetSummary:
         return sum(self.total.values())
 
 
-class _Smallest:
+class Smallest:
     """The `limit` entries with the smallest keys (ties: the first added), of any number added."""
 
     def __init__(self, limit: int) -> None:
@@ -119,14 +119,14 @@ class _Smallest:
         self.entries: list[tuple[Any, int, Any]] = []
         self.seen = 0
 
-    def add(self, key: Any, text: Any) -> None:
-        self.entries.append((key, self.seen, text))
+    def add(self, key: Any, item: Any) -> None:
+        self.entries.append((key, self.seen, item))
         self.seen += 1
         if len(self.entries) > 2 * self.limit:
             self.entries = sorted(self.entries)[: self.limit]
 
-    def texts(self) -> list[Any]:
-        return [text for _, _, text in sorted(self.entries)[: self.limit]]
+    def kept(self) -> list[Any]:
+        return [item for _, _, item in sorted(self.entries)[: self.limit]]
 
 
 class _Failing:
@@ -136,7 +136,7 @@ class _Failing:
         self.severity = severity
         self.per_group: Counter[str] = Counter()
         self.nodes = 0
-        self.results = _Smallest(FAILING_SHOWN)
+        self.results = Smallest(FAILING_SHOWN)
         self._last = ""
 
     def add(self, node: str, group: str, r: dict[str, Any]) -> None:
@@ -251,7 +251,7 @@ def _check_by_group(summary: FleetSummary) -> str:
         severity = f"<b>{e(f.severity)}: blocks</b>" if f.severity in BLOCKING else e(f.severity)
         rows.append(
             f"<tr><td>{e(check)}</td><td>{severity}</td>{cells}"
-            f"<td><details><summary>{f.nodes} node(s)</summary><ul>{''.join(f.results.texts())}{tail}</ul></details></td>"
+            f"<td><details><summary>{f.nodes} node(s)</summary><ul>{''.join(f.results.kept())}{tail}</ul></details></td>"
             f"<td>{e(spec.remediation) if spec else ''}</td></tr>"
         )
     return (
@@ -277,7 +277,7 @@ def _node_list(summary: FleetSummary) -> str:
         "or check</summary><label>find nodes <input id='gnc-find' type='search' size='40'></label>"
         "<p id='gnc-found' aria-live='polite'></p>"
         "<table class='fleet' id='gnc-nodes'><thead><tr><th>node</th><th>verdict</th><th>profile</th><th>group</th>"
-        f"<th>failed or errored checks / reason</th></tr></thead><tbody>{''.join(listed.texts())}</tbody></table></details>"
+        f"<th>failed or errored checks / reason</th></tr></thead><tbody>{''.join(listed.kept())}</tbody></table></details>"
         f"<script type='application/json' id='gnc-all-nodes'>{data}</script>{_NODE_SCRIPT}"
     )
 

@@ -171,7 +171,7 @@ def pytest_html_results_summary(prefix: list[str], summary: list[str], postfix: 
         # the fleet first, where the page opens; the matrix would be unreadable at this size
         wanted = session.config.getoption("conformance_group_by")
         fleet = run.fleet or FleetSummary.of(summaries, run.results, wanted)
-        findings, _ = findings_section(fleet.findings.texts(), summaries, of=fleet.finding_results)
+        findings, _ = findings_section(fleet.findings.kept(), summaries, of=fleet.finding_results)
         sections = [scope_section(run), fleet_view(fleet), verdict_table(run, summaries), findings, waivers_and_diff(run),
                     _left_out(run)]  # fmt: skip
     else:

@@ -14,6 +14,7 @@ from conformance.config.fleet import GROUP_LABELS, most_carried
 from conformance.config.kubernetes import MISSING_FROM_AUDIT
 from conformance.config.verdict import ATTENTION_ORDER, attention_key, cause, not_reached, verdict_counts, why_not_accepted
 from conformance.outputs.documents import parts_of_file
+from conformance.outputs.fleet_view import Smallest
 
 NODES_LISTED = 30
 CHECKS_LISTED = 10
@@ -34,7 +35,7 @@ def summary_markdown(results: Path) -> str:
     # per pool label the fleet view groups by (conformance.config.fleet.GROUP_LABELS), counted in the one pass;
     # the label most nodes carry is chosen afterwards, as group_label chooses it
     per_label: dict[str, dict[str, Counter[str]]] = {k: defaultdict(Counter) for k in GROUP_LABELS}
-    not_accepted: list[dict[str, Any]] = []  # the first NODES_LISTED in attention order (conformance.config.verdict)
+    first = Smallest(NODES_LISTED)  # the nodes not accepted, the first in attention order (conformance.config.verdict)
     causes: Counter[str] = Counter()  # nodes not reached, once each, under their cause
     unreached: set[str] = set()
     failing: dict[str, set[str]] = defaultdict(set)  # check -> nodes where it failed
@@ -54,14 +55,12 @@ def summary_markdown(results: Path) -> str:
                 unreached.add(value["name"])
                 causes[cause(value)] += 1
             if value["verdict"] != "accepted":
-                not_accepted.append(value)
-                if len(not_accepted) > 2 * NODES_LISTED:
-                    not_accepted = sorted(not_accepted, key=attention_key)[:NODES_LISTED]
+                first.add(attention_key(value), value)
         elif kind == "result":
             outcomes[value.get("outcome", "?")] += 1
             if value.get("outcome") in ("failed", "error") and not value.get("waiver"):
                 (failing if value["outcome"] == "failed" else erroring)[value["check"]].add(value["node"])
-    not_accepted = sorted(not_accepted, key=attention_key)[:NODES_LISTED]
+    not_accepted = first.kept()
     # per check, the nodes where it was judged and failed or errored: a node not reached counts under its cause
     blocking_nodes = {c: failing.get(c, set()) | (erroring.get(c, set()) - unreached) for c in {*failing, *erroring}}
     blocking_nodes = {c: ns for c, ns in blocking_nodes.items() if ns}

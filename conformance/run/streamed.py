@@ -21,7 +21,14 @@ from conformance.checks.fleet_drift import FLEET_CHECK, DriftJudge
 from conformance.config.fleet import group_label
 from conformance.config.verdict import attention_key
 from conformance.outputs import FAILING, Diff, write_atomically, write_json_document
-from conformance.outputs.fleet_view import MATRIX_MAX_NODES, TABLE_NODES_MAX, VERDICT_ROWS_MAX, FleetSummary, drift_section
+from conformance.outputs.fleet_view import (
+    MATRIX_MAX_NODES,
+    TABLE_NODES_MAX,
+    VERDICT_ROWS_MAX,
+    FleetSummary,
+    Smallest,
+    drift_section,
+)
 from conformance.outputs.replay import NodeReplayItem, result_id, safe_id
 from conformance.outputs.streaming import JsonItems, JunitSuites, PromSeries
 from conformance.run.merging import Ticker
@@ -72,7 +79,8 @@ def stream(run: Run, spool: NodeSpool, out: Outputs, ticker: Ticker | None = Non
     junit, prom = JunitSuites(), PromSeries()
     diff = Diff(out.baseline) if out.baseline is not None else None
     shown = Shown({}, fleet)
-    listed: list[dict[str, Any]] = []
+    # the node summaries the page keeps: a small fleet's every one in its order, else the first in attention order
+    listed = Smallest(len(names) if small else VERDICT_ROWS_MAX)
     drawn: list[dict[str, Any]] = []
     used: set[str] = set()
     profiles: set[str] = set()
@@ -128,27 +136,24 @@ def stream(run: Run, spool: NodeSpool, out: Outputs, ticker: Ticker | None = Non
         spool_.close()
     if ticker is not None:
         ticker.say(f"writing the reports: {len(names)} of {len(names)} nodes", last=True)
-    if not small:
-        not_accepted = sum(k for v, k in shown.verdicts.items() if v != "accepted")
-        listed[:] = sorted(listed, key=attention_key)[:VERDICT_ROWS_MAX]
-        if not_accepted > len(listed):
-            shown.left_out["verdict_rows"] = not_accepted - len(listed)
+    kept = listed.kept()
+    not_accepted = sum(k for v, k in shown.verdicts.items() if v != "accepted")
+    if not small and not_accepted > len(kept):
+        shown.left_out["verdict_rows"] = not_accepted - len(kept)
     # the page keeps a bounded part of the nodes and results; its scope, title and totals are the whole run's
     totals = {"nodes": sum(shown.verdicts.values()), "verdicts": dict(shown.verdicts), "checks": sorted(used),
               "profiles": sorted(profiles), "narrowed": narrowed}  # fmt: skip
-    shown.doc = dict(doc, nodes=listed, results=drawn, run_totals=totals)
+    shown.doc = dict(doc, nodes=kept, results=drawn, run_totals=totals)
     if "table_rows" in shown.left_out:
         shown.left_out["table_shown"] = len(shown.table)
     return shown
 
 
-def _keep(shown: Shown, summary: dict[str, Any], rows: list[dict[str, Any]], listed: list, drawn: list, small: bool) -> None:
+def _keep(shown: Shown, summary: dict[str, Any], rows: list[dict[str, Any]], listed: Smallest, drawn: list, small: bool) -> None:
     """The bounded part of a node the page and the command line show."""
     left = shown.left_out
     if small or summary["verdict"] != "accepted":
-        listed.append(summary)  # a large fleet's page keeps the first VERDICT_ROWS_MAX in attention order
-        if not small and len(listed) > 2 * VERDICT_ROWS_MAX:
-            listed[:] = sorted(listed, key=attention_key)[:VERDICT_ROWS_MAX]
+        listed.add(() if small else attention_key(summary), summary)
     failing = [r for r in rows if r["outcome"] in FAILING]
     if failing:
         if len(shown.table) < TABLE_NODES_MAX:
