@@ -54,7 +54,7 @@ def finish(rc: int, out: Path, pushgateway: str | None, verbose: int = 0) -> int
     if not results.is_file():
         print(f"error: pytest ended with exit code {rc} and wrote no results", file=sys.stderr)
         return EXIT_INTERRUPTED if rc == pytest.ExitCode.INTERRUPTED else EXIT_USAGE
-    from conformance.config.verdict import attention_key, verdict_counts, why_not_accepted
+    from conformance.config.verdict import attention_key, result_counts, verdict_counts, why_not_accepted
     from conformance.plugin import written_summary
 
     doc = written_summary(results) or _read_summary(results)
@@ -99,8 +99,7 @@ def finish(rc: int, out: Path, pushgateway: str | None, verbose: int = 0) -> int
         sums = Counter[str]()
         for n in doc["nodes"]:
             sums.update(n["counts"])
-        words = {"passed": "passed", "failed": "failed", "error": "errors", "skipped": "skipped", "waived": "waived"}
-        line += "; results: " + ", ".join(f"{sums[k]} {w}" for k, w in words.items())
+        line += f"; results: {result_counts(sums)}"
     print(line + ("" if doc.get("complete", True) else "; the run was interrupted: what was not collected is incomplete"))
     from conformance.outputs.markdown_summary import write_summary
 

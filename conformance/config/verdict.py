@@ -56,6 +56,14 @@ def cause(summary: dict[str, Any]) -> str:
     return text[:160]
 
 
+RESULT_WORDS = {"passed": "passed", "failed": "failed", "error": "errors", "skipped": "skipped", "waived": "waived"}
+
+
+def result_counts(counts: Mapping[str, int]) -> str:
+    """Every outcome's count of results in one line, zeros too ("3 passed, 1 failed, 0 errors, ...")."""
+    return ", ".join(f"{counts.get(k, 0)} {w}" for k, w in RESULT_WORDS.items())
+
+
 def verdict_counts(counts: Mapping[str, int], form: str = "{n} {v}") -> str:
     """The verdict counts in one line, what needs attention first, the verdicts no node has left out."""
     return ", ".join(form.format(n=counts[v], v=v) for v in ATTENTION_ORDER if counts.get(v))

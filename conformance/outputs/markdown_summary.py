@@ -12,7 +12,15 @@ from typing import Any
 from conformance.config.check_contract import SEVERITY_RANK
 from conformance.config.fleet import GROUP_LABELS, most_carried
 from conformance.config.kubernetes import MISSING_FROM_AUDIT
-from conformance.config.verdict import ATTENTION_ORDER, attention_key, cause, not_reached, verdict_counts, why_not_accepted
+from conformance.config.verdict import (
+    ATTENTION_ORDER,
+    attention_key,
+    cause,
+    not_reached,
+    result_counts,
+    verdict_counts,
+    why_not_accepted,
+)
 from conformance.outputs.documents import parts_of_file
 from conformance.outputs.fleet_view import Smallest
 
@@ -72,8 +80,7 @@ def summary_markdown(results: Path) -> str:
     state = "complete" if meta.get("complete", True) else "**interrupted**: what was not collected is incomplete"
     lines += [f"{total} node(s): {shown or 'none'}; run {state}."]
     lines += [f"\n**{cell(a)}**" for a in meta.get("api_access") or [] if MISSING_FROM_AUDIT in a]
-    words = {"passed": "passed", "failed": "failed", "error": "errors", "skipped": "skipped", "waived": "waived"}
-    lines += ["", "Results: " + ", ".join(f"{outcomes[k]} {w}" for k, w in words.items()) + ".", ""]
+    lines += ["", f"Results: {result_counts(outcomes)}.", ""]
     if len(per_profile) > 1 or any(p != "default" for p in per_profile):
         lines += ["| profile | " + " | ".join(ATTENTION_ORDER) + " |", "|---|" + "---:|" * len(ATTENTION_ORDER)]
         for profile, c in sorted(per_profile.items()):
