@@ -48,6 +48,15 @@ def test_unknown_node_health_never_agrees_with_a_taint():
     assert problems == [] and unknowns and "node's own health of it was not read" in unknowns[0]
 
 
+def test_unread_node_health_is_unknown_whatever_the_cluster_says():
+    """With the node's health of a GPU unread, the cluster scheduling on it is no agreement either; and a device
+    plugin reporting more GPUs unhealthy than the node reads broken may be right about the unread ones."""
+    _, unknowns, _ = cluster_health_view(GPUS, {}, {0: ["Xid: kernel log not read"]}, _slices(), None, [])
+    assert unknowns and "the cluster schedules on it" in unknowns[0] and "Xid: kernel log not read" in unknowns[0]
+    problems, unknowns, _ = cluster_health_view(GPUS, {}, {0: ["ECC: not reported"]}, NodeSlices(None), (2, 1), [])
+    assert problems == [] and any("the health of others was not read" in u for u in unknowns)
+
+
 def test_the_kubelets_health_report_to_a_pod_counts():
     pod = [("inference/llm", "claim:llm-gpu/gpu", "gpu.nvidia.com/node-a/gpu-1", "Unhealthy")]
     problems, _, _ = cluster_health_view(GPUS, {}, {}, _slices(), None, pod)

@@ -185,8 +185,9 @@ def cluster_health_view(
         if off and not broken and not unread:
             problems.append(f"the cluster keeps work off {g.label} ({'; '.join(off)}), yet the node reads it healthy: a "
                             "stale taint or health report, or a failure the node's records do not show")  # fmt: skip
-        if off and unread and not broken:
-            unknowns.append(f"{g.label}: the cluster keeps work off it, and the node's own health of it was not read")
+        if unread and not broken:  # whether node and cluster agree rests on what was not read: never a pass
+            view = "keeps work off it" if off else "schedules on it"
+            unknowns.append(f"{g.label}: the cluster {view}, and the node's own health of it was not read ({'; '.join(unread)})")
     if plugin is not None:
         capacity, allocatable = plugin
         plugin_broken = [g.label for g in gpus.gpus if node_broken.get(g.index) and g.index not in published]
@@ -198,4 +199,7 @@ def cluster_health_view(
         elif capacity - allocatable > len(plugin_broken) and not node_unknown:
             problems.append(f"the device plugin reports {capacity - allocatable} GPU(s) unhealthy (allocatable "
                             f"{allocatable} of {capacity}) but the node reads {len(plugin_broken)} broken")  # fmt: skip
+        elif capacity - allocatable > len(plugin_broken):  # the GPUs whose health was not read may be the ones
+            unknowns.append(f"the device plugin reports {capacity - allocatable} GPU(s) unhealthy, the node reads "
+                            f"{len(plugin_broken)} broken, and the health of others was not read")  # fmt: skip
     return problems, unknowns, lines

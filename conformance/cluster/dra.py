@@ -236,7 +236,7 @@ def pod_claims(pod: Any) -> tuple[dict[str, str | None], dict[str, list[tuple[st
     # extendedResourceName (or its implicit deviceclass.resource.kubernetes.io/<class>) maps to DRA is allocated in a
     # special claim the scheduler makes; status.extendedResourceClaimStatus names it and maps each (container,
     # resource) to its request (k8s.io/api core/v1 PodExtendedResourceClaimStatus: resourceClaimName, requestMappings)
-    ext = getattr(status, "extended_resource_claim_status", None) if status is not None else None
+    ext = _extended_status(pod)
     if ext is not None and ext.resource_claim_name:
         names[EXTENDED_CLAIM] = ext.resource_claim_name
         for m in ext.request_mappings or []:
@@ -247,10 +247,15 @@ def pod_claims(pod: Any) -> tuple[dict[str, str | None], dict[str, list[tuple[st
 EXTENDED_CLAIM = "(extended resources)"  # the special claim's entry: it has no spec.resourceClaims entry
 
 
+def _extended_status(pod: Any) -> Any:
+    """status.extendedResourceClaimStatus of a pod object of the client (None: DRA serves no extended resource)."""
+    return getattr(pod.status, "extended_resource_claim_status", None) if pod.status is not None else None
+
+
 def extended_resources(pod: Any) -> dict[str, list[str]]:
     """Container -> the extended resources DRA serves it (status.extendedResourceClaimStatus.requestMappings): such a
     resource is no device plugin's, whatever its name (nvidia.com/gpu too)."""
-    ext = getattr(pod.status, "extended_resource_claim_status", None) if pod.status is not None else None
+    ext = _extended_status(pod)
     out: dict[str, list[str]] = {}
     for m in (ext.request_mappings or []) if ext is not None else []:
         out.setdefault(m.container_name, []).append(m.resource_name)
