@@ -84,22 +84,36 @@ def test_pod_cpus_exclusive(node, container, pod, spec_container, inside, assign
     if pod.resize:
         evidence.add(f"resize: {pod.resize} (judged against what was allocated)")
     problems = []
-    if want is None or len(inside.cpus) != want:
-        problems.append(f"{len(inside.cpus)} CPUs ({_fmt(inside.cpus)}) for an allocation of {held}")
-    if assignment is None and pod.pod_resources is not None and spec_container["cpu_request"] is None:
-        problems.append(
-            "no exclusive assignment in cpu_manager_state: with pod-level resources (spec.resources) and no container "
-            "CPU request the static CPU manager gives exclusive CPUs only with the PodLevelResourceManagers feature "
-            "gate (pkg/kubelet/cm/cpumanager/policy_static.go); enable it on the kubelet, or state whole-CPU requests "
-            "equal to limits on the container"
-        )
-    elif assignment is None:
-        problems.append("no exclusive assignment in cpu_manager_state")
-    elif inside.cpus != assignment:
-        problems.append(f"cpuset {_fmt(inside.cpus)} differs from the kubelet's assignment {_fmt(assignment)}")
+    # With the PodLevelResourceManagers gate the static policy gives a pod with spec.resources one exclusive set
+    # (cpu_manager_state podEntries, V3/V4); a container stating no CPU of its own runs in it, shared only with
+    # the pod's other containers (KEP-5526; pkg/kubelet/cm/cpumanager/state/checkpoint.go PodCPUAssignments).
+    pod_set = cpu_manager_state.pod_entries.get(pod.uid) if spec_container["cpu_request"] is None else None
+    if pod_set is not None and assignment is None:
+        evidence.add(f"pod-level exclusive CPUs {_fmt(pod_set)} (cpu_manager_state podEntries): the container has no "
+                     "CPU request of its own and shares them only with its pod's containers")  # fmt: skip
+        if not inside.cpus or not inside.cpus <= pod_set:
+            problems.append(f"cpuset {_fmt(inside.cpus)} is not within the pod's exclusive CPUs {_fmt(pod_set)}")
+    else:
+        if want is None or len(inside.cpus) != want:
+            problems.append(f"{len(inside.cpus)} CPUs ({_fmt(inside.cpus)}) for an allocation of {held}")
+        if assignment is None and pod.pod_resources is not None and spec_container["cpu_request"] is None:
+            problems.append(
+                "no exclusive assignment in cpu_manager_state: with pod-level resources (spec.resources) and no "
+                "container CPU request the static CPU manager gives exclusive CPUs only with the "
+                "PodLevelResourceManagers feature gate (pkg/kubelet/cm/cpumanager/policy_static.go); enable it on the "
+                "kubelet, or state whole-CPU requests equal to limits on the container"
+            )
+        elif assignment is None:
+            problems.append("no exclusive assignment in cpu_manager_state")
+        elif inside.cpus != assignment:
+            problems.append(f"cpuset {_fmt(inside.cpus)} differs from the kubelet's assignment {_fmt(assignment)}")
     shared = inside.cpus & cpu_manager_state.default_cpus
     if shared:
         problems.append(f"CPUs {_fmt(shared)} are in the shared pool (defaultCpuSet)")
+    for uid, cpus in cpu_manager_state.pod_entries.items():
+        overlap = cpus & inside.cpus
+        if overlap and uid != pod.uid:
+            problems.append(f"CPUs {_fmt(overlap)} are pod {uid}'s pod-level exclusive CPUs (podEntries)")
     for uid, entries in cpu_manager_state.entries.items():
         for name, cpus in entries.items():
             overlap = cpus & inside.cpus

@@ -232,3 +232,62 @@ def test_dra_checkpoint_with_a_valid_checksum_over_unexpected_json_is_a_parse_er
     text = json.dumps({"Data": data, "Checksum": zlib.crc32(data.encode())})
     with pytest.raises(ParseError, match=r"/var/lib/kubelet/dra_manager_state: Data.Entries\[0\].DriverState\[d\]"):
         parse_dra_checkpoint(text, "/var/lib/kubelet/dra_manager_state")
+
+
+def test_the_1_37_cpu_checkpoint_is_read_from_its_data_field():
+    """Issue 52.8: a 1.37 kubelet writes V4, the payload as JSON text in `data` (with `dataChecksum`), and the older
+    layout beside it with `checksum` 0 for a downgraded kubelet (pkg/kubelet/cm/cpumanager/state/checkpoint.go,
+    MarshalCheckpoint; kubernetes/kubernetes PR 139102). Pod-level sets (`podEntries`) are read too."""
+    st = parse_cpu_manager_state(load("cpu_manager_state.static.v4.k8s-1.37-layout.constructed.json"))
+    uid = "6e1b2c9d-0b8a-4a53-9a44-5e2f0c7d1a11"
+    assert (st.policy, st.version) == ("static", 4)
+    assert st.entries[uid]["vllm"] == {2, 3, 4, 5, 12, 13, 14, 15}
+    assert st.pod_entries[uid] == st.entries[uid]["vllm"]
+    assert st.default_cpus == {0, 1, 10, 11}
+
+
+def test_the_upstream_v4_unit_test_checkpoint_holds_only_data():
+    """The upstream unit test's V4 input has `data` and no legacy fields: everything comes from `data` (its key
+    spelled defaultCPUSet, which Go's case-insensitive decoding accepts)."""
+    st = parse_cpu_manager_state(load("cpu_manager_state.k8s-unittest.v4.data-only.json"))
+    assert st.version == 4 and st.policy == "static"
+    assert st.entries == {"pod": {"container1": {4, 5, 6}, "container2": {7, 8, 9}}}
+    assert st.pod_entries == {"pod": frozenset(range(4, 11))} and st.default_cpus == {1, 2, 3}
+
+
+def test_data_decides_when_the_legacy_fields_disagree():
+    """A 1.37 kubelet restores `data` alone (UnmarshalCheckpoint, VerifyChecksum over Data): the legacy copy
+    never decides, so an assignment only it shows is not one."""
+    doc = json.loads(load("cpu_manager_state.static.v4.k8s-1.37-layout.constructed.json"))
+    doc["entries"] = {"other": {"c": "6-7"}}
+    st = parse_cpu_manager_state(json.dumps(doc))
+    assert "other" not in st.entries and "6e1b2c9d-0b8a-4a53-9a44-5e2f0c7d1a11" in st.entries
+
+
+@pytest.mark.parametrize(
+    "data, why",
+    [
+        (5, "field data is not a string"),
+        ("", r"\(field data\): not valid JSON"),
+        ("[1]", r"\(field data\): expected a JSON object"),
+    ],
+)
+def test_an_unreadable_data_field_is_a_parse_error(data, why):
+    doc = {"policyName": "static", "defaultCpuSet": "0-3", "checksum": 0, "data": data, "dataChecksum": 1}
+    with pytest.raises(ParseError, match=why):
+        parse_cpu_manager_state(json.dumps(doc), "/var/lib/kubelet/cpu_manager_state")
+    with pytest.raises(ParseError, match=why):
+        parse_memory_manager_state(json.dumps({**doc, "policyName": "Static"}), "/var/lib/kubelet/memory_manager_state")
+
+
+def test_pod_entries_of_another_shape_are_a_parse_error():
+    with pytest.raises(ParseError, match=r"podEntries\[p\].cpuSet"):
+        parse_cpu_manager_state(json.dumps({"policyName": "static", "defaultCpuSet": "", "podEntries": {"p": "1-2"}}))
+
+
+def test_the_1_37_memory_checkpoint_is_read_from_its_data_field():
+    """Memory manager V3 (1.37, kubernetes/kubernetes PR 139626): the same dual layout; here on a Grace node in
+    CDMM, whose HBM node 2 holds no system memory."""
+    st = parse_memory_manager_state(load("memory_manager_state.static.v3.k8s-1.37-layout.constructed.json"))
+    assert st.policy == "Static" and st.numa_cells == {0: [0], 2: [2]}
+    assert st.entries["6e1b2c9d-0b8a-4a53-9a44-5e2f0c7d1a11"]["vllm"][0]["numaAffinity"] == [0]

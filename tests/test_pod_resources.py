@@ -87,6 +87,17 @@ def test_the_checks_judge_pod_level_resources_and_the_allocation(tmp_path):
     with pytest.raises(AssertionError, match="PodLevelResourceManagers"):
         test_pod_cpus_exclusive("gpu-a1", ContainerRef("gpu-a1", "ml", "pod-level", "app", "uid-pl"), pl, pl.containers[0],
                                 inside, None, state, _evidence())  # fmt: skip
+    # with the PodLevelResourceManagers gate the kubelet records the pod's set (podEntries, V3/V4): a container with
+    # no CPU of its own runs within it, and a cpuset reaching outside it fails
+    gated = CpuManagerState(policy="static", default_cpus=frozenset(range(8, 16)), pod_entries={"uid-pl": frozenset(range(8))})
+    ev = _evidence()
+    test_pod_cpus_exclusive("gpu-a1", ContainerRef("gpu-a1", "ml", "pod-level", "app", "uid-pl"), pl, pl.containers[0],
+                            inside, None, gated, ev)  # fmt: skip
+    assert any("pod-level exclusive CPUs 0-7" in line for line in ev.lines)
+    wide = InsideFacts(frozenset(range(10)), frozenset({0}), None, [], [], {}, {}, None)
+    with pytest.raises(AssertionError, match=r"not within the pod's exclusive CPUs 0-7.*8-9 are in the shared pool"):
+        test_pod_cpus_exclusive("gpu-a1", ContainerRef("gpu-a1", "ml", "pod-level", "app", "uid-pl"), pl, pl.containers[0],
+                                wide, None, gated, _evidence())  # fmt: skip
     held = InsideFacts(frozenset({2, 3}), frozenset({0}), None, [], [], {}, {}, None)
     ev = _evidence()
     test_pod_cpus_exclusive("gpu-a1", ContainerRef("gpu-a1", "ml", "resized", "app", "uid-rs"), rs, rs.containers[0],

@@ -25,21 +25,39 @@ def _lower_keys(doc: dict[str, Any]) -> dict[str, Any]:
     return {str(k).lower(): v for k, v in doc.items()}
 
 
+def _authoritative(doc: dict[str, Any], path: str) -> tuple[dict[str, Any], bool]:
+    """The payload a kubelet reads. From Kubernetes 1.37 the CPU manager's V4 and the memory manager's V3
+    checkpoints carry it as a JSON string in `data` (checksummed by `dataChecksum`) and repeat the older
+    layout beside it, with `checksum` 0, only so that a downgraded kubelet can still read the file
+    (pkg/kubelet/cm/cpumanager/state/checkpoint.go and memorymanager/state/checkpoint.go: MarshalCheckpoint,
+    kubernetes/kubernetes PRs 139102 and 139626). A 1.37 kubelet restores `data` alone: so does this
+    reader. True when the payload came from `data`."""
+    if "data" not in doc:
+        return doc, False
+    data = doc["data"]
+    if not isinstance(data, str):
+        raise ParseError(f"{path}: field data is not a string (the 1.37 layout keeps the checkpoint as JSON text there)")
+    return _lower_keys(_load_json(data, f"{path} (field data)")), True
+
+
 @dataclass
 class CpuManagerState:
     """`cpu_manager_state`: policy, shared pool and exclusive assignments.
 
-    `entries` is keyed by pod UID then container name (V2). V1 files key entries by container
-    id alone; then each container id stands as its own pod with one unnamed container."""
+    `entries` is keyed by pod UID then container name (V2 on). V1 files key entries by container
+    id alone; then each container id stands as its own pod with one unnamed container. `pod_entries`
+    are the pod-level CPU sets (V3/V4 `podEntries` {pod UID: {"cpuSet": cpulist}}, written with the
+    PodLevelResourceManagers gate: the CPUs a pod with spec.resources holds as a whole)."""
 
     policy: str
     default_cpus: frozenset[int]
     entries: dict[str, dict[str, frozenset[int]]] = field(default_factory=dict)
     version: int = 2
+    pod_entries: dict[str, frozenset[int]] = field(default_factory=dict)
 
 
 def parse_cpu_manager_state(text: str, path: str = "cpu_manager_state") -> CpuManagerState:
-    doc = _lower_keys(_load_json(text, path))
+    doc, from_data = _authoritative(_lower_keys(_load_json(text, path)), path)
     policy = doc.get("policyname")
     if not isinstance(policy, str) or not policy:
         raise ParseError(f"{path}: field policyName is missing or not a string")
@@ -65,7 +83,20 @@ def parse_cpu_manager_state(text: str, path: str = "cpu_manager_state") -> CpuMa
             entries[str(pod)] = containers
         else:
             raise ParseError(f"{path}: entries[{pod}] is neither a cpulist nor an object")
-    return CpuManagerState(policy=policy, default_cpus=default_cpus, entries=entries, version=version)
+    raw_pods = doc.get("podentries") or {}
+    if not isinstance(raw_pods, dict):
+        raise ParseError(f"{path}: field podEntries is not an object")
+    pod_entries: dict[str, frozenset[int]] = {}
+    for pod, value in raw_pods.items():
+        cpus = _lower_keys(value).get("cpuset", "") if isinstance(value, dict) else None
+        if not isinstance(cpus, str):
+            raise ParseError(f"{path}: podEntries[{pod}].cpuSet is not a cpulist string")
+        pod_entries[str(pod)] = parse_cpulist(cpus, what=f"{path}: podEntries[{pod}].cpuSet")
+    if from_data:
+        version = 4
+    elif raw_pods:
+        version = 3
+    return CpuManagerState(policy=policy, default_cpus=default_cpus, entries=entries, version=version, pod_entries=pod_entries)
 
 
 @dataclass
@@ -76,7 +107,7 @@ class MemoryManagerState:
 
 
 def parse_memory_manager_state(text: str, path: str = "memory_manager_state") -> MemoryManagerState:
-    doc = _lower_keys(_load_json(text, path))
+    doc, _ = _authoritative(_lower_keys(_load_json(text, path)), path)
     policy = doc.get("policyname")
     if not isinstance(policy, str) or not policy:
         raise ParseError(f"{path}: field policyName is missing or not a string")
