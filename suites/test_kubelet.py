@@ -12,6 +12,7 @@ import re
 import pytest
 
 from conformance.checks import check
+from conformance.checks.memory_placement import reserved_off_cpu_nodes
 from conformance.checks.numa_rules import live_kubelet_within_limit, numa_limit_problems
 from conformance.checks.runtime_rules import FALLBACK_REMOVED, runtime_config_support
 from conformance.checks.sysctl_rules import POD_SYSCTLS, allowlisted
@@ -177,7 +178,9 @@ def test_memory_manager_policy(node, kubelet_config, profile, evidence):
     rationale="""The Static memory manager needs a memory reservation per NUMA node with CPUs; a node missing
     from reservedMemory leaves system daemons competing with pinned pods for that node's memory. With the
     Static policy the kubelet also refuses to start unless, for memory and each hugepages size, the sum
-    over NUMA nodes equals kubeReserved + systemReserved + the hard eviction threshold.""",
+    over NUMA nodes equals kubeReserved + systemReserved + the hard eviction threshold. An entry on a node
+    without CPUs (a Grace GPU's HBM, an empty node) reserves none of the memory the system's daemons use and
+    takes its amount from the CPU nodes' share of that sum (conformance/checks/memory_placement.py).""",
     remediation="Add a reservedMemory entry ({numaNode: N, limits: {memory: ...}}) for every NUMA node with CPUs, "
     "and make the memory limits add up to kubeReserved.memory + systemReserved.memory + evictionHard "
     "memory.available (default 100Mi); likewise each hugepages-<size>.",
@@ -197,6 +200,9 @@ def test_reserved_memory(node, kubelet_config, topology, evidence):
     missing = [n for n in numa if n not in with_memory]
     if missing:
         problems.append(f"reservedMemory has no memory entry for NUMA node(s) {missing} ({s.source})")
+    off_cpu = reserved_off_cpu_nodes(with_memory, topology.cpuless_nodes)
+    if off_cpu:  # Grace: the HBM nodes (conformance/checks/memory_placement.py)
+        problems.append(f"{off_cpu} ({s.source})")
     unknown = sorted({e.get("numaNode") for e in entries if isinstance(e, dict)} - set(topology.nodes), key=str)
     if unknown:  # memory_manager.go getTotalMemoryTypeReserved: the kubelet refuses such an entry
         problems.append(f"reservedMemory names NUMA node(s) {unknown} that this machine does not have; the kubelet refuses it")

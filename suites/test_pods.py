@@ -8,6 +8,7 @@ import pytest
 
 from conformance.checks import check
 from conformance.checks.dra_rules import DRA_REMEDIATION, claim_gpu, describe, node_disagrees
+from conformance.checks.memory_placement import mems_problem
 from conformance.checks.runtime_rules import across_releases, handler_problem
 from conformance.checks.sysctl_rules import port_range_problems, somaxconn_problem, tw_reuse_problem
 from conformance.config.units import bytes_of, cpu_count
@@ -270,17 +271,24 @@ def test_pod_gpu_numa_aligned(node, container, pod, spec_container, inside, topo
     "POD-MEMS-LOCAL",
     "high",
     title="The container's memory is bound to its CPUs' NUMA node",
-    rationale="""Pages on the far node make every CPU access and every pinned host buffer cross the socket link.""",
-    remediation="Use memoryManagerPolicy Static with Guaranteed pods (and reservedMemory per NUMA node).",
-    source="exec: /proc/self/status Mems_allowed_list",
+    rationale="""Pages on the far node make every CPU access and every pinned host buffer cross the socket link.
+    A correctly placed container's Mems_allowed_list is exactly its CPUs' NUMA nodes: the Static memory manager
+    writes cpuset.mems as the affinity it allocated from, and without it the container inherits every node with
+    memory (N_MEMORY). On Grace nodes in the driver's NUMA mode that includes the GPUs' HBM nodes (no CPUs), so
+    a container's pages may land in GPU memory; in CDMM those nodes hold no system memory and never appear
+    (conformance/checks/memory_placement.py).""",
+    remediation="Use memoryManagerPolicy Static with Guaranteed pods (and reservedMemory per NUMA node with CPUs); "
+    "on Grace nodes run the driver in CDMM (NVreg_CoherentGPUMemoryMode=driver).",
+    source="exec: /proc/self/status Mems_allowed_list; node: /sys/devices/system/node",
 )
 def test_pod_mems_local(node, container, inside, topology, evidence):
     cpu_nodes = _nodes_of(inside.cpus, topology)
     evidence.source = "exec /proc/self/status"
     evidence.add(f"Mems_allowed_list {_fmt(inside.mems)}; CPUs on NUMA node(s) {sorted(map(str, cpu_nodes))}")
-    assert set(inside.mems) == cpu_nodes, (
-        f"memory allowed on NUMA node(s) {_fmt(inside.mems)}, CPUs on {sorted(map(str, cpu_nodes))}"
-    )
+    if topology.cpuless_nodes:
+        evidence.add(f"NUMA nodes without CPUs (memory-only or empty): {format_cpulist(frozenset(topology.cpuless_nodes))}")
+    problem = mems_problem(inside.mems, cpu_nodes, topology.cpuless_nodes)
+    assert problem is None, problem
 
 
 @check(

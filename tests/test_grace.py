@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -265,3 +266,73 @@ def test_a_grace_gpus_numa_node_is_its_cpu_side_node_not_its_memory_node():
     got = parse_topo_matrix(topo)
     assert {i: numa for i, (_, numa) in got.items()} == {0: 0, 1: 0, 2: 1, 3: 1}
     assert got[2][0] == frozenset(range(72, 144))
+
+
+def _layout(m: Grace):
+    from conformance.facts.cpulist import parse_cpulist
+    from conformance.facts.topology import Topology
+
+    cpus = frozenset(range(m.cpus))
+    nodes = {n: parse_cpulist(c, what="cpulist") if c else frozenset() for n, c in m.nodes.items()}
+    return Topology(online=cpus, nodes=nodes, siblings={c: frozenset({c}) for c in cpus})
+
+
+# What a container on Grace CPU node 0 shows in Mems_allowed_list (conformance/checks/memory_placement.py): the
+# Memory Manager (Static) writes cpuset.mems as its allocation's NUMA affinity; without it the container inherits
+# N_MEMORY, the nodes with system memory. In NUMA mode the HBM nodes (GB200: 2, 10, 18, 26) are N_MEMORY; in CDMM
+# they are not. Empty nodes never are.
+GB200_MEMS = [
+    ("CDMM, Memory Manager Static", {0}, None),
+    ("CDMM, no Memory Manager: N_MEMORY", {0, 1}, "node(s) 1 are another CPU node's memory"),
+    ("NUMA mode, Memory Manager Static", {0}, None),
+    ("NUMA mode, no Memory Manager: N_MEMORY", {0, 1, 2, 10, 18, 26}, "node(s) 2,10,18,26 hold memory and no CPUs"),
+    ("NUMA mode, a Memory Manager group over an HBM node", {0, 2}, "node(s) 2 hold memory and no CPUs"),
+]
+
+
+@pytest.mark.parametrize(("case", "mems", "problem"), GB200_MEMS, ids=[c[0] for c in GB200_MEMS])
+def test_a_correctly_placed_pod_on_a_gb200_allows_only_its_cpus_node(case, mems, problem):
+    """Item 4: POD-MEMS-LOCAL on the GB200 layout, judged by the check itself on the container's view."""
+    from conformance.checks import Evidence
+    from conformance.cluster.pods import ContainerRef, InsideFacts
+    from suites.test_pods import test_pod_mems_local
+
+    inside = InsideFacts(frozenset(range(8, 16)), frozenset(mems), None, [], [], {}, {}, None)
+    ref = ContainerRef("gb200-a", "ml", "llm", "app", "uid-1")
+    ev = Evidence()
+    if problem is None:
+        test_pod_mems_local("gb200-a", ref, inside, _layout(GB200), ev)
+        return
+    with pytest.raises(AssertionError, match=re.escape(problem)):
+        test_pod_mems_local("gb200-a", ref, inside, _layout(GB200), ev)
+    assert any("without CPUs (memory-only or empty): 2-33" in line for line in ev.lines)
+
+
+def test_on_a_gh200_in_cdmm_a_pod_without_the_memory_manager_is_already_local():
+    """A GH200 has one node with system memory in CDMM (node 0, its CPUs'): N_MEMORY is {0}, so even an inherited
+    cpuset.mems is local; in NUMA mode node 1 (the HBM) joins it and the same pod fails."""
+    from conformance.checks.memory_placement import mems_problem
+
+    topo = _layout(GH200)
+    assert mems_problem({0}, {0}, topo.cpuless_nodes) is None
+    assert "node(s) 1 hold memory and no CPUs" in (mems_problem({0, 1}, {0}, topo.cpuless_nodes) or "")
+
+
+@pytest.mark.parametrize(
+    ("reserved", "outcome"),
+    [("[{numaNode: 0, limits: {memory: 100Mi}}]", "passed"),
+     ("[{numaNode: 0, limits: {memory: 60Mi}}, {numaNode: 1, limits: {memory: 40Mi}}]", "failed")],
+    ids=["on-the-cpu-node", "part-on-the-hbm-node"],
+)  # fmt: skip
+def test_memory_reserved_on_a_grace_hbm_node_protects_nothing(tmp_path, standins, reserved, outcome):
+    """Item 4: the Memory Manager's reservations with HBM nodes. cadvisor lists the GH200's HBM node 1 (no CPUs), so
+    the kubelet accepts an entry there and counts it in its sum rule (100Mi: the default hard eviction); the
+    system's daemons run on node 0 and use its memory, which that share no longer protects."""
+    options = (
+        'topologyManagerPolicyOptions: {max-allowable-numa-nodes: "9"}\nmemoryManagerPolicy: Static\n'
+        f"reservedMemory: {reserved}\n"
+    )
+    r = audit(tmp_path, standins, GH200, options=options)["by_check"]["KUBELET-RESERVED-MEMORY"]
+    assert r["outcome"] == outcome, r
+    if outcome == "failed":
+        assert "NUMA node(s) [1], which have no CPUs" in r["message"] and "reserve on the nodes with CPUs" in r["message"]
