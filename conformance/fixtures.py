@@ -20,6 +20,7 @@ from conformance.config.inventory import NodeSpec
 from conformance.config.profile import Profile
 from conformance.config.site_rules import SiteRule
 from conformance.errors import FactUnavailable
+from conformance.facts.dra_cpu import DraCpuAssignments
 from conformance.facts.gpu import GpuFacts
 from conformance.facts.node_facts import NodeFacts
 from conformance.measurements.gpu_measure import H2DMeasurement
@@ -225,9 +226,28 @@ def inside(gnc_run: Run, pod: PodInfo, container: ContainerRef) -> InsideFacts:
 
 
 @pytest.fixture(scope=NODE)
-def assignment(pod: PodInfo, container: ContainerRef, cpu_manager_state: Any) -> frozenset[int] | None:
-    """The container's exclusive CPUs in the kubelet's cpu_manager_state (None: it has no entry)."""
-    return (cpu_manager_state.entries.get(pod.uid) or {}).get(container.container)
+def cpu_assignments(facts: NodeFacts, profile: Any) -> Any:
+    """Who hands out the node's exclusive CPUs, and their record: the kubelet's cpu_manager_state, or with
+    `pods.cpu_source: dra` the DRA CPU driver's CDI specs (conformance.facts.dra_cpu)."""
+    if profile.get("pods.cpu_source") == "dra":
+        return DraCpuAssignments.of(facts.dra_cpu_sets, facts.topology.online)
+    return facts.cpu_manager_state
+
+
+@pytest.fixture(scope=NODE)
+def assignment(
+    pod: PodInfo, container: ContainerRef, spec_container: dict[str, Any], cpu_assignments: Any
+) -> frozenset[int] | None:
+    """The container's exclusive CPUs as recorded (None: it has none): its cpu_manager_state entry, or the CPUs of
+    its DRA CPU claims (None when one of them has no prepared spec)."""
+    if isinstance(cpu_assignments, DraCpuAssignments):
+        dra = spec_container.get("dra")
+        uids = list(dra.cpu_claims) if dra is not None else []
+        sets = [cpu_assignments.claims.get(uid) for uid in uids]
+        if not sets or any(s is None for s in sets):
+            return None
+        return frozenset().union(*(s for s in sets if s is not None))
+    return (cpu_assignments.entries.get(pod.uid) or {}).get(container.container)
 
 
 def _fact(name: str) -> Any:

@@ -39,6 +39,15 @@ CONFIG_SOURCE = "kubelet command line, --config file, --config-dir drop-ins"
 def test_cpu_manager_policy(node, kubelet_config, profile, evidence):
     s = kubelet_config.get("cpuManagerPolicy")
     evidence.from_setting(s)
+    if profile.get("pods.cpu_source") == "dra":
+        # a DRA CPU driver pins the containers (NRI); the kubelet's CPU manager must stay out of the cpusets:
+        # kubernetes-sigs/dra-driver-cpu docs/user/configuration.md, "Kubelet configuration prerequisites"
+        evidence.add(f"CPUs come from a DRA CPU driver ({', '.join(profile.get('pods.dra_cpu_drivers'))}; pods.cpu_source: dra)")
+        assert s.value == "none", (
+            f"cpuManagerPolicy is {s.value!r} ({s.source}); with CPUs from a DRA CPU driver it must be 'none': the "
+            "static CPU manager and the driver would both write the containers' cpusets"
+        )
+        return
     expected = profile.get("kubelet.cpu_manager_policy")
     assert s.value == expected, f"cpuManagerPolicy is {s.value!r} ({s.source}); expected {expected!r}"
 

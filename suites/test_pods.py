@@ -66,21 +66,32 @@ def test_pod_qos(node, container, pod, spec_container, evidence):
 @check(
     "POD-CPUS-EXCLUSIVE",
     "critical",
-    title="The container's CPUs are exclusively its own, as the kubelet assigned them",
+    title="The container's CPUs are exclusively its own, as the kubelet (or the DRA CPU driver) assigned them",
     rationale="""Time-shared CPUs are the main source of jitter: a tokenizer step on a shared core waits for
-    whatever else runs there.""",
+    whatever else runs there. With `pods.cpu_source: dra` the CPUs come from a DRA CPU driver's claims: the
+    container must hold exactly the CPUs its claims were prepared with (the driver's CDI specs), as many as the
+    claims were allocated, and no other claim's (conformance/facts/dra_cpu.py).""",
     remediation="Use the static CPU manager and Guaranteed pods; if the cpuset differs from cpu_manager_state, "
-    "restart the kubelet (its reconcile loop repairs cpusets) and check for tools that rewrite cpusets.",
-    source="exec: /proc/self/status Cpus_allowed_list; node: cpu_manager_state",
+    "restart the kubelet (its reconcile loop repairs cpusets) and check for tools that rewrite cpusets. With a DRA "
+    "CPU driver: give the container a CPU claim, and check the driver's NRI plugin is registered with the runtime.",
+    source="exec: /proc/self/status Cpus_allowed_list; node: cpu_manager_state, or the DRA CPU driver's CDI specs; "
+    "API: the container's ResourceClaims",
 )
-def test_pod_cpus_exclusive(node, container, pod, spec_container, inside, assignment, cpu_manager_state, evidence):
-    evidence.source = "exec /proc/self/status; cpu_manager_state"
-    # what the kubelet allocated decides (an in-place resize leaves the spec at the desired size while the container
-    # still holds the allocation: a static-CPU Guaranteed pod's resize is Infeasible; KEP-1287, GA in 1.35)
-    held = spec_container.get("cpu_allocated") or spec_container["cpu_request"]
-    want = cpu_count(held)
+def test_pod_cpus_exclusive(node, container, pod, spec_container, inside, assignment, cpu_assignments, evidence):
+    state = cpu_assignments  # the kubelet's cpu_manager_state, or the DRA CPU driver's record (pods.cpu_source)
+    evidence.source = f"exec /proc/self/status; {state.record}"
+    dra = spec_container.get("dra")
+    own_claims = set(dra.cpu_claims) if dra is not None and state.policy == "dra" else set()
+    if state.policy == "dra":
+        # the CPUs the container's CPU claims were allocated decide (issue 52 item 5)
+        held, want = f"{dra.cpus_claimed if dra else 0} CPU(s) from claim(s) {_claims(dra)}", dra.cpus_claimed if dra else None
+    else:
+        # what the kubelet allocated decides (an in-place resize leaves the spec at the desired size while the
+        # container still holds the allocation: a static-CPU Guaranteed pod's resize is Infeasible; KEP-1287, GA 1.35)
+        held = spec_container.get("cpu_allocated") or spec_container["cpu_request"]
+        want = cpu_count(held)
     evidence.add(f"container CPUs {_fmt(inside.cpus)}; request {spec_container['cpu_request']}, allocated "
-                 f"{spec_container.get('cpu_allocated') or 'not reported'}; cpu_manager_state entry "
+                 f"{spec_container.get('cpu_allocated') or 'not reported'}; {state.record} entry "
                  f"{_fmt(assignment) if assignment is not None else 'none'}")  # fmt: skip
     if pod.resize:
         evidence.add(f"resize: {pod.resize} (judged against what was allocated)")
@@ -88,16 +99,22 @@ def test_pod_cpus_exclusive(node, container, pod, spec_container, inside, assign
     # With the PodLevelResourceManagers gate the static policy gives a pod with spec.resources one exclusive set
     # (cpu_manager_state podEntries, V3/V4); a container stating no CPU of its own runs in it, shared only with
     # the pod's other containers (KEP-5526; pkg/kubelet/cm/cpumanager/state/checkpoint.go PodCPUAssignments).
-    pod_set = cpu_manager_state.pod_entries.get(pod.uid) if spec_container["cpu_request"] is None else None
+    pod_set = state.pod_entries.get(pod.uid) if spec_container["cpu_request"] is None else None
     if pod_set is not None and assignment is None:
         evidence.add(f"pod-level exclusive CPUs {_fmt(pod_set)} (cpu_manager_state podEntries): the container has no "
                      "CPU request of its own and shares them only with its pod's containers")  # fmt: skip
         if not inside.cpus or not inside.cpus <= pod_set:
             problems.append(f"cpuset {_fmt(inside.cpus)} is not within the pod's exclusive CPUs {_fmt(pod_set)}")
     else:
-        if want is None or len(inside.cpus) != want:
+        if want is None or want == 0 or len(inside.cpus) != want:
             problems.append(f"{len(inside.cpus)} CPUs ({_fmt(inside.cpus)}) for an allocation of {held}")
-        if assignment is None and pod.pod_resources is not None and spec_container["cpu_request"] is None:
+        if assignment is None and state.policy == "dra":
+            problems.append(
+                "the container holds no CPU claim of a DRA CPU driver (pods.dra_cpu_drivers): nothing pins its CPUs"
+                if not own_claims
+                else f"claim(s) {_claims(dra)} have no prepared spec in {state.record}: the driver has not pinned them"
+            )
+        elif assignment is None and pod.pod_resources is not None and spec_container["cpu_request"] is None:
             problems.append(
                 "no exclusive assignment in cpu_manager_state: with pod-level resources (spec.resources) and no "
                 "container CPU request the static CPU manager gives exclusive CPUs only with the "
@@ -105,22 +122,27 @@ def test_pod_cpus_exclusive(node, container, pod, spec_container, inside, assign
                 "kubelet, or state whole-CPU requests equal to limits on the container"
             )
         elif assignment is None:
-            problems.append("no exclusive assignment in cpu_manager_state")
+            problems.append(f"no exclusive assignment in {state.record}")
         elif inside.cpus != assignment:
-            problems.append(f"cpuset {_fmt(inside.cpus)} differs from the kubelet's assignment {_fmt(assignment)}")
-    shared = inside.cpus & cpu_manager_state.default_cpus
+            problems.append(f"cpuset {_fmt(inside.cpus)} differs from {state.owner}'s assignment {_fmt(assignment)}")
+    shared = inside.cpus & state.default_cpus
     if shared:
-        problems.append(f"CPUs {_fmt(shared)} are in the shared pool (defaultCpuSet)")
-    for uid, cpus in cpu_manager_state.pod_entries.items():
+        pool = "no claim holds them" if state.policy == "dra" else "defaultCpuSet"
+        problems.append(f"CPUs {_fmt(shared)} are in the shared pool ({pool})")
+    for uid, cpus in state.pod_entries.items():
         overlap = cpus & inside.cpus
         if overlap and uid != pod.uid:
             problems.append(f"CPUs {_fmt(overlap)} are pod {uid}'s pod-level exclusive CPUs (podEntries)")
-    for uid, entries in cpu_manager_state.entries.items():
+    for uid, entries in state.entries.items():
         for name, cpus in entries.items():
             overlap = cpus & inside.cpus
             if not overlap or (uid == pod.uid and name == container.container):
                 continue
-            if uid == pod.uid:
+            if uid.startswith("DRA claim "):
+                claim = uid.removeprefix("DRA claim ")
+                if claim not in own_claims:
+                    problems.append(f"CPUs {_fmt(overlap)} also prepared for claim {claim} ({state.specs.get(claim)})")
+            elif uid == pod.uid:
                 # Within a pod, an app container may reuse the CPUs of an init container that has finished;
                 # a restartable init container (sidecar) runs alongside it and keeps its own
                 # (pkg/kubelet/cm/cpumanager/policy_static.go: reusable CPUs come only from
@@ -132,6 +154,10 @@ def test_pod_cpus_exclusive(node, container, pod, spec_container, inside, assign
             else:
                 problems.append(f"CPUs {_fmt(overlap)} also assigned to pod {uid} container {name}")
     assert not problems, "; ".join(problems)
+
+
+def _claims(dra) -> str:
+    return ", ".join(sorted(dra.cpu_claims.values())) if dra is not None and dra.cpu_claims else "(none)"
 
 
 @check(

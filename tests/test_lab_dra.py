@@ -95,6 +95,28 @@ def prepared(skip: str | None = None) -> str:
     return labpods.dra_checkpoint(entries)
 
 
+def claim_uid(name: str) -> str:
+    return resource_claim("inference", name, [], [])["metadata"]["uid"]
+
+
+# What kubernetes-sigs/dra-driver-cpu writes for each claim it prepared (pkg/driver/cdi.go AddDevice, as
+# specs-go.Spec marshals: cdiVersion 0.8.0, kind dra.k8s.io/cpu, one device claim-<UID> whose only edit is the
+# DRA_CPUSET_<UID> variable its NRI plugin pins the container to); the file name is GenerateTransientSpecName's.
+# The lab prepares CPU claims for dra-aligned (cpu0) and dra-far (cpu1, though its claim asked for 2 CPUs).
+CPU_CLAIMS = {"aligned-gpu": "0", "dra-far-gpu-x7k2p": "1"}
+
+
+def cpu_specs() -> dict[str, str]:
+    out = {}
+    for name, cpus in CPU_CLAIMS.items():
+        uid = claim_uid(name)
+        spec = {"cdiVersion": "0.8.0", "kind": "dra.k8s.io/cpu",
+                "devices": [{"name": f"claim-{uid}", "containerEdits": {"env": [f"DRA_CPUSET_{uid}={cpus}"]}}],
+                "containerEdits": {}}  # fmt: skip
+        out[f"/var/run/cdi/dra.k8s.io-cpu_claim-{uid}.json"] = json.dumps(spec)
+    return out
+
+
 def node_spec(built) -> NodeSpec:
     return NodeSpec(
         name=NODE,
@@ -102,6 +124,7 @@ def node_spec(built) -> NodeSpec:
             **driver_files(built, two_gpu_config(cpu1_node_cpus="1"), cuda=False),
             "/var/lib/kubelet/cpu_manager_state": labpods.cpu_manager_state(PODS),
             "/var/lib/kubelet/dra_manager_state": prepared(),
+            **cpu_specs(),
         },
         numa={0: "0", 1: "1"},
         siblings={0: "0", 1: "1"},
@@ -351,6 +374,42 @@ def test_a_profile_can_require_cpus_selected_with_dra_gpus(dra_lab, tmp_path):
     assert mig["outcome"] == "failed"
     assert "claim mig-slice: the claim holds no CPUs of a DRA CPU driver (dra.cpu)" in mig["message"]
     assert got["plugin"]["POD-GPU-NUMA-ALIGNED"]["outcome"] == "passed"  # the Topology Manager aligns the device plugin's
+
+
+def test_cpus_from_a_dra_cpu_driver_are_judged_from_its_claims(dra_lab, tmp_path):
+    """Issue 52 item 5 (pods.cpu_source: dra): the kubelet runs cpuManagerPolicy none and dra-driver-cpu pins the
+    containers. POD-CPUS-EXCLUSIVE judges the CPUs each container's CPU claim was allocated (grouped mode: the
+    consumed capacity dra.cpu/cpu; the CPUs the driver chose are in its CDI spec) against the real cpuset: the pod
+    whose cpuset is its claim's passes; one holding fewer CPUs than its claim was allocated fails; one with no CPU
+    claim fails, named beside the claim whose CPUs it shares."""
+    api = _cluster(dra_lab, plugin_gpus=0)
+    for name, count in (("aligned-gpu", "1"), ("dra-far-gpu-x7k2p", "2")):
+        claim = api.claims[("inference", name)]
+        claim["spec"]["devices"]["requests"].append(
+            {"name": "cpus", "exactly": {"deviceClassName": "dra.cpu", "capacity": {"requests": {"dra.cpu/cpu": count}}}}
+        )
+        claim["status"]["allocation"]["devices"]["results"].append(
+            {"request": "cpus", "driver": "dra.cpu", "pool": NODE, "device": "cpudevnuma000",
+             "consumedCapacity": {"dra.cpu/cpu": count}, "shareID": "7f3e0c1a-5b2d-4e8f-9a61-0c2b3d4e5f60"}
+        )  # fmt: skip
+    with serve(api) as url:
+        _, got = run(dra_lab, url, tmp_path, select="test_pod_cpus_exclusive or test_cpu_manager_policy",
+                     profile="pods:\n  cpu_source: dra\n")  # fmt: skip
+    aligned = got["dra-aligned"]["POD-CPUS-EXCLUSIVE"]
+    assert aligned["outcome"] == "passed", aligned["message"]
+    assert any("the DRA CPU driver's CDI specs" in line and "entry 0" in line for line in aligned["evidence"]), aligned
+    far = got["dra-far"]["POD-CPUS-EXCLUSIVE"]
+    assert (
+        far["outcome"] == "failed"
+        and "1 CPUs (1) for an allocation of 2 CPU(s) from claim(s) inference/dra-far" in far["message"]
+    )
+    two = got["dra-two"]["POD-CPUS-EXCLUSIVE"]
+    assert two["outcome"] == "failed"
+    assert "holds no CPU claim of a DRA CPU driver" in two["message"]
+    assert f"also prepared for claim {claim_uid('aligned-gpu')}" in two["message"]
+    # the lab kubelet runs the static policy: with CPUs from the DRA driver it must be none
+    policy = got["-"]["KUBELET-CPU-POLICY"]
+    assert policy["outcome"] == "failed" and "must be 'none'" in policy["message"], policy
 
 
 @pytest.mark.parametrize(

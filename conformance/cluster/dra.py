@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conformance.cluster.api_errors import explain
+from conformance.config.units import cpu_count
 from conformance.errors import FactUnavailable, ParseError, remembered
 from conformance.facts.gpu import normalise_bus_id
 
@@ -278,6 +279,35 @@ def allocated(claim: dict[str, Any], request: str | None, admin: bool = False) -
     return out
 
 
+def claimed_cpus(claim: dict[str, Any], request: str | None, cpu_drivers: tuple[str, ...]) -> int:
+    """How many CPUs the claim (or one request of it) was allocated from a DRA CPU driver: one per device in
+    dra-driver-cpu's `individual` mode, the consumed capacity of a grouped device (`consumedCapacity`
+    {"dra.cpu/cpu": "10"}, DeviceRequestAllocationResult, KEP-5075 consumable capacity) in its `grouped` mode."""
+    results = ((((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results")) or []
+    total = 0
+    for r in results:
+        req = str(r.get("request", ""))
+        if r.get("adminAccess") or r.get("driver") not in cpu_drivers:
+            continue
+        if request is not None and req != request and not req.startswith(request + "/"):
+            continue
+        consumed = {k: v for k, v in (r.get("consumedCapacity") or {}).items() if str(k).rsplit("/", 1)[-1] == "cpu"}
+        if not consumed:
+            total += 1
+            continue
+        for k, v in consumed.items():
+            n = cpu_count(str(v))
+            if n is None or n != int(n):
+                raise FactUnavailable(f"ResourceClaim {claim_label(claim)}: consumedCapacity {k} is {v!r}, not whole CPUs")
+            total += int(n)
+    return total
+
+
+def claim_label(claim: dict[str, Any]) -> str:
+    meta = claim.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
 def is_allocated(claim: dict[str, Any]) -> bool:
     return bool((claim.get("status") or {}).get("allocation"))
 
@@ -300,6 +330,9 @@ class ContainerDra:
     # GPU claim -> how its CPUs were selected with its GPUs: (True, the constraint) or (False, why not)
     coselection: dict[str, tuple[bool, str]] = field(default_factory=dict)
     admin: list[str] = field(default_factory=list)  # claims holding GPUs with adminAccess (monitoring, not a workload)
+    # claims of a DRA CPU driver: claim UID -> namespace/name, and the CPUs they were allocated in all
+    cpu_claims: dict[str, str] = field(default_factory=dict)
+    cpus_claimed: int = 0
 
 
 class DraReader:
@@ -359,6 +392,10 @@ class DraReader:
                 if not is_allocated(claim):
                     got.error = f"ResourceClaim {ns}/{claim_name} is not allocated, yet the pod runs"
                     continue
+                cpus = claimed_cpus(claim, request, cpu_drivers)
+                if cpus:
+                    got.cpu_claims[str((claim.get("metadata") or {}).get("uid"))] = f"{ns}/{claim_name}"
+                    got.cpus_claimed += cpus
                 if any(r[1] in drivers for r in allocated(claim, request, admin=True)):
                     got.admin.append(f"{ns}/{claim_name}")  # e.g. a DCGM exporter's claim of every GPU
                 results = [r for r in allocated(claim, request) if r[1] in drivers]

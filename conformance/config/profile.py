@@ -203,6 +203,7 @@ def _validate(values: dict[str, Any], source: str) -> None:
     need("pods.acceptance_pod", isinstance(p["acceptance_pod"], bool), "true or false")
     need("pods.numa_alignment", p["numa_alignment"] in ("single", "gpus"), "single or gpus")
     need("pods.dra_cpu_coselection", isinstance(p["dra_cpu_coselection"], bool), "true or false")
+    need("pods.cpu_source", p["cpu_source"] in ("kubelet", "dra"), "kubelet or dra")
     need(
         "pods.dra_cpu_drivers",
         isinstance(p["dra_cpu_drivers"], list) and all(isinstance(v, str) and v for v in p["dra_cpu_drivers"]),

@@ -38,6 +38,7 @@ class CdiSpec:
     kind: str
     devices: list[str]
     driver: str | None  # the NVIDIA driver release the spec was generated for (None: it names none)
+    env: dict[str, list[str]] = field(default_factory=dict)  # device name -> its containerEdits.env ("NAME=value")
 
 
 @dataclass
@@ -79,7 +80,14 @@ def parse_spec(text: str, path: str) -> CdiSpec:
         if name in names:
             raise ParseError(f"{path}: device {name!r} is defined twice")
         names.append(name)
-    return CdiSpec(path, kind, names, spec_driver(doc))
+    env: dict[str, list[str]] = {}
+    for d in devices:
+        edits = d.get("containerEdits") if isinstance(d.get("containerEdits"), dict) else {}
+        values = edits.get("env") or []
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise ParseError(f"{path}: device {d['name']!r} containerEdits.env is not a list of NAME=value strings")
+        env[d["name"]] = values
+    return CdiSpec(path, kind, names, spec_driver(doc), env)
 
 
 def spec_driver(doc: dict[str, Any]) -> str | None:

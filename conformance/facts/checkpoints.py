@@ -54,6 +54,8 @@ class CpuManagerState:
     entries: dict[str, dict[str, frozenset[int]]] = field(default_factory=dict)
     version: int = 2
     pod_entries: dict[str, frozenset[int]] = field(default_factory=dict)
+    owner: str = "the kubelet"  # who assigns the CPUs, and where it records them (as DraCpuAssignments says)
+    record: str = "cpu_manager_state"
 
 
 def parse_cpu_manager_state(text: str, path: str = "cpu_manager_state") -> CpuManagerState:

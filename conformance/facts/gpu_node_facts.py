@@ -9,6 +9,7 @@ import re
 from conformance.collection.bundle import Record
 from conformance.errors import FactUnavailable, ParseError
 from conformance.facts.cdi import SPEC_DIRS, TOOLKIT_CONFIG, CdiRegistry, cdi_registry, toolkit_mode
+from conformance.facts.dra_cpu import claim_cpu_sets
 from conformance.facts.gpu import GpuFacts, parse_nvml_probe, parse_pci_function, parse_smi_xml, parse_topo_matrix
 from conformance.facts.gpu_health import parse_smi_nvlink
 from conformance.facts.node_base import FactsBase, fact
@@ -186,6 +187,11 @@ class GpuNodeFacts(FactsBase):
                     continue
                 files.append((priority, path, self.bundle.text(path, f"CDI spec {path}")))
         return cdi_registry(files)
+
+    @fact
+    def dra_cpu_sets(self) -> dict[str, tuple[frozenset[int], str]]:
+        """Claim UID -> (CPUs, spec file): the exclusive CPUs a DRA CPU driver prepared (conformance.facts.dra_cpu)."""
+        return claim_cpu_sets(self.cdi)
 
     @fact
     def container_toolkit_mode(self) -> tuple[str, str]:
