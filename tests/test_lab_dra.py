@@ -409,7 +409,7 @@ def test_cpus_from_a_dra_cpu_driver_are_judged_from_its_claims(dra_lab, tmp_path
     assert f"also prepared for claim {claim_uid('aligned-gpu')}" in two["message"]
     # the lab kubelet runs the static policy: with CPUs from the DRA driver it must be none
     policy = got["-"]["KUBELET-CPU-POLICY"]
-    assert policy["outcome"] == "failed" and "must be 'none'" in policy["message"], policy
+    assert policy["outcome"] == "failed" and "must be 'none'" in policy["message"], policy["message"]
 
 
 @pytest.mark.parametrize(
