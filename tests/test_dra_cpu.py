@@ -1,0 +1,67 @@
+"""Issue 52 item 5: exclusive CPUs from a DRA CPU driver (kubernetes-sigs/dra-driver-cpu) instead of the kubelet's
+CPU manager, with the profile's `pods.cpu_source: dra`. The pods themselves are judged on real lab processes in
+tests/test_lab_dra.py; here the driver's record (its CDI specs) and the kubelet rule, through the real collector
+and checks over a host root."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance.errors import FactUnavailable, ParseError
+from conformance.facts.cdi import cdi_registry
+from conformance.facts.dra_cpu import DraCpuAssignments, claim_cpu_sets
+from tests.test_cli_local import sample_host_root
+
+SAMPLE = Path(__file__).parent / "samples" / "cdi.dra-driver-cpu.claim.constructed.json"
+UID = "3f9c2d51-8a7e-4b1c-9d20-6e5f4a3b2c10"
+PATH = f"/var/run/cdi/dra.k8s.io-cpu_claim-{UID}.json"
+
+
+def test_the_drivers_cdi_spec_is_its_record_of_a_claims_cpus():
+    """pkg/driver/cdi.go AddDevice: kind dra.k8s.io/cpu, device claim-<UID>, env DRA_CPUSET_<UID>=<cpulist>."""
+    reg = cdi_registry([(1, PATH, SAMPLE.read_text())])
+    sets = claim_cpu_sets(reg)
+    assert sets == {UID: (frozenset(range(8, 16)), PATH)}
+    state = DraCpuAssignments.of(sets, frozenset(range(32)))
+    assert state.default_cpus == frozenset(range(8)) | frozenset(range(16, 32))
+    assert state.entries == {f"DRA claim {UID}": {"": frozenset(range(8, 16))}}
+
+
+def test_a_spec_of_the_driver_that_does_not_parse_leaves_the_allocations_unknown():
+    reg = cdi_registry([(1, PATH, "{not yaml: [")])
+    with pytest.raises(FactUnavailable, match=f"the DRA CPU driver's CDI spec {PATH} could not be read"):
+        claim_cpu_sets(reg)
+
+
+def test_a_claim_device_without_its_cpuset_is_a_parse_error():
+    spec = json.loads(SAMPLE.read_text())
+    spec["devices"][0]["containerEdits"]["env"] = ["OTHER=1"]
+    with pytest.raises(ParseError, match=f"sets DRA_CPUSET_{UID} 0 times"):
+        claim_cpu_sets(cdi_registry([(1, PATH, json.dumps(spec))]))
+
+
+def _policy(tmp_path: Path, policy: str) -> dict:
+    root = sample_host_root(tmp_path / f"host-{policy}")
+    conf = root / "kubelet-cwd" / "kubelet.yaml"
+    conf.write_text(re.sub(r"(?m)^cpuManagerPolicy: .*$", f"cpuManagerPolicy: {policy}", conf.read_text()))
+    (tmp_path / "profile.yaml").write_text("extends: default\npods:\n  cpu_source: dra\n")
+    out = tmp_path / f"out-{policy}"
+    subprocess.run([sys.executable, "-m", "conformance", "run", "--host-root", str(root), "--profile",
+                    str(tmp_path / "profile.yaml"), "--output", str(out), "--", "-k", "test_cpu_manager_policy"],
+                   capture_output=True, text=True, timeout=300)  # fmt: skip
+    return next(r for r in json.loads((out / "results.json").read_text())["results"] if r["check"] == "KUBELET-CPU-POLICY")
+
+
+@pytest.mark.parametrize(("policy", "outcome"), [("static", "failed"), ("none", "passed")])
+def test_with_cpus_from_a_dra_driver_the_kubelet_runs_policy_none(tmp_path, policy, outcome):
+    """dra-driver-cpu docs/user/configuration.md: the CPU manager and the driver are mutually incompatible."""
+    r = _policy(tmp_path, policy)
+    assert r["outcome"] == outcome, r["message"]
+    if outcome == "failed":
+        assert "must be 'none'" in r["message"] and "both write the containers' cpusets" in r["message"]
