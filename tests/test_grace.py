@@ -336,3 +336,30 @@ def test_memory_reserved_on_a_grace_hbm_node_protects_nothing(tmp_path, standins
     assert r["outcome"] == outcome, r
     if outcome == "failed":
         assert "NUMA node(s) [1], which have no CPUs" in r["message"] and "reserve on the nodes with CPUs" in r["message"]
+
+
+@pytest.mark.parametrize(("gbps", "outcome"), [(352.4, "passed"), (120.0, "failed")])
+def test_a_c2c_gpus_h2d_figure_is_judged_against_the_c2c_floor(gbps, outcome):
+    """Item 2: GPU-H2D-LOCAL-BW, on a GH200 GPU (C2C mode on, its PCIe link Gen4 x1), takes the profile's
+    gpu.h2d_floor_c2c_gbps (default 250; nvbandwidth issue 23 reports about 350 GB/s on a GH200), never the PCIe
+    Gen5 floor. 120 GB/s would pass a Gen5 x16 floor of ~45 and is a failure here. The check itself judges."""
+    from conformance.checks import Evidence
+    from conformance.config.profile import load_profile
+    from conformance.facts.gpu import Gpu, GpuFacts, PciFunction
+    from conformance.measurements.gpu_measure import H2DGpu, H2DMeasurement, H2DRow
+    from suites.test_gpu import test_gpu_h2d_local_bandwidth
+
+    uuid = "GPU-00000000-0000-4000-8000-000000000001"
+    pci = PciFunction(bus_id="0009:01:00.0", numa_node=0, link_gen=4, link_width=1, max_link_gen=4, max_link_width=16)
+    gpu = Gpu(index=0, uuid=uuid, bus_id="00000009:01:00.0", name=GH200.product, pcie_gen=4, pcie_width=1,
+              pcie_max_gen=4, pcie_max_width=16, pcie_gpu_max_gen=5, pci=pci, c2c=True)  # fmt: skip
+    row = H2DRow(node=0, gbps=gbps, samples=[gbps] * 3, binding={"mem_policy": "bind 0"}, pages_on={"0": 64})
+    h2d = H2DMeasurement(node="gh200-a", gpus={uuid: H2DGpu(uuid=uuid, bus_id=gpu.bus_id, rows=[row])})
+    ev = Evidence()
+    visible = GpuFacts(gpus=[gpu], source="nvml")
+    if outcome == "passed":
+        test_gpu_h2d_local_bandwidth("gh200-a", visible, h2d, load_profile("default"), ev)
+    else:
+        with pytest.raises(AssertionError, match=r"120.00 GB/s < floor 250(\.0)? GB/s \(NVLink-C2C\)"):
+            test_gpu_h2d_local_bandwidth("gh200-a", visible, h2d, load_profile("default"), ev)
+    assert any("for NVLink-C2C (the GPU reaches its CPU over NVLink-C2C)" in line for line in ev.lines), ev.lines
