@@ -65,3 +65,23 @@ def test_with_cpus_from_a_dra_driver_the_kubelet_runs_policy_none(tmp_path, poli
     assert r["outcome"] == outcome, r["message"]
     if outcome == "failed":
         assert "must be 'none'" in r["message"] and "both write the containers' cpusets" in r["message"]
+
+
+def test_how_many_cpus_a_claim_was_allocated_in_either_mode():
+    """dra-driver-cpu's individual mode allocates one device per CPU; its grouped mode one NUMA-node device with
+    the consumed capacity dra.cpu/cpu (DeviceRequestAllocationResult.consumedCapacity, KEP-5075). Results of other
+    drivers and admin access are no CPUs of the container."""
+    from conformance.cluster.dra import claimed_cpus
+    from tests.fakeapi import resource_claim
+
+    individual = resource_claim("ml", "cpus-4", [("cpus", "dra.cpu", "n1", f"cpu{i:03d}") for i in range(4)], [])
+    assert claimed_cpus(individual, None, ("dra.cpu",)) == 4
+    grouped = resource_claim(
+        "ml", "cpus-10", [("cpus", "dra.cpu", "n1", "cpudevnuma000"), ("gpu", "gpu.nvidia.com", "n1", "gpu-0")], []
+    )
+    grouped["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"] = {"dra.cpu/cpu": "10"}
+    assert claimed_cpus(grouped, None, ("dra.cpu",)) == 10
+    assert claimed_cpus(grouped, "gpu", ("dra.cpu",)) == 0
+    grouped["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"] = {"dra.cpu/cpu": "1500m"}
+    with pytest.raises(FactUnavailable, match=r"consumedCapacity dra\.cpu/cpu is '1500m', not whole CPUs"):
+        claimed_cpus(grouped, None, ("dra.cpu",))
