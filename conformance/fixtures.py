@@ -242,6 +242,8 @@ def assignment(
     its DRA CPU claims (None when one of them has no prepared spec)."""
     if isinstance(cpu_assignments, DraCpuAssignments):
         dra = spec_container.get("dra")
+        if dra is not None and dra.error:  # a claim that could not be read may be a CPU claim: unknown, not "none"
+            raise FactUnavailable(f"the container's CPU claims are unknown: {dra.error}")
         uids = list(dra.cpu_claims) if dra is not None else []
         sets = [cpu_assignments.claims.get(uid) for uid in uids]
         if not sets or any(s is None for s in sets):

@@ -14,6 +14,7 @@ from conformance.checks.sysctl_rules import port_range_problems, somaxconn_probl
 from conformance.config.units import bytes_of, cpu_count
 from conformance.errors import ConformanceError, FactUnavailable
 from conformance.facts.cpulist import format_cpulist
+from conformance.facts.dra_cpu import DraCpuAssignments
 from conformance.facts.kernel import parse_int_sysctl, parse_port_range, parse_port_set
 
 
@@ -81,8 +82,9 @@ def test_pod_cpus_exclusive(node, container, pod, spec_container, inside, assign
     state = cpu_assignments  # the kubelet's cpu_manager_state, or the DRA CPU driver's record (pods.cpu_source)
     evidence.source = f"exec /proc/self/status; {state.record}"
     dra = spec_container.get("dra")
-    own_claims = set(dra.cpu_claims) if dra is not None and state.policy == "dra" else set()
-    if state.policy == "dra":
+    from_driver = isinstance(state, DraCpuAssignments)
+    own_claims = set(dra.cpu_claims) if dra is not None and from_driver else set()
+    if from_driver:
         # the CPUs the container's CPU claims were allocated decide (issue 52 item 5)
         held, want = f"{dra.cpus_claimed if dra else 0} CPU(s) from claim(s) {_claims(dra)}", dra.cpus_claimed if dra else None
     else:
@@ -108,7 +110,7 @@ def test_pod_cpus_exclusive(node, container, pod, spec_container, inside, assign
     else:
         if want is None or want == 0 or len(inside.cpus) != want:
             problems.append(f"{len(inside.cpus)} CPUs ({_fmt(inside.cpus)}) for an allocation of {held}")
-        if assignment is None and state.policy == "dra":
+        if assignment is None and from_driver:
             problems.append(
                 "the container holds no CPU claim of a DRA CPU driver (pods.dra_cpu_drivers): nothing pins its CPUs"
                 if not own_claims
@@ -127,7 +129,7 @@ def test_pod_cpus_exclusive(node, container, pod, spec_container, inside, assign
             problems.append(f"cpuset {_fmt(inside.cpus)} differs from {state.owner}'s assignment {_fmt(assignment)}")
     shared = inside.cpus & state.default_cpus
     if shared:
-        pool = "no claim holds them" if state.policy == "dra" else "defaultCpuSet"
+        pool = "no claim holds them" if from_driver else "defaultCpuSet"
         problems.append(f"CPUs {_fmt(shared)} are in the shared pool ({pool})")
     for uid, cpus in state.pod_entries.items():
         overlap = cpus & inside.cpus

@@ -85,3 +85,33 @@ def test_how_many_cpus_a_claim_was_allocated_in_either_mode():
     grouped["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"] = {"dra.cpu/cpu": "1500m"}
     with pytest.raises(FactUnavailable, match=r"consumedCapacity dra\.cpu/cpu is '1500m', not whole CPUs"):
         claimed_cpus(grouped, None, ("dra.cpu",))
+
+
+def test_a_cpu_claim_that_cannot_be_counted_leaves_only_its_container_unknown(tmp_path):
+    """A grouped claim whose consumed capacity is no whole number of CPUs: that container's DRA record carries
+    the error (its checks say error), and the pod beside it is still listed and judged."""
+    from conformance.cluster.api import api_client
+    from conformance.cluster.dra import DraReader
+    from conformance.cluster.pods import gpu_pods
+    from conformance.config.kubernetes import KubeSpec
+    from tests.fakeapi import kubeconfig, pod_object, resource_claim, serve
+    from tests.kube_fixtures import fake_api
+
+    api = fake_api()
+    gpu = {
+        "requests": {"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": "1"},
+        "limits": {"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": "1"},
+    }
+    for name in ("odd", "plain"):
+        app = {"name": "app", "resources": {**gpu, **({"claims": [{"name": "cpus"}]} if name == "odd" else {})}}
+        claims = [{"name": "cpus", "resourceClaimName": "cpus-odd"}] if name == "odd" else None
+        api.add_pod(pod_object("ml", name, f"uid-{name}", "n1", [app], resource_claims=claims))
+    claim = resource_claim("ml", "cpus-odd", [("cpus", "dra.cpu", "n1", "cpudevnuma000")], [("odd", "uid-odd")])
+    claim["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"] = {"dra.cpu/cpu": "1500m"}
+    api.claims[("ml", "cpus-odd")] = claim
+    with serve(api) as url:
+        (tmp_path / "kc").write_text(kubeconfig(url, "full-token"))
+        client = api_client(KubeSpec(kubeconfig=str(tmp_path / "kc")))
+        pods = {p.name: p for p in gpu_pods(client, "n1", dra=DraReader(client), cpu_drivers=("dra.cpu",))}
+    assert "not whole CPUs" in (pods["odd"].containers[0]["dra"].error or "")
+    assert pods["plain"].containers[0]["dra"].error is None

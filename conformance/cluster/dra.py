@@ -392,7 +392,11 @@ class DraReader:
                 if not is_allocated(claim):
                     got.error = f"ResourceClaim {ns}/{claim_name} is not allocated, yet the pod runs"
                     continue
-                cpus = claimed_cpus(claim, request, cpu_drivers)
+                try:
+                    cpus = claimed_cpus(claim, request, cpu_drivers)
+                except FactUnavailable as e:
+                    got.error = str(e)  # this container's CPUs unknown: its checks say error, other pods go on
+                    continue
                 if cpus:
                     got.cpu_claims[str((claim.get("metadata") or {}).get("uid"))] = f"{ns}/{claim_name}"
                     got.cpus_claimed += cpus
