@@ -7,6 +7,7 @@ import pytest
 from conformance.checks import check
 from conformance.checks.dra_rules import device_plugin_gpu_resources, dra_advertised
 from conformance.checks.gpu_rules import expected_generation, floor_for, local_node, reconcile_advertised, served_as
+from conformance.checks.release_rules import runtime_span
 from conformance.checks.runtime_rules import cdi_enabled
 from conformance.errors import FactUnavailable
 from conformance.facts.cdi import NVIDIA_GPU_KIND
@@ -475,8 +476,7 @@ def test_gpu_cdi(node, visible_gpus, facts, profile, evidence):
     if dra or profile.get("gpu.cdi") == "required":
         # the kubelet hands DRA devices (and CDI-mode device plugins' devices) to the runtime as CDI names over the CRI
         rc = facts.runtime_config
-        containerd = facts.containerd_release if rc.runtime == "containerd" else None  # read from the package database
-        release = containerd.triple if containerd is not None else None
+        release = runtime_span(facts, evidence) if rc.runtime == "containerd" else None  # every release it may be
         enabled, why = cdi_enabled(rc.runtime, rc.cdi_enable, release)
         evidence.add(f"runtime {rc.runtime}: {why}")
         if enabled is False:

@@ -19,6 +19,7 @@ from conformance.checks.gpu_health import (
     judge_xids,
 )
 from conformance.errors import FactUnavailable
+from conformance.facts.gpu import DaemonSeen
 
 
 def settle(v: Verdict, evidence) -> None:
@@ -117,18 +118,19 @@ def test_gpu_nvlink(node, visible_gpus, profile, evidence):
 @check(
     "GPU-FABRIC",
     "critical",
-    title="On NVSwitch systems, the fabric manager runs and every GPU joined the fabric",
+    title="On NVSwitch systems, every GPU joined the NVLink fabric",
     rationale="""On NVSwitch systems (HGX A100/H100/H200, GB200) GPUs reach each other only through the
     fabric the fabric manager sets up; until a GPU's fabric registration completes, CUDA fails to start on it
     (nvmlDeviceGetGpuFabricInfo: state completed, status SUCCESS).""",
-    remediation="Start and enable nvidia-fabricmanager (`systemctl enable --now nvidia-fabricmanager`) at the "
-    "driver's exact version; check its log (/var/log/fabricmanager.log) and `nvidia-smi -q | grep -A3 Fabric`.",
+    remediation="Start and enable nvidia-fabricmanager (`systemctl enable --now nvidia-fabricmanager`, or the GPU "
+    "Operator's driver container, which runs it) at the driver's exact version; check its log "
+    "(/var/log/fabricmanager.log) and `nvidia-smi -q | grep -A3 Fabric`.",
     source="NVML nvmlDeviceGetGpuFabricInfo; nvidia-smi -q -x <fabric>; /sys/bus/pci/devices (NVIDIA bridge class "
     "0x0680: NVSwitch); /proc/<pid>/comm nv-fabricmanage",
 )
 def test_gpu_fabric(node, visible_gpus, evidence):
     evidence.source = f"{visible_gpus.source}; sysfs PCI; processes"
-    fm = visible_gpus.daemons.get("nvidia-fabricmanager", [])
+    fm = visible_gpus.daemons.get("nvidia-fabricmanager", DaemonSeen())
     settle(judge_fabric(visible_gpus.gpus, visible_gpus.nvswitches, fm), evidence)
 
 
@@ -145,7 +147,7 @@ def test_gpu_fabric(node, visible_gpus, evidence):
 )
 def test_gpu_persistence(node, visible_gpus, profile, evidence):
     evidence.source = f"{visible_gpus.source}; processes"
-    daemon = visible_gpus.daemons.get("nvidia-persistenced", [])
+    daemon = visible_gpus.daemons.get("nvidia-persistenced", DaemonSeen())
     settle(judge_persistence(visible_gpus.gpus, profile.get("gpu"), daemon), evidence)
 
 

@@ -7,13 +7,13 @@ Source of truth for now: the kubelet's command line, its --config file and --con
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
 from conformance.checks import check
 from conformance.checks.memory_placement import reserved_off_cpu_nodes
 from conformance.checks.numa_rules import live_kubelet_within_limit, numa_limit_problems
+from conformance.checks.release_rules import kubelet_span, runtime_span
 from conformance.checks.runtime_rules import FALLBACK_REMOVED, runtime_config_support
 from conformance.checks.sysctl_rules import POD_SYSCTLS, allowlisted
 from conformance.config.units import parse_duration
@@ -126,10 +126,7 @@ def test_topology_manager_policy(node, kubelet_config, facts, profile, evidence)
     if s.value == "none":
         return
     options = kubelet_config.get("topologyManagerPolicyOptions").value
-    try:
-        release = facts.kubelet_version
-    except FactUnavailable:
-        release = None
+    release = kubelet_span(facts, evidence)
     try:
         try:
             nodes = sorted(facts.topology.nodes)
@@ -315,27 +312,17 @@ def test_cgroup_driver(node, kubelet_cgroup_driver, facts, evidence):
     evidence.add(how)
     assert driver == "systemd", f"the kubelet's effective cgroup driver is {driver} ({how}); systemd expected"
     # the runtime must answer the kubelet's RuntimeConfig call (KEP-4033) for the kubelet of now and of next
-    try:
-        kubelet = facts.kubelet_version
-    except FactUnavailable:
-        kubelet = None
+    kubelet = kubelet_span(facts, evidence)
     try:
         runtime, _ = facts.runtime_name
     except FactUnavailable as e:
         # which runtime answers the kubelet's RuntimeConfig call is unknown: only a kubelet that still falls back to
         # its own cgroupDriver, now and at its next minor release, makes that not matter
-        if kubelet is not None and kubelet[:2] < (FALLBACK_REMOVED[0], FALLBACK_REMOVED[1] - 1):
-            evidence.add(
-                f"container runtime not known ({e}); kubelet {'.'.join(map(str, kubelet))} falls back to its own cgroupDriver"
-            )
+        if kubelet.at_least((FALLBACK_REMOVED[0], FALLBACK_REMOVED[1] - 1, 0)) is False:
+            evidence.add(f"container runtime not known ({e}); kubelet {kubelet} falls back to its own cgroupDriver")
             return
         raise FactUnavailable(f"whether the container runtime answers the kubelet's RuntimeConfig call: {e}") from None
-    release = facts.containerd_release if runtime == "containerd" else facts.crio_release if runtime == "cri-o" else None
-    numbers = release.triple if runtime == "containerd" and release is not None else None
-    m = re.match(r"(\d+)\.(\d+)\.(\d+)", str(release or "")) if runtime == "cri-o" else None
-    if m:
-        numbers = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
-    problem, unknown, line = runtime_config_support(kubelet, runtime, numbers)
+    problem, unknown, line = runtime_config_support(kubelet, runtime, runtime_span(facts, evidence))
     if line:
         evidence.add(line)
     assert problem is None, problem
@@ -480,16 +467,21 @@ def test_allowed_unsafe_sysctls(node, facts, kubelet_config, profile, evidence):
         if since == "1.0" and kernel is None:
             evidence.add(f"{name}: in the kubelet's safe set")
             continue
+        kubelet = kubelet_span(facts, evidence)
         try:
-            kubelet, kern = facts.kubelet_version, facts.kernel_release
+            kern_ok = True if kernel is None else at_least(facts.kernel_release, kernel)
+            kern_text = "" if kernel is None else ", kernel " + ".".join(map(str, facts.kernel_release))
         except FactUnavailable as e:
-            unknown.append(f"{name} is safe only from Kubernetes {since} (kernel {kernel}+), and {e}")
-            continue
-        have = f"kubelet {'.'.join(map(str, kubelet))}, kernel {'.'.join(map(str, kern))}"
-        if at_least(kubelet, since) and (kernel is None or at_least(kern, kernel)):
+            kern_ok, kern_text = None, f", kernel unknown ({e})"
+        # judged under every release the kubelet may be: unknown only where they disagree
+        new_enough = kubelet.at_least(since)
+        have = f"kubelet {kubelet}{kern_text}"
+        if new_enough is True and kern_ok is True:
             evidence.add(f"{name}: in the kubelet's safe set from Kubernetes {since} (kernel {kernel}+): {have}")
-        else:
+        elif new_enough is False or kern_ok is False:
             missing.append(f"{name} (safe only from Kubernetes {since} on kernel {kernel}+; {have})")
+        else:
+            unknown.append(f"{name} is safe only from Kubernetes {since} (kernel {kernel}+), and {have}: the release decides")
     assert not missing, f"allowedUnsafeSysctls ({s.source}) does not admit {', '.join(missing)}: pods setting them are rejected"
     if unknown:
         raise FactUnavailable("; ".join(unknown))

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conformance.config.gpu_health_terms import CLASSES
-from conformance.facts.gpu import Gpu
+from conformance.facts.gpu import DaemonSeen, Gpu
 from conformance.facts.gpu_health import FABRIC_STATES, NO_FABRIC_API, NOT_SUPPORTED, RECOVERY_ACTIONS
 from conformance.facts.xid import XID_LINES_KEPT, XidCount, XidEvent, XidLog, pci_key
 
@@ -293,13 +293,18 @@ def judge_nvlink(gpus: list[Gpu], gp: dict[str, Any]) -> Verdict:
     return v
 
 
-def judge_fabric(gpus: list[Gpu], nvswitches: list[str], fabric_manager: list[int]) -> Verdict:
-    """NVLink fabric registration. A GPU whose fabric state could not be read is unknown even where this node's
-    PCI bus shows no NVSwitch: on multi-node NVLink systems (GB200 NVL72) the NVSwitches sit in other trays, and
-    only the GPU's own fabric state tells. A registration that completed without a readable status is unknown
-    too (a missing <status> is no success). Not supported by the GPU, or a driver that predates the fabric
-    API (nvmlDeviceGetGpuFabricInfo) with no NVSwitch here: not applicable."""
+def judge_fabric(gpus: list[Gpu], nvswitches: list[str], fabric_manager: DaemonSeen | list[int]) -> Verdict:
+    """NVLink fabric registration. The GPUs' own fabric state decides (issue 58); the fabric manager's process is
+    evidence (it may run in the GPU Operator's driver container, which is no host process, and a container's
+    process is never evidence of absence). A GPU whose fabric state could not be read is unknown even where this
+    node's PCI bus shows no NVSwitch: on multi-node NVLink systems (GB200 NVL72) the NVSwitches sit in other trays,
+    and only the GPU's own fabric state tells. A registration that completed without a readable status is unknown
+    too (a missing <status> is no success). Not supported by the GPU, or a driver that predates the fabric API
+    (nvmlDeviceGetGpuFabricInfo) with no NVSwitch here: not applicable. With NVSwitches here and no GPU reporting a
+    fabric state (A100 systems, drivers before R525), the fabric manager is the only evidence: verified on the host,
+    it passes; no process of that name anywhere fails; one only in a container is unknown."""
     v = Verdict()
+    fm = DaemonSeen.of(fabric_manager)
     supported = [g for g in gpus if g.health.fabric is not None and g.health.fabric.get("state") != 0]
     # a driver without the fabric API (before R525; A100 systems): the fabric manager decides, and where no NVSwitch
     # is on the bus it predates multi-node NVLink altogether
@@ -310,10 +315,16 @@ def judge_fabric(gpus: list[Gpu], nvswitches: list[str], fabric_manager: list[in
     v.applied = len(supported) or 1
     if nvswitches:
         v.lines.append(f"NVSwitch PCI functions: {', '.join(nvswitches)}")
-        state = f"running (pid {', '.join(map(str, fabric_manager))})" if fabric_manager else "not running"
-        v.lines.append(f"nvidia-fabricmanager: {state}")
-        if not fabric_manager:
-            v.failures.append("NVSwitches are on this node's PCI bus but nvidia-fabricmanager is not running")
+        v.lines.append(f"nvidia-fabricmanager: {fm.describe()}")
+        if not supported and not unread:
+            if fm.nowhere:
+                v.failures.append("NVSwitches are on this node's PCI bus, no GPU reports a fabric state, and no "
+                                  "nvidia-fabricmanager runs on the node (on the host or in a container)")  # fmt: skip
+            elif not fm.host:
+                v.unknowns.append(f"NVSwitches are on this node's PCI bus and no GPU reports a fabric state (a driver "
+                                  f"before R525, or GPUs without it): nvidia-fabricmanager is {fm.describe()}, which no "
+                                  "GPU confirms")  # fmt: skip
+    hint = " (and no nvidia-fabricmanager runs on the node, on the host or in a container)" if nvswitches and fm.nowhere else ""
     for g in gpus:
         f = g.health.fabric
         if f is None:
@@ -331,11 +342,11 @@ def judge_fabric(gpus: list[Gpu], nvswitches: list[str], fabric_manager: list[in
         if f.get("state") == 0:
             continue
         if f.get("state") != 3:
-            v.failures.append(f"{g.label}: fabric registration {state}")
+            v.failures.append(f"{g.label}: fabric registration {state}{hint}")
         elif status is None:
             v.unknowns.append(f"{g.label}: fabric registration completed, but its status was not read")
         elif status not in (0, "0"):
-            v.failures.append(f"{g.label}: fabric registration completed with status {status_name}")
+            v.failures.append(f"{g.label}: fabric registration completed with status {status_name}{hint}")
         mask = f.get("health_mask")
         if isinstance(mask, int):
             health = fabric_health(mask)
@@ -371,25 +382,38 @@ def fabric_health(mask: int) -> list[str]:
     return out
 
 
-def judge_persistence(gpus: list[Gpu], gp: dict[str, Any], daemon: list[int]) -> Verdict:
+def judge_persistence(gpus: list[Gpu], gp: dict[str, Any], daemon: DaemonSeen | list[int]) -> Verdict:
+    """Persistence: each GPU's persistence mode (NVML) decides; nvidia-persistenced is evidence. NVIDIA's unit runs
+    it with --user (not as root) and the GPU Operator inside its driver container: such a daemon is found (issue
+    58), a container's as present but not verified, and that one counts where every GPU's persistence mode is on."""
     v = Verdict(applied=len(gpus))
+    seen = DaemonSeen.of(daemon)
     want = gp.get("persistence", "mode_or_daemon")
     off = [g.label for g in gpus if g.health.persistence is False]
     unknown = [g.label for g in gpus if g.health.persistence is None]
-    v.lines.append(f"nvidia-persistenced: {'running (pid ' + ', '.join(map(str, daemon)) + ')' if daemon else 'not running'}")
+    v.lines.append(f"nvidia-persistenced: {seen.describe()}")
     v.lines.extend(
         f"{g.label}: persistence mode {'on' if g.health.persistence else 'off' if g.health.persistence is False else 'unknown'}"
         for g in gpus
     )
     v.lines.append(f"profile gpu.persistence: {want}")
-    if want == "any" or (want == "mode_or_daemon" and daemon):
+    all_on = not off and not unknown
+    if want == "any" or (want == "mode_or_daemon" and seen.host):
         return v
     if want == "daemon":
-        if not daemon:
-            v.failures.append("nvidia-persistenced is not running")
+        if seen.host or (seen.contained and all_on):
+            return v
+        if seen.contained:
+            if off:
+                v.failures.append(f"nvidia-persistenced runs only in a container and persistence mode is off on {', '.join(off)}")
+            else:
+                v.unknowns.append("nvidia-persistenced runs only in a container (not verified), and the persistence "
+                                  f"mode of {', '.join(unknown)} was not read to confirm it")  # fmt: skip
+            return v
+        v.failures.append("nvidia-persistenced is not running" + ("" if seen.nowhere else " (no verified process of that name)"))
         return v
     if off:
-        tail = "" if daemon or want == "mode" else " and nvidia-persistenced is not running"
+        tail = "" if seen.host or want == "mode" else " and nvidia-persistenced is not running on the host"
         v.failures.append(f"persistence mode off on {', '.join(off)}{tail}")
     v.unknowns.extend(f"{label}: persistence mode not read" for label in unknown)
     return v

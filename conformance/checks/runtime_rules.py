@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from conformance.errors import FactUnavailable, ParseError
+from conformance.facts.daemon_release import Release, Span, as_span
 from conformance.facts.runtime import RuntimeConfig, RuntimeRefused
 
 Judge = Callable[[RuntimeConfig], list[str]]
@@ -60,8 +61,7 @@ def across_releases(rc: RuntimeConfig, judge: Judge) -> tuple[list[str], list[st
         return [f"under every containerd release: {first[0]}", *first[1:]], evidence
     unread = [label for label, p in results.items() if p is None]
     raise FactUnavailable(
-        "containerd's release is not known (no package of the node owns the running containerd's executable, or it "
-        "was replaced since it started), and its releases read these "
+        "containerd's release is not known to be one release, and the releases it may be read these "
         f"files differently: they pass under {'; '.join(passing) or 'none'}, fail under {'; '.join(failing) or 'none'}"
         + (f", and cannot be read under {'; '.join(unread)} ({notes[unread[0]]})" if unread else "")
     )
@@ -77,29 +77,50 @@ FALLBACK_REMOVED = (1, 38)
 
 
 def runtime_config_support(
-    kubelet: tuple[int, int, int] | None, runtime: str, release: tuple[int, int, int] | None
+    kubelet: Span | Release | None, runtime: str, release: Span | Release | None
 ) -> tuple[str | None, str | None, str]:
     """(problem, what is unknown, evidence) of whether the runtime answers the kubelet's RuntimeConfig call, for a
-    kubelet where that matters now or at its next minor release."""
+    kubelet where that matters now or at its next minor release. Where a release is known only as a span (or not
+    at all), every release of it is judged: an unknown is said only where the releases disagree, naming the one
+    that decides."""
     need = RUNTIME_CONFIG_FROM.get(runtime)
     if need is None:
         return None, None, f"{runtime}: whether it answers RuntimeConfig is not judged (cri-dockerd: from 0.3.16)"
-    if kubelet is not None and kubelet[:2] < (FALLBACK_REMOVED[0], FALLBACK_REMOVED[1] - 1):
-        return None, None, f"kubelet {'.'.join(map(str, kubelet))} falls back to its own cgroupDriver where the runtime is older"
-    if release is not None and release >= need:
-        return None, None, f"{runtime} {'.'.join(map(str, release))} answers RuntimeConfig (from {'.'.join(map(str, need))})"
-    if kubelet is None or release is None:
-        return None, f"the kubelet's or {runtime}'s release is unknown: whether the runtime answers RuntimeConfig is unknown", ""
-    k, r, n = (".".join(map(str, v)) for v in (kubelet, release, need))
-    if kubelet[:2] >= FALLBACK_REMOVED:
+    k, r = as_span(kubelet), as_span(release)
+    warn_from = (FALLBACK_REMOVED[0], FALLBACK_REMOVED[1] - 1, 0)
+    removed = (*FALLBACK_REMOVED, 0)
+    n = ".".join(map(str, need))
+    if k.at_least(warn_from) is False:
+        return None, None, f"kubelet {k} falls back to its own cgroupDriver where the runtime is older"
+    if r.at_least(need) is True:
+        return None, None, f"{runtime} {r} answers RuntimeConfig (from {n})"
+    if r.at_least(need) is None or k.at_least(warn_from) is None:
+        deciding = []
+        if r.at_least(need) is None:
+            deciding.append(f"whether {runtime} is {n} or later (it is {_known(r)})")
+        if k.at_least(warn_from) is None:
+            deciding.append(f"whether the kubelet is {warn_from[0]}.{warn_from[1]} or later (it is {_known(k)})")
+        return None, (f"whether {runtime} answers the kubelet's RuntimeConfig call depends on releases that are not known: "
+                      + " and ".join(deciding)), ""  # fmt: skip
+    # the runtime is older than `need` under every release, and the kubelet past the warning release
+    kt = str(k)
+    if k.at_least(removed) is True:
         return (
-            f"{runtime} {r} does not answer the CRI RuntimeConfig call (from {n}) and kubelet {k} no longer falls back to "
+            f"{runtime} {r} does not answer the CRI RuntimeConfig call (from {n}) and kubelet {kt} no longer falls back to "
             "its cgroupDriver: the kubelet does not start",
             None,
             "",
         )
+    if k.at_least(removed) is None:
+        return (
+            f"{runtime} {r} does not answer the CRI RuntimeConfig call (from {n}): kubelet {kt} falls back to its "
+            f"cgroupDriver at best (kubelet_cri_losing_support), and from {FALLBACK_REMOVED[0]}.{FALLBACK_REMOVED[1]} does "
+            f"not start; upgrade {runtime} before the kubelet",
+            None,
+            "",
+        )
     return (
-        f"{runtime} {r} does not answer the CRI RuntimeConfig call (from {n}): kubelet {k} falls back to its cgroupDriver "
+        f"{runtime} {r} does not answer the CRI RuntimeConfig call (from {n}): kubelet {kt} falls back to its cgroupDriver "
         f"(kubelet_cri_losing_support), which kubelet {FALLBACK_REMOVED[0]}.{FALLBACK_REMOVED[1]} removes; upgrade {runtime} "
         "before the kubelet",
         None,
@@ -115,23 +136,30 @@ CONTAINERD_CDI_DEFAULT_ON = (2, 0)
 
 
 def cdi_enabled(
-    runtime: str, setting: tuple[object, str] | None, release: tuple[int, int, int] | None
+    runtime: str, setting: tuple[object, str] | None, release: Span | Release | None
 ) -> tuple[bool | None, str]:
-    """(whether the runtime injects CDI devices, why); None: unknown (the release decides and is not known)."""
+    """(whether the runtime injects CDI devices, why); None: unknown (the releases it may be disagree)."""
     if runtime == "cri-o":
         return True, "CRI-O reads CDI specs with no setting (from 1.23)"
     if runtime != "containerd":
         return False, f"{runtime}: no CRI CDI support judged"
     if setting is not None and not isinstance(setting[0], bool):
         return None, f"{setting[1]} is {setting[0]!r}, not true or false: containerd does not start its CRI plugin"
-    if release is not None and release[:2] < CONTAINERD_CDI_FROM:
-        return False, f"containerd {'.'.join(map(str, release))} has no CDI support (from 1.7)"
+    span = as_span(release)
+    has_cdi = span.at_least((*CONTAINERD_CDI_FROM, 0))
+    if has_cdi is False:
+        return False, f"containerd {span} has no CDI support (from 1.7)"
     if setting is not None:
         on = bool(setting[0])
-        if on and release is None:
-            return None, f"{setting[1]} = true, and containerd's release is unknown (CDI needs 1.7 or later)"
+        if on and has_cdi is None:
+            return None, f"{setting[1]} = true, and containerd is {_known(span)} (CDI needs 1.7 or later): the release decides"
         return on, f"{setting[1]} = {str(on).lower()}"
-    if release is None:
-        return None, "enable_cdi is not set and containerd's release is unknown (its default: false in 1.7, true from 2.0)"
-    on = release[:2] >= CONTAINERD_CDI_DEFAULT_ON
-    return on, f"enable_cdi not set: containerd {'.'.join(map(str, release))}'s default, {str(on).lower()}"
+    default_on = span.at_least((*CONTAINERD_CDI_DEFAULT_ON, 0))
+    if default_on is None:
+        return None, (f"enable_cdi is not set and containerd is {_known(span)} (its default: false in 1.7, true from "
+                      "2.0): the release decides")  # fmt: skip
+    return default_on, f"enable_cdi not set: containerd {span}'s default, {str(default_on).lower()}"
+
+
+def _known(span: Span) -> str:
+    return f"known only as {span}" if span.known else "of an unknown release"  # "containerd is of an unknown release"

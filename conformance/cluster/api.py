@@ -7,6 +7,7 @@ the kubeconfig or context on a configuration error, the API server on a 5xx or a
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -138,6 +139,42 @@ def configz(api: Any, node: str) -> dict[str, Any]:
     except Exception as e:
         raise FactUnavailable(explain(e, "get", "nodes/proxy", node)) from None
     return parse_configz(body, node)
+
+
+LEASE_NAMESPACE = "kube-node-lease"  # where each kubelet renews its node's Lease (pkg/kubelet/nodelease)
+
+
+def node_status(api: Any, node: str) -> dict[str, Any]:
+    """What the Node's status says of its daemons, and whether the kubelet that wrote it is alive (issue 58):
+    status.nodeInfo (the kubelet's and the runtime's releases, this boot's id), the Ready condition, the node's
+    Lease in kube-node-lease, and when the API server answered (its Date header: the clock the freshness is judged
+    by). Read raw, as the API serves it. FactUnavailable when the Node cannot be read; an unreadable Lease is kept
+    as why (the status is then not trusted)."""
+    from kubernetes import client
+
+    try:
+        r = client.CoreV1Api(api).read_node(node, _preload_content=False, _request_timeout=TIMEOUT_S)
+        doc = json.loads(r.data)
+        read_at = r.headers.get("Date") if r.headers is not None else None
+    except Exception as e:
+        raise FactUnavailable(explain(e, "get", "nodes", node)) from None
+    status = doc.get("status") if isinstance(doc, dict) else None
+    status = status if isinstance(status, dict) else {}
+    out: dict[str, Any] = {
+        "nodeInfo": status.get("nodeInfo") if isinstance(status.get("nodeInfo"), dict) else {},
+        "conditions": [c for c in status.get("conditions") or [] if isinstance(c, dict) and c.get("type") == "Ready"],
+        "read_at": read_at,
+    }
+    try:
+        lr = client.CoordinationV1Api(api).read_namespaced_lease(
+            node, LEASE_NAMESPACE, _preload_content=False, _request_timeout=TIMEOUT_S
+        )
+        spec = (json.loads(lr.data) or {}).get("spec") or {}
+        out["lease"] = {k: spec.get(k) for k in ("holderIdentity", "renewTime", "leaseDurationSeconds")}
+    except Exception as e:
+        out["lease"] = None
+        out["lease_error"] = explain(e, "get", f"leases in namespace {LEASE_NAMESPACE}", node)
+    return out
 
 
 def dcgm_metrics(api: Any, spec: KubeSpec, node: str) -> tuple[str, str, tuple[int | None, str]]:

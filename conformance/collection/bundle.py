@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import fnmatch
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,27 +17,48 @@ SNAPSHOT_FORMAT = 1
 
 @dataclass
 class Record:
-    kind: str  # F file, C command, D directory, G glob, P process, L link, M meta, S stat (site rules)
+    kind: str  # F file, C command, D directory, G glob, P process, L link, M meta, S stat (site rules), A the API's
     name: str
     status: str
     data: bytes = b""
     truncated: bool = False
 
 
+# What the collector's verdict on a candidate says when the process is definitely not the node's daemon (a user's or a
+# container's process), as against facts that could not be read, which leave it unknown.
+RULED_OUT = ("it runs as uid", "it runs in other namespaces", "its PID named another process")
+USER_WRITABLE = "can be written by a user other than root"
+IN_CONTAINER = "it runs in other namespaces"
+
+
 @dataclass(frozen=True)
 class Daemon:
     """A process whose command name is a daemon's, and whether the collector found it to be one: it runs as
     root, in the node's own PID and mount namespaces, from an executable only root could have written
-    (collector.sh daemon_check; issue 50). `why` says why not ("" for a daemon)."""
+    (collector.sh; issue 50). `why` says why not ("" for a daemon). `start`: when it started (clock ticks after
+    boot, /proc/PID/stat field 22; None where not recorded)."""
 
     comm: str
     pid: int
     exe: str
     why: str
+    start: int | None = None
 
     @property
     def trusted(self) -> bool:
         return not self.why
+
+    @property
+    def ruled_out(self) -> bool:
+        """Definitely not the node's daemon: another user's process, one run from a file a user could write, or a
+        container's (as against a process whose facts could not be read: that one may be the daemon)."""
+        return self.why.startswith(RULED_OUT) or USER_WRITABLE in self.why
+
+    @property
+    def in_container(self) -> bool:
+        """A process in other namespaces than the node's PID 1: a container's (the GPU Operator's driver container
+        runs nv-fabricmanager and nvidia-persistenced), never evidence that the host lacks the daemon."""
+        return self.why.startswith(IN_CONTAINER)
 
     def describe(self) -> str:
         return f"pid {self.pid} ({self.exe or 'executable unread'}{': ' + self.why if self.why else ''})"
@@ -61,6 +83,11 @@ class Bundle:
         self._index: dict[tuple[str, str], Record] = {}
         for r in self.records:
             self._index.setdefault((r.kind, r.name), r)
+
+    def add(self, record: Record) -> None:
+        """One more record (the API's, beside what the node said); the first of a kind and name wins, as parsed."""
+        self.records.append(record)
+        self._index.setdefault((record.kind, record.name), record)
 
     # -- lookups -------------------------------------------------------------------------------
     def file(self, path: str) -> Record | None:
@@ -170,6 +197,7 @@ class Bundle:
         """Every process named `comm`, each with the collector's verdict on whether it is the node's daemon. A
         snapshot from a collector that gave no verdict names none as a daemon: a command name alone is forgeable."""
         out = []
+        recheck = self._recheck()
         for pid in self.processes(comm):
             exe = self._index.get(("L", f"/proc/{pid}/exe"))
             verdict = self._index.get(("M", f"daemon:{pid}"))
@@ -179,8 +207,61 @@ class Bundle:
                 else "not verified as the node's daemon (a snapshot taken before the collector verified daemons: "
                 "a command name alone is forgeable)"
             )
-            out.append(Daemon(comm, pid, exe.data.decode("utf-8", "replace") if exe is not None else "", why))
+            started = self._index.get(("M", f"daemon-start:{pid}"))
+            start = int(started.data) if started is not None and started.status == "ok" and started.data.isdigit() else None
+            if not why and started is not None and start is None:
+                why = f"its start time (/proc/{pid}/stat) was not recorded readably"
+            if not why and recheck is not None and start is not None and recheck.get(pid) != str(start):
+                # issue 59: what was read of a PID that names another process by the end is not this daemon's
+                later = recheck.get(pid, "not checked")
+                why = (
+                    f"its PID named another process by the end of the collection (started at tick {start}, then "
+                    f"{'gone' if later == 'gone' else 'tick ' + later}): it ended or restarted while it was read, and "
+                    "what was read of it is not used"
+                )
+            out.append(Daemon(comm, pid, exe.data.decode("utf-8", "replace") if exe is not None else "", why, start))
         return out
+
+    def _recheck(self) -> dict[int, str] | None:
+        """Each verified daemon's start time as read again at the end of the collection (None: an older snapshot,
+        or not recorded; a record that is not readable makes every daemon unknown, never unchanged)."""
+        rec = self._index.get(("M", "daemon-recheck"))
+        if rec is None:
+            return None
+        if rec.status != "ok":
+            return {}
+        out = {}
+        for word in rec.data.decode("utf-8", "replace").split():
+            pid, _, start = word.partition(":")
+            if pid.isdigit():
+                out[int(pid)] = start
+        return out
+
+    def api(self, name: str) -> tuple[dict[str, Any] | None, str | None] | None:
+        """What the Kubernetes API said of this node when it was collected (an `A` record: the run read it beside
+        the collection, and a snapshot keeps it): (document, None), (None, why it could not be read), or None where
+        the run did not use the API."""
+        rec = self._index.get(("A", name))
+        if rec is None:
+            return None
+        text = rec.data.decode("utf-8", "replace")
+        if rec.status != "ok":
+            return None, text or f"status {rec.status}"
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            return None, "its record does not parse"
+        return (doc, None) if isinstance(doc, dict) else (None, "its record is not an object")
+
+    def boot(self) -> tuple[str, int] | None:
+        """(this boot's id, when it began: btime, seconds since the epoch), None where not recorded."""
+        rec = self._index.get(("M", "boot"))
+        if rec is None or rec.status != "ok":
+            return None
+        words = rec.data.decode("utf-8", "replace").split()
+        if len(words) != 2 or not words[1].isdigit() or not words[0]:
+            return None
+        return words[0], int(words[1])
 
     def link(self, path: str) -> str | None:
         """Where a symlink points (None: not a symlink, or not looked at)."""

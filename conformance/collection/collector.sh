@@ -301,35 +301,168 @@ read_containerd() {  # $1 path, $2 depth; $ccwd: the daemon's working directory 
   done
 }
 
-emit_owner() {  # $1 daemon, $2 its executable (as /proc/PID/exe names it): "dpkg PACKAGE VERSION" or "rpm NAME
-  # VERSION-RELEASE" of the installed package that owns the file, read from the node's package database with
-  # the node's system tools (bounded in time); status "deleted" (the file was replaced since the daemon
-  # started: the database describes the new one), "unowned" (no package owns it), 127 (no database tool)
-  case $2 in
-    '') rec C "$1-package" unread; echo; return 0 ;;
-    *' (deleted)') rec C "$1-package" deleted; echo; return 0 ;;
-  esac
-  _tried=
-  if [ -f "$R/var/lib/dpkg/status" ] && command -v dpkg-query >/dev/null 2>&1 && command -v timeout >/dev/null 2>&1; then
-    _tried=1
-    _own=$(timeout -s KILL 20 dpkg-query --admindir="$R/var/lib/dpkg" -S -- "$2" 2>/dev/null | awk -v f="$2" '
-      { i = index($0, ": "); if (i && substr($0, i + 2) == f && $0 !~ /^diversion /) { print substr($0, 1, i - 1); exit } }')
-    _own=${_own%%,*}
-    if [ -n "$_own" ]; then
-      _v=$(timeout -s KILL 20 dpkg-query --admindir="$R/var/lib/dpkg" -W -f '${Version}' -- "$_own" 2>/dev/null)
-      if [ -n "$_v" ]; then rec C "$1-package" 0; b64s "dpkg $_own $_v"; echo; return 0; fi
+# The release of each verified daemon (issue 58) is decided by the runner from what no user of the node can forge;
+# this collects, for the kubelet (or k3s), containerd and CRI-O, in one pass whatever their number:
+# - NAME-package: the installed package that owns the running executable (dpkg, else rpm at /var/lib/rpm,
+#   /usr/lib/sysimage/rpm or rpm-ostree's /usr/share/rpm, each resolved inside the host root), and NAME-package-proof:
+#   whether the file that runs is still the one that package installed. dpkg renames every file of a package into
+#   place before it writes info/PKG.list (src/main/unpack.c: tar_deferred_extract, then write_filelist_except), so an
+#   executable whose ctime is no later than that list's mtime is unchanged since; else its digest against the one dpkg
+#   recorded while unpacking (info/PKG.md5sums, write_filehash_except). For rpm: the size and mtime its header records
+#   (rpm -V's S and T; rpm sets the mtime it records), else the digest (FILEDIGESTS, by FILEDIGESTALGO). A digest is
+#   computed only where the cheap proof fails, of /proc/PID/exe: the file that runs, even when replaced on disk.
+# - NAME-journal: the daemon's own start line in the journal, matched by journald's trusted fields only (_PID, _UID=0,
+#   _BOOT_ID: a client cannot set them; systemd.journal-fields(7)), never by SYSLOG_IDENTIFIER, within the first five
+#   minutes of its life. Read only where no package proves the release and no platform record names it.
+# - The platform's own records (EKS /etc/eks/*-version.txt, Bottlerocket's application inventory), with whether only
+#   root could have written them and their mtime (M record-stat:PATH "MTIME SAFE").
+# The exes' and the records' "CTIME MTIME SIZE" come from one stat (M exe-stat:PID).
+emit_releases() {  # $1: lines "NAME PID EXE" of the verified daemons whose release matters
+  _dl=$1
+  [ -n "$_dl" ] || return 0
+  _paths=
+  for _dl1 in $_dl; do _dr=${_dl1#* }; _dr=${_dr#* }; _paths="$_paths${_dr% (deleted)}$NL"; done
+  set --; for _dp in $_paths; do set -- "$@" "$_dp"; done
+  _db=$R/var/lib/dpkg; _own=; _dpkg=
+  if [ -f "$_db/status" ]; then
+    if command -v dpkg-query >/dev/null 2>&1 && command -v timeout >/dev/null 2>&1; then
+      _dpkg=ok; _own=$(timeout -s KILL 20 dpkg-query --admindir="$_db" -S -- "$@" 2>/dev/null)
+    else _dpkg=notool:dpkg-query; fi
+  fi
+  # each daemon's owning package (dpkg-query -S prints "PKG[, PKG2]: PATH"; diversions are not owners)
+  _pkgs=; _lists=; _need_rpm=
+  for _dl1 in $_dl; do
+    _dn=${_dl1%% *}; _dr=${_dl1#* }; _pid=${_dr%% *}; _e=${_dr#* }; _e=${_e% (deleted)}; _do=
+    for _dx in $_own; do case $_dx in "diversion "*) ;; *": $_e") _do=${_dx%": $_e"}; _do=${_do%%,*} ;; esac; done
+    eval "own_$_dn=\$_do"
+    if [ -n "$_do" ]; then _pkgs="$_pkgs$_do$NL"; _lists="$_lists$_db/info/$_do.list$NL"; else _need_rpm="$_need_rpm$_dl1$NL"; fi
+  done
+  _vers=
+  if [ -n "$_pkgs" ]; then
+    set --; for _dp in $_pkgs; do set -- "$@" "$_dp"; done
+    _vers=$NL$(timeout -s KILL 20 dpkg-query --admindir="$_db" -W -f '${binary:Package} ${Version}\n' -- "$@" 2>/dev/null)$NL
+  fi
+  # rpm for what dpkg does not own
+  _rdb=; _rpmq=; _rpm=
+  if [ -n "$_need_rpm" ]; then
+    for _d in /var/lib/rpm /usr/lib/sysimage/rpm /usr/share/rpm; do
+      resolve_in_root "$_d/" || continue
+      [ -f "$R$IR/rpmdb.sqlite" ] || [ -f "$R$IR/Packages" ] || [ -f "$R$IR/Packages.db" ] || continue
+      _rdb=$IR; break
+    done
+    if [ -n "$_rdb" ]; then
+      if command -v rpm >/dev/null 2>&1 && command -v timeout >/dev/null 2>&1; then
+        _rpm=ok
+        set --; _want=
+        for _dl1 in $_need_rpm; do _dr=${_dl1#* }; _dr=${_dr#* }; _dr=${_dr% (deleted)}; set -- "$@" "$_dr"; _want="$_want$_dr$NL"; done
+        _rpmq=$(timeout -s KILL 60 rpm ${R:+--root "$R"} --dbpath "$_rdb" -qf --queryformat \
+          '=%{NAME} %{VERSION}-%{RELEASE} %{FILEDIGESTALGO}\n[%{FILESIZES} %{FILEMTIMES} %{FILEDIGESTS} %{FILENAMES}\n]' \
+          -- "$@" 2>/dev/null | GNC_WANT=$_want awk '
+            BEGIN { n = split(ENVIRON["GNC_WANT"], a, "\n"); for (i = 1; i <= n; i++) if (a[i] != "") w[a[i]] = 1 }
+            /^=/ { print; next }
+            { f = $0; sub(/^[^ ]* [^ ]* [^ ]* /, "", f); if (f in w) print }')
+      else _rpm=notool:rpm; fi
     fi
   fi
-  for _db in /var/lib/rpm /usr/lib/sysimage/rpm; do
-    [ -f "$R$_db/rpmdb.sqlite" ] || [ -f "$R$_db/Packages" ] || [ -f "$R$_db/Packages.db" ] || continue
-    command -v rpm >/dev/null 2>&1 && command -v timeout >/dev/null 2>&1 || break
-    _tried=1
-    _v=$(timeout -s KILL 60 rpm ${R:+--root "$R"} --dbpath "$_db" -qf --queryformat '%{NAME} %{VERSION}-%{RELEASE}\n' -- "$2" 2>/dev/null | head -n 1)
-    case $_v in *' '*) rec C "$1-package" 0; b64s "rpm $_v"; echo; return 0 ;; esac
-    break
+  # one stat: the running executables, the dpkg file lists, the platform's records
+  _recs=
+  for _df in /etc/eks/kubelet-version.txt /etc/eks/containerd-version.txt /usr/share/bottlerocket/application-inventory.json \
+            /var/lib/bottlerocket/inventory/applications.json ${rpid:+/var/run/crio/version}; do
+    [ -e "$R$_df" ] && _recs="$_recs$_df$NL"
   done
-  if [ -n "$_tried" ]; then rec C "$1-package" unowned; else rec C "$1-package" 127; fi
-  echo
+  # the file that runs: the executable's path resolved inside the root (the same inode, while it is not replaced);
+  # /proc/PID/exe, the kernel's link to the running inode, for one replaced since it started
+  set --
+  for _dl1 in $_dl; do
+    _dr=${_dl1#* }; _pid=${_dr%% *}; _e=${_dr#* }
+    case $_e in *' (deleted)') _rf=$R/proc/$_pid/exe ;; *) _rf=$R/proc/$_pid/exe; resolve_in_root "$_e" && _rf=$R$IR ;; esac
+    eval "runf_$_pid=\$_rf"; set -- "$@" "$_rf"
+  done
+  for _dp in $_lists; do set -- "$@" "$_dp"; done
+  for _dp in $_recs; do set -- "$@" "$R$_dp"; done
+  _st=$NL$(stat -L -c '%Z %Y %s|%n' -- "$@" 2>/dev/null)$NL
+  _rsafe=; _rneed=; _pairs=
+  for _df in $_recs; do resolve_in_root "$_df" && { _pairs="$_pairs$_df|$IR$NL"; _rneed="$_rneed$R$_df$NL$R$IR$NL"; }; done
+  [ -n "$_rneed" ] && _rsafe=$NL$(safe_set "$R" "$_rneed")$NL
+  _plat=
+  for _df in $_recs; do
+    emit_file "$_df"
+    _dx=${_st%%"|$R$_df$NL"*}; _dm=
+    [ "$_dx" != "$_st" ] && { _dx=${_dx##*"$NL"}; _dm=${_dx#* }; _dm=${_dm%% *}; }
+    _ir=$NL$_pairs; _ir=${_ir#*"$NL$_df|"}; _ir=${_ir%%"$NL"*}
+    _ok=no
+    case $NL$_pairs in *"$NL$_df|"*) case $_rsafe in *"$NL$R$_df$NL"*) case $_rsafe in *"$NL$R$_ir$NL"*) _ok=yes ;; esac ;; esac ;; esac
+    rec M "record-stat:$_df" ok; b64s "${_dm:--} $_ok"; echo
+    [ "$_ok" = yes ] && _plat="$_plat$_df$NL"
+  done
+  for _dl1 in $_dl; do
+    _dn=${_dl1%% *}; _dr=${_dl1#* }; _pid=${_dr%% *}; _e=${_dr#* }; _del=; case $_e in *' (deleted)') _del=1; _e=${_e% (deleted)} ;; esac
+    eval "_rf=\$runf_$_pid"
+    _dx=${_st%%"|$_rf$NL"*}; _es=
+    [ "$_dx" != "$_st" ] && _es=${_dx##*"$NL"}
+    rec M "exe-stat:$_pid" ok; b64s "$_es"; echo
+    eval "_do=\$own_$_dn"; _proof=; _proven=
+    if [ -n "$_do" ]; then
+      _dv=${_vers#*"$NL$_do "}; _dv=${_dv%%"$NL"*}
+      if [ "$_dv" = "$_vers" ] || [ -z "$_dv" ]; then rec C "$_dn-package" unread; b64s "dpkg $_do"; echo; continue; fi
+      rec C "$_dn-package" 0; b64s "dpkg $_do $_dv"; echo
+      _dx=${_st%%"|$_db/info/$_do.list$NL"*}; _lm=
+      [ "$_dx" != "$_st" ] && { _dx=${_dx##*"$NL"}; _lm=${_dx#* }; _lm=${_lm%% *}; }
+      if [ -z "$_del" ] && [ -n "$_es" ] && [ -n "$_lm" ] && [ "${_es%% *}" -le "$_lm" ]; then
+        _proof="ctime ${_es%% *} $_lm"; _proven=1
+      else
+        _want=$(awk -v f="${_e#/}" '{ i = index($0, "  "); if (i && substr($0, i + 2) == f) { print substr($0, 1, i - 1); exit } }' \
+          "$_db/info/$_do.md5sums" 2>/dev/null)
+        _have=$(timeout -s KILL 60 md5sum < "$_rf" 2>/dev/null); _have=${_have%% *}
+        _proof="digest md5 ${_have:--} ${_want:--} ${_lm:--}"; [ -n "$_have" ] && [ "$_have" = "$_want" ] && _proven=1
+      fi
+    else
+      _hdr=; _file=
+      for _dx in $_rpmq; do
+        case $_dx in ='*') _hdr=${_dx#=} ;; *" $_e") _file=$_dx; break ;; esac
+      done
+      if [ -n "$_file" ]; then
+        _name=${_hdr%% *}; _rest=${_hdr#* }; _vr=${_rest%% *}; _algo=${_rest#* }
+        rec C "$_dn-package" 0; b64s "rpm $_name $_vr"; echo
+        IFS=' '; set -- $_file; IFS=$NL  # SIZE MTIME DIGEST NAME
+        _es_s=${_es##* }; _es_m=${_es#* }; _es_m=${_es_m%% *}
+        if [ -z "$_del" ] && [ -n "$_es" ] && [ "$1" = "$_es_s" ] && [ "$2" = "$_es_m" ]; then
+          _proof="rpm-attrs $1 $2"; _proven=1
+        else
+          case $_algo in 1|''|'(none)') _tool=md5sum ;; 2) _tool=sha1sum ;; 8) _tool=sha256sum ;; 9) _tool=sha384sum ;;
+            10) _tool=sha512sum ;; 11) _tool=sha224sum ;; *) _tool= ;; esac  # rpm's PGPHASHALGO numbers
+          _have=
+          if [ -n "$_tool" ] && command -v "$_tool" >/dev/null 2>&1; then
+            _have=$(timeout -s KILL 60 "$_tool" < "$_rf" 2>/dev/null); _have=${_have%% *}
+          fi
+          _proof="digest ${_tool:-algo$_algo} ${_have:--} ${3:--} $1:$2"; [ -n "$_have" ] && [ "$_have" = "$3" ] && _proven=1
+        fi
+      # no owner: a database that could not be asked leaves it unknown (a tool missing from the audit's own image
+      # below a host root, or from the node), never "no package"
+      elif [ "$_dpkg" = notool:dpkg-query ]; then rec C "$_dn-package" notool; b64s dpkg-query; echo
+      elif [ "$_rpm" = notool:rpm ]; then rec C "$_dn-package" notool; b64s rpm; echo
+      elif [ -n "$_dpkg$_rdb" ]; then rec C "$_dn-package" unowned; echo
+      else rec C "$_dn-package" nodb; echo
+      fi
+    fi
+    [ -n "$_proof" ] && { rec M "$_dn-package-proof" ok; b64s "$_proof"; echo; }
+    # the journal, where neither a package nor a platform record of root's says which release runs
+    [ -n "$_proven" ] && continue
+    case $_dn in
+      kubelet) case $_plat in *eks/kubelet*|*bottlerocket*) continue ;; esac ;;
+      containerd) case $_plat in *eks/containerd*|*bottlerocket*) continue ;; esac ;;
+      *) continue ;;  # CRI-O writes its version file at each start
+    esac
+    if ! command -v journalctl >/dev/null 2>&1 || ! command -v timeout >/dev/null 2>&1; then rec C "$_dn-journal" 127; echo; continue; fi
+    eval "_ds=\$start_$_pid"
+    if [ -z "$bootid" ] || [ -z "$btime" ] || [ -z "$_ds" ]; then rec C "$_dn-journal" unread; echo; continue; fi
+    _since=$((btime + _ds / 100))  # USER_HZ: 100 on every Linux architecture (include/asm-generic/param.h)
+    if [ -n "$R" ]; then _jd="--directory=$R/var/log/journal"; else _jd=--quiet; fi
+    _j=$(timeout -s KILL 20 journalctl "$_jd" --no-pager -o json --output-fields=MESSAGE,_PID,_UID,_BOOT_ID,_SYSTEMD_UNIT \
+      --since "@$_since" --until "@$((_since + 300))" "_PID=$_pid" _UID=0 "_BOOT_ID=$bootj" 2>/dev/null |
+      awk 'index($0, "\"Kubelet version\"") || index($0, "starting containerd") { print; exit }')
+    if [ -n "$_j" ]; then rec C "$_dn-journal" 0; b64s "$_j"; echo; else rec C "$_dn-journal" notfound; echo; fi
+  done
 }
 
 rec M version ok; b64s 1; echo
@@ -340,6 +473,12 @@ emit_file /etc/os-release  # the OS image, for the node's identity record
 emit_cmd uname uname -r
 emit_cmd uname-m uname -m  # the machine: NVLink-C2C joins GPUs to Grace (aarch64) CPUs only
 emit_cmd stat-cgroup stat -fc %t "$R/sys/fs/cgroup"  # the magic: BusyBox stat names cgroup2fs "UNKNOWN"
+# This boot (its id, as journald's _BOOT_ID and the Node's nodeInfo.bootID name it) and when it began (btime): a
+# daemon's start time is btime plus its /proc/PID/stat starttime
+bootid=; { IFS= read -r bootid < /proc/sys/kernel/random/boot_id; } 2>/dev/null
+btime=$(awk '$1 == "btime" { print $2; exit }' /proc/stat 2>/dev/null)
+IFS=-; set -- $bootid; IFS=$NL; bootj=$1$2$3$4$5
+rec M boot ok; b64s "$bootid $btime"; echo
 
 # Processes of interest: kubelet and the container runtimes. Every process's command name is read by head (its
 # "==> FILE <==" headers say whose; /dev/null first, so that there are headers for a single process too) and
@@ -366,61 +505,106 @@ trusted_file() {  # $1 a path on the node: true when only root could have writte
 # effective, saved and filesystem uids 0), in the node's own PID and mount namespaces (those of PID 1, which a
 # container's processes are not in), from an executable that only root could have written: the file and every
 # folder above it, as named and with its links resolved (for an executable replaced since it started, the
-# running file itself, through /proc/PID/exe, and its folder). daemon_facts sets why (what already rules the
-# process out, "" if nothing), exe (as the kernel names it, " (deleted)" when replaced) and need (the paths,
-# prefixed, that safe_set must keep).
-ns_pid1=$(readlink "$R/proc/1/ns/pid" 2>/dev/null); ns_mnt1=$(readlink "$R/proc/1/ns/mnt" 2>/dev/null)
-daemon_facts() {
-  _d=$R/proc/$1; why=; exe=; need=; _u=
+# running file itself, through /proc/PID/exe, and its folder). For each candidate: why (what rules it out, "" if
+# nothing), exe (as the kernel names it, " (deleted)" when replaced) and need (the paths, prefixed, that safe_set
+# must keep).
+# Each candidate is examined in passes that start a bounded number of processes whatever their number: its uids
+# and its start time (/proc/PID/stat field 22, clock ticks after boot) by the shell's own reads; its namespaces,
+# beside PID 1's, by one stat (a namespace is its inode); the executable of each that is left by readlink; then one
+# safe_set for all executables. Only a verified daemon's command line and working directory are read (issue 59): a
+# user's process named kubelet gets nothing of its memory read, however large its argv. At most CAND_MAX candidates
+# of one name are recorded (a node with thousands of processes a user named kubelet costs nothing more). The
+# nvidia-persistenced that NVIDIA's unit starts drops root for the account its --user names, so of the GPU daemons
+# only nv-fabricmanager must run as root; every daemon runs from a root-only executable in the node's namespaces.
+CAND_MAX=8
+daemon_uid() {  # $1 pid, $2 comm: sets why ("" if it may still be the daemon) and start
+  _d=$R/proc/$1; _dpid=$1; _dcomm=$2; why=; _u=; start=; _st=
   { while IFS= read -r _l; do case $_l in Uid:*) _u=${_l#Uid:}; break ;; esac; done < "$_d/status"; } 2>/dev/null
-  IFS=' 	'; set -- $_u; _u="$*"; IFS=$NL  # "0 0 0 0": real, effective, saved, filesystem uids
-  if [ -z "$_u" ]; then why="its /proc/$1/status could not be read"; return; fi
-  if [ "$_u" != "0 0 0 0" ]; then why="it runs as uid ${_u%% *} (uids $_u), not root"; return; fi
-  _a=$(readlink "$_d/ns/pid" 2>/dev/null); _b=$(readlink "$_d/ns/mnt" 2>/dev/null)
-  if [ -z "$_a" ] || [ -z "$_b" ] || [ -z "$ns_pid1" ] || [ -z "$ns_mnt1" ]; then
-    why="its namespaces or PID 1's could not be read (another user's /proc/PID/ns needs root or CAP_SYS_PTRACE)"; return
-  fi
-  if [ "$_a" != "$ns_pid1" ] || [ "$_b" != "$ns_mnt1" ]; then
-    why="it runs in other namespaces than the node's PID 1 (a container's process)"; return
-  fi
-  exe=$(readlink "$_d/exe" 2>/dev/null)
-  case $exe in
-    '') why="its executable (/proc/$1/exe) could not be read" ;;
-    *' (deleted)')
-      _f=${exe% (deleted)}
-      if resolve_in_root "${_f%/*}/"; then need="$_d/exe$NL$R${_f%/*}$NL$R$IR$NL"; else why="its folder ${_f%/*} is gone"; fi ;;
-    *) if resolve_in_root "$exe"; then need="$R$exe$NL$R$IR$NL"; else why="its executable $exe could not be resolved"; fi ;;
-  esac
+  { IFS= read -r _st < "$_d/stat"; } 2>/dev/null
+  IFS=' 	'; set -- $_u; _u="$*"; set -- ${_st##*) }; start=${20:-}; IFS=$NL  # uids "0 0 0 0": real, effective, saved, fs
+  if [ -z "$_u" ]; then why="its /proc/$_dpid/status could not be read"; return; fi
+  case $start in ''|*[!0-9]*) why="its /proc/$_dpid/stat could not be read"; start=; return ;; esac
+  [ "$_dcomm" = nvidia-persiste ] && return 0
+  if [ "$_u" != "0 0 0 0" ]; then why="it runs as uid ${_u%% *} (uids $_u), not root"; fi
 }
 kpid=; cpid=; kcwd=; ccwd=; rpid=; kpid_k3s=; kexe=; cexe=; rexe=; k3exe=; nk=0; nc=0; nr=0; n3=0; dpid=; nd=0
-allneed=
-while IFS=" " read -r pid c; do  # first what each candidate is, then one check of every executable
+cands=; nslinks=
+while IFS=" " read -r pid c; do
   [ -n "$pid" ] || continue
-  daemon_facts "$pid"
-  allneed=$allneed$need
-  eval "why_$pid=\$why; exe_$pid=\$exe; need_$pid=\$need"
+  case $c in kubelet) _k=k ;; containerd) _k=c ;; crio) _k=r ;; dockerd) _k=d ;; k3s|k3s-server|k3s-agent) _k=t ;;
+    nv-fabricmanage) _k=f ;; *) _k=p ;; esac
+  eval "_n=\${seen_$_k:-0}"
+  _n=$((_n + 1)); eval "seen_$_k=\$_n"
+  if [ "$_n" -gt "$CAND_MAX" ]; then eval "over_$_k=\$((\${over_$_k:-0} + 1))"; continue; fi
+  daemon_uid "$pid" "$c"
+  eval "why_$pid=\$why; start_$pid=\$start"
+  cands="$cands$pid $c$NL"
+  [ -z "$why" ] && nslinks="$nslinks$R/proc/$pid/ns/pid$NL$R/proc/$pid/ns/mnt$NL"
 done <<EOF
 $procs
 EOF
-safe=$NL$(safe_set "$R" "$allneed")$NL
-while IFS=" " read -r pid c; do
-  [ -n "$pid" ] || continue
-  eval "why=\$why_$pid; exe=\$exe_$pid; need=\$need_$pid"
+# namespaces: "DEV:INODE|PATH" of each candidate's and PID 1's (stat -L follows the ns links; a link that cannot be
+# read, another user's without root or CAP_SYS_PTRACE, has no line)
+nsinfo=
+if [ -n "$nslinks" ]; then
+  set --
+  for _p in $R/proc/1/ns/pid$NL$R/proc/1/ns/mnt$NL$nslinks; do set -- "$@" "$_p"; done
+  nsinfo=$NL$(stat -L -c '%d:%i|%n' -- "$@" 2>/dev/null)$NL
+fi
+ns_of() {  # $1 a path of nslinks: sets NS to its "DEV:INODE", or to nothing
+  NS=${nsinfo%%"|$1$NL"*}
+  if [ "$NS" = "$nsinfo" ]; then NS=; else NS=${NS##*"$NL"}; fi
+}
+ns_of "$R/proc/1/ns/pid"; ns_pid1=$NS; ns_of "$R/proc/1/ns/mnt"; ns_mnt1=$NS
+allneed=
+for _l in $cands; do
+  pid=${_l%% *}; c=${_l#* }
+  eval "why=\$why_$pid"; exe=; need=; _d=$R/proc/$pid
+  if [ -z "$why" ]; then
+    ns_of "$_d/ns/pid"; _a=$NS; ns_of "$_d/ns/mnt"; _b=$NS
+    if [ -z "$_a" ] || [ -z "$_b" ] || [ -z "$ns_pid1" ] || [ -z "$ns_mnt1" ]; then
+      why="its namespaces or PID 1's could not be read (another user's /proc/PID/ns needs root or CAP_SYS_PTRACE)"
+    elif [ "$_a" != "$ns_pid1" ] || [ "$_b" != "$ns_mnt1" ]; then
+      why="it runs in other namespaces than the node's PID 1 (a container's process)"
+    fi
+  fi
+  if [ -z "$why" ]; then
+    exe=$(readlink "$_d/exe" 2>/dev/null)
+    case $exe in
+      '') why="its executable (/proc/$pid/exe) could not be read" ;;
+      *' (deleted)')
+        _f=${exe% (deleted)}
+        if resolve_in_root "${_f%/*}/"; then need="$_d/exe$NL$R${_f%/*}$NL$R$IR$NL"; else why="its folder ${_f%/*} is gone"; fi ;;
+      *) if resolve_in_root "$exe"; then need="$R$exe$NL$R$IR$NL"; else why="its executable $exe could not be resolved"; fi ;;
+    esac
+  fi
+  allneed=$allneed$need
+  eval "why_$pid=\$why; exe_$pid=\$exe; need_$pid=\$need"
+done
+safe=$NL
+[ -n "$allneed" ] && safe=$NL$(safe_set "$R" "$allneed")$NL
+for _l in $cands; do
+  pid=${_l%% *}; c=${_l#* }
+  eval "why=\$why_$pid; exe=\$exe_$pid; need=\$need_$pid; start=\$start_$pid"
   if [ -z "$why" ]; then
     for _p in $need; do
       case $safe in *"$NL$_p$NL"*) ;; *) why="its executable $exe can be written by a user other than root (the file or a folder above it)"; break ;; esac
     done
   fi
-  d=$R/proc/$pid
   rec P "$c" "$pid"; echo
-  emit_file "/proc/$pid/cmdline"
-  w=$(readlink "$d/cwd" 2>/dev/null)
-  rec L "/proc/$pid/cwd" ok
-  case $w in *"$NL"*) printf '%s' "$w" | tr -d '\n' | b64 ;; *) b64s "$w" ;; esac; echo
   rec L "/proc/$pid/exe" ok
   case $exe in *"$NL"*) printf '%s' "$exe" | tr -d '\n' | b64 ;; *) b64s "$exe" ;; esac; echo
   rec M "daemon:$pid" ok; b64s "$why"; echo
   [ -z "$why" ] || continue
+  # A verified daemon: when it started (what is read below is dropped if this PID names another process by the end,
+  # and the journal's and the API's records are tied to this very process), its command line and working directory.
+  rec M "daemon-start:$pid" ok; b64s "$start"; echo
+  case $c in nv-fabricmanage|nvidia-persiste) continue ;; esac  # nothing of theirs is read
+  verified="$verified$pid$NL"
+  emit_file "/proc/$pid/cmdline"
+  w=$(readlink "$R/proc/$pid/cwd" 2>/dev/null)
+  rec L "/proc/$pid/cwd" ok
+  case $w in *"$NL"*) printf '%s' "$w" | tr -d '\n' | b64 ;; *) b64s "$w" ;; esac; echo
   case $c in
     kubelet) nk=$((nk + 1)); kpid=$pid; kcwd=$w; kexe=$exe ;;
     containerd) nc=$((nc + 1)); cpid=$pid; ccwd=$w; cexe=$exe ;;
@@ -428,14 +612,21 @@ while IFS=" " read -r pid c; do
     dockerd) nd=$((nd + 1)); dpid=$pid ;;
     k3s|k3s-server|k3s-agent) n3=$((n3 + 1)); kpid_k3s=$pid; k3exe=$exe ;;
   esac
-done <<EOF
-$procs
-EOF
+done
+for _k in k:kubelet c:containerd r:crio d:dockerd t:k3s f:nv-fabricmanage p:nvidia-persiste; do
+  eval "_n=\${over_${_k%%:*}:-0}"
+  if [ "$_n" -gt 0 ]; then rec M "candidates-left-out:${_k#*:}" ok; b64s "$_n"; echo; fi
+done
 [ "$nk" -eq 1 ] || kpid=
 [ "$nc" -eq 1 ] || { cpid=; ccwd=; }
 [ "$nr" -eq 1 ] || rpid=
 [ "$n3" -eq 1 ] || kpid_k3s=
 [ "$nd" -eq 1 ] || dpid=
+dl=
+if [ -n "$kpid" ]; then dl="kubelet $kpid $kexe$NL"; elif [ -n "$kpid_k3s" ]; then dl="kubelet $kpid_k3s $k3exe$NL"; fi
+[ -n "$cpid" ] && dl="${dl}containerd $cpid $cexe$NL"
+[ -n "$rpid" ] && dl="${dl}crio $rpid $rexe$NL"
+emit_releases "$dl"
 
 # Kubelet: --config file (no default path), --config-dir drop-ins, state files under --root-dir.
 root_dir=/var/lib/kubelet
@@ -474,25 +665,14 @@ if [ "$nk" -eq 0 ]; then
     done
   fi
 fi
-# The kubelet's release decides which pod sysctls it counts safe. Nothing the process table names is ever run
-# (issue 50): the release is the one the node's package database records for the package that owns the
-# running executable (dpkg, else rpm), and unknown when that file was replaced since the daemon started.
-if [ -n "$kpid" ]; then emit_owner kubelet "$kexe"; elif [ -n "$kpid_k3s" ]; then emit_owner kubelet "$k3exe"; fi
 emit_file "$root_dir/cpu_manager_state"
 emit_file "$root_dir/memory_manager_state"
 emit_file "$root_dir/device-plugins/kubelet_internal_checkpoint"  # which pod holds which device (GPU)
 emit_file "$root_dir/dra_manager_state"  # which ResourceClaims (DRA: GPUs too) the kubelet prepared, for which pods
 emit_glob "$root_dir/plugins_registry/*"  # the plugins registered with the kubelet: DRA drivers hand out GPUs too
 
-# Runtime configuration. The running containerd's release decides how its config files merge: the package
-# that owns its running executable says which (never the executable itself, which is not run). CRI-O writes
-# its own release to its version file each time it starts (internal/version WriteVersionFile; crio.conf(5)
-# version_file, default /var/run/crio/version).
-[ -n "$cpid" ] && emit_owner containerd "$cexe"
-if [ -n "$rpid" ]; then
-  emit_owner crio "$rexe"
-  emit_file /var/run/crio/version
-fi
+# Runtime configuration (its release: emit_releases above; CRI-O writes its own to /var/run/crio/version each time it
+# starts, internal/version WriteVersionFile, crio.conf(5) version_file).
 ccfg=
 if [ -n "$cpid" ]; then
   ccfg=$(arg_value "$R/proc/$cpid/cmdline" config c)
@@ -669,7 +849,6 @@ if [ -n "$gpus" ]; then
   boot_seen='/kernel: Linux version |[]] Linux version |^Linux version / { f = 1; exit } END { exit !f }'
   covers() { case ${1##*"$NL"} in '#xid '*' boot-line=1 '*) return 0 ;; esac; return 1; }
   xcat() { case $1 in *.gz) gzip -dc -- "$1" 2>/dev/null ;; *) cat -- "$1" 2>/dev/null ;; esac; }
-  btime=$(awk '$1 == "btime" { print $2; exit }' /proc/stat 2>/dev/null)
   xsrc=; xout=; xtried=
   for f in /var/log/kern.log /var/log/messages; do
     [ -f "$R$f" ] || continue
@@ -787,4 +966,12 @@ fi
 
 # Block devices.
 emit_glob '/sys/block/nvme*/queue/scheduler'
+# Each verified daemon's start time once more: a PID that now names another process (a crash-looping kubelet's PID
+# handed to a user's process) leaves what was read of it unknown (issue 59)
+_rc=
+for _p in $verified; do
+  _st=; { IFS= read -r _st < "$R/proc/$_p/stat"; } 2>/dev/null
+  IFS=' '; set -- ${_st##*) }; IFS=$NL; _rc="$_rc$_p:${20:-gone} "
+done
+rec M daemon-recheck ok; b64s "$_rc"; echo
 rec M end ok; echo

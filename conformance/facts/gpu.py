@@ -79,6 +79,35 @@ class Gpu:
 
 
 @dataclass
+class DaemonSeen:
+    """Where a GPU daemon (nv-fabricmanager, nvidia-persistenced) was found: verified on the host (its pids), in a
+    container (the GPU Operator's driver container runs both: a presence, not verified), or not at all. A
+    container's process is never evidence that the daemon is absent; no process of that name anywhere is."""
+
+    host: list[int] = field(default_factory=list)
+    contained: list[int] = field(default_factory=list)
+    other: int = 0  # processes of that name that are neither (a user's, or not examined)
+
+    @classmethod
+    def of(cls, seen: DaemonSeen | list[int]) -> DaemonSeen:
+        return seen if isinstance(seen, DaemonSeen) else cls(host=list(seen))
+
+    @property
+    def nowhere(self) -> bool:
+        return not self.host and not self.contained and not self.other
+
+    def describe(self) -> str:
+        if self.host:
+            return f"running on the host (pid {', '.join(map(str, self.host))})"
+        if self.contained:
+            return (f"running in a container (pid {', '.join(map(str, self.contained))}; the GPU Operator's driver "
+                    "container runs it there): present, not verified")  # fmt: skip
+        if self.other:
+            return f"no verified process; {self.other} process(es) of that name that are not the daemon"
+        return "no process of that name on the node, on the host or in a container"
+
+
+@dataclass
 class GpuFacts:
     gpus: list[Gpu]
     source: str  # "NVML", "nvidia-smi", or why there is none
@@ -88,7 +117,7 @@ class GpuFacts:
     cuda_driver: str | None = None  # the CUDA version the driver supports, e.g. "12.4"
     notes: list[str] = field(default_factory=list)
     nvswitches: list[str] = field(default_factory=list)  # NVIDIA bridge-class PCI functions (NVSwitch)
-    daemons: dict[str, list[int]] = field(default_factory=dict)  # nv-fabricmanager, nvidia-persistenced: pids
+    daemons: dict[str, DaemonSeen] = field(default_factory=dict)  # nv-fabricmanager, nvidia-persistenced
 
 
 def _int(v: Any) -> int | None:

@@ -10,7 +10,7 @@ from conformance.collection.bundle import Record
 from conformance.errors import FactUnavailable, ParseError
 from conformance.facts.cdi import SPEC_DIRS, TOOLKIT_CONFIG, CdiRegistry, cdi_registry, toolkit_mode
 from conformance.facts.dra_cpu import claim_cpu_sets
-from conformance.facts.gpu import GpuFacts, parse_nvml_probe, parse_pci_function, parse_smi_xml, parse_topo_matrix
+from conformance.facts.gpu import DaemonSeen, GpuFacts, parse_nvml_probe, parse_pci_function, parse_smi_xml, parse_topo_matrix
 from conformance.facts.gpu_health import parse_smi_nvlink
 from conformance.facts.node_base import FactsBase, fact
 from conformance.facts.xid import CONTROL, XID_LINES_KEPT, XidLog, XidRecordError, parse_xid_record
@@ -80,8 +80,16 @@ class GpuNodeFacts(FactsBase):
         facts.pci_functions = functions
         facts.notes = notes + facts.notes
         facts.nvswitches = sorted(b.meta_lines("nvswitches") or [])
-        # only processes verified as the node's daemons (a user can name a program nvidia-persistenced)
-        facts.daemons = {name: [d.pid for d in b.daemons(comm) if d.trusted] for name, comm in GPU_DAEMONS.items()}
+        # processes verified as the node's daemons (a user can name a program nvidia-persistenced), and those in
+        # containers (the GPU Operator's driver container runs both daemons), kept apart
+        facts.daemons = {}
+        for name, comm in GPU_DAEMONS.items():
+            found = b.daemons(comm)
+            facts.daemons[name] = DaemonSeen(
+                host=[d.pid for d in found if d.trusted],
+                contained=[d.pid for d in found if d.in_container],
+                other=sum(1 for d in found if not d.trusted and not d.in_container),
+            )
         return facts
 
     @fact

@@ -14,6 +14,7 @@ from conformance.facts.checkpoints import (
     parse_dra_checkpoint,
     parse_memory_manager_state,
 )
+from conformance.facts.daemon_release import DaemonRelease, Source, Span, decide, release_in
 from conformance.facts.kubelet import (
     KubeletArgs,
     KubeletConfig,
@@ -25,8 +26,8 @@ from conformance.facts.kubelet import (
     parse_kubelet_args,
     walk_order,
 )
-from conformance.facts.node_base import FactsBase, fact, package_version
-from conformance.facts.releases import Release, parse_release
+from conformance.facts.node_base import FactsBase, fact
+from conformance.facts.releases import Release
 
 
 class KubeletFacts(FactsBase):
@@ -34,21 +35,36 @@ class KubeletFacts(FactsBase):
 
     @fact
     def kubelet_pid(self) -> int:
+        """The kubelet's process: the one verified process named kubelet, else k3s's (the kubelet runs inside it).
+        A process a user named kubelet (another uid, a file a user could write, a container's) is no kubelet: on a
+        k3s node it leaves k3s's kubelet to be judged (issue 58), and elsewhere is named with why it is not one."""
         self.require_reachable()
+        return self._kubelet_daemon[0]
+
+    @property
+    def _kubelet_daemon(self) -> tuple[int, bool]:
+        """(pid, whether it is k3s's process)."""
+        named = self.bundle.daemons("kubelet")
+        k3s = ("k3s-server", "k3s-agent", "k3s")
+        if named and not any(d.trusted for d in named) and all(d.ruled_out for d in named):
+            pid = self.daemon_pid(k3s, "k3s (whose process holds its kubelet)")
+            if pid is not None:
+                return pid, True
         pid = self.daemon_pid(("kubelet",), "the kubelet")
-        if pid is None:  # k3s: the kubelet runs inside its process
-            pid = self.daemon_pid(("k3s-server", "k3s-agent", "k3s"), "k3s (whose process holds its kubelet)")
+        if pid is not None:
+            return pid, False
+        pid = self.daemon_pid(k3s, "k3s (whose process holds its kubelet)")
         if pid is None:
             raise FactUnavailable(
                 f"no process named kubelet runs on node {self.name}, nor k3s (whose process holds its kubelet); "
                 "looked at the command name of every process in /proc. RKE2 runs a kubelet process of its own"
             )
-        return pid
+        return pid, True
 
     @property
     def _embedded_kubelet(self) -> bool:
-        """Whether the kubelet is k3s's (no process named kubelet at all)."""
-        return not self.bundle.processes("kubelet")
+        """Whether the kubelet is k3s's (no verified kubelet process of its own)."""
+        return self._kubelet_daemon[1]
 
     @fact
     def kubelet_args(self) -> KubeletArgs:
@@ -168,16 +184,26 @@ class KubeletFacts(FactsBase):
         return f"{root.rstrip('/')}/{name}"
 
     @fact
-    def kubelet_version(self) -> Release:
-        """The running kubelet's release (k3s's for the kubelet it runs), as the node's package database records
-        it for the package that owns the running executable; nothing the process table names is run (issue 50).
-        A snapshot from before that keeps the answer its collector recorded."""
+    def kubelet_release(self) -> DaemonRelease:
+        """What is known of the running kubelet's release (k3s's for the kubelet it runs), and from where: the
+        Node's nodeInfo, the package of the running file, the platform's records, the journal (daemon_release)."""
         self.require_reachable()
-        self.kubelet_pid  # noqa: B018 - the daemon itself must be known first (its candidates are named if not)
-        rec = self.bundle.optional_command("kubelet-package")
-        if rec is None:
-            old = self.bundle.optional_command("kubelet-version")  # an older collector asked the binary
-            if old is not None and old.status == "0":
-                return parse_release(old.data.decode("utf-8", "replace"), "the kubelet's --version")
-            raise FactUnavailable(f"node {self.name}: the kubelet's release was not recorded (an older snapshot)")
-        return parse_release(package_version(rec, "the kubelet", self.name), "the kubelet's package version")
+        pid = self.kubelet_pid
+        b = self.bundle
+        daemon = next(d for c in ("kubelet", "k3s-server", "k3s-agent", "k3s") for d in b.daemons(c) if d.pid == pid)
+        old = b.optional_command("kubelet-version")  # a collector before issue 50 asked the binary
+        if old is not None and b.optional_command("kubelet-package") is None:
+            found = release_in(old.data.decode("utf-8", "replace")) if old.status == "0" else None
+            source = Source("its --version answer (a snapshot of a collector before issue 50)", old.data.decode(
+                "utf-8", "replace").strip()[:80], Span.exact(found) if found else None, "" if found else "no release in it")
+            return decide("the kubelet", [source])
+        return decide("the kubelet", self.release_sources("kubelet", daemon, "kubeletVersion", None))
+
+    @fact
+    def kubelet_version(self) -> Release:
+        """The running kubelet's release where it is known to be one release (kubelet_release: what is known and
+        from where); FactUnavailable naming every source looked at and why none decided."""
+        known = self.kubelet_release
+        if known.release is None:
+            raise FactUnavailable(f"node {self.name}: {known.why_unknown()}")
+        return known.release

@@ -9,35 +9,22 @@ import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from conformance.collection.bundle import Bundle
+from conformance.collection.bundle import Bundle, Daemon
 from conformance.errors import FactUnavailable, ParseError
+from conformance.facts.daemon_release import (
+    USER_HZ,
+    Source,
+    bottlerocket_inventory,
+    crio_version_file,
+    eks_version,
+    journal_source,
+    node_status_source,
+    package_source,
+    record_source,
+)
 from conformance.facts.kubelet import split_cmdline
 
 T = TypeVar("T")
-
-# What a `NAME-package` record's status says (collector.sh emit_owner)
-PACKAGE_STATUS = {
-    "deleted": "its executable was replaced on disk since it started (an upgrade without a restart): the package "
-    "database describes the new file, not the running one; restart it",
-    "unowned": "no package of the node's package database (dpkg or rpm) owns its executable (installed by hand or by "
-    "an installer script): its release cannot be read without running it, which the audit never does",
-    "unread": "its executable (/proc/PID/exe) could not be read",
-    "127": "the node has no package database tool (dpkg-query or rpm) and timeout(1)",
-}
-
-
-def package_version(rec: Any, who: str, node: str) -> str:
-    """The version text of a `NAME-package` record ("dpkg PACKAGE VERSION", "rpm NAME VERSION-RELEASE"),
-    the Debian epoch left off; FactUnavailable saying why it is unknown."""
-    if rec.status != "0":
-        why = PACKAGE_STATUS.get(rec.status, f"status {rec.status}")
-        raise FactUnavailable(f"node {node}: the running {who.removeprefix('the ')}'s release is unknown: {why}")
-    words = rec.data.decode("utf-8", "replace").split()
-    if len(words) < 3:
-        raise FactUnavailable(f"node {node}: the package record of {who} reads {' '.join(words)!r}: no version in it")
-    version = words[2].split(":", 1)[-1]  # dpkg's epoch ("1:1.7.27-1") is not part of the release
-    return f"{words[1]} {version}"
-
 
 def fact(fn: Callable[[Any], T]) -> property:
     """A lazily computed fact; the value or the failure is computed once and remembered."""
@@ -111,6 +98,35 @@ class FactsBase:
         raise FactUnavailable(
             f"node {self.name}: no process named {'/'.join(comms)} is {who} that a local user could not have started: {names}"
         )
+
+    def release_sources(self, name: str, daemon: Daemon, info_field: str, runtime: str | None) -> list[Source]:
+        """Every source of the release of the daemon `name` (kubelet, containerd, crio) runs, in the order they are
+        trusted (conformance.facts.daemon_release): the Node's nodeInfo.`info_field`, the package of its running
+        file, the platform's own records, its start line in the journal."""
+        b = self.bundle
+        boot, api = b.boot(), b.api("node-status")
+        who = {"kubelet": "kubelet", "containerd": "containerd", "crio": "CRI-O"}[name]
+        out: list[Source | None] = [
+            node_status_source(api[0], api[1], info_field, boot, daemon.start, runtime) if api is not None else None,
+            package_source(b.optional_command(f"{name}-package"), b.meta(f"{name}-package-proof"), who, b.meta("boot") is None),
+        ]
+        stat = b.meta(f"exe-stat:{daemon.pid}")
+        words = stat.data.decode("utf-8", "replace").split() if stat is not None and stat.status == "ok" else []
+        ctime = int(words[0]) if words and words[0].isdigit() else None
+        bottlerocket = ("/usr/share/bottlerocket/application-inventory.json", "/var/lib/bottlerocket/inventory/applications.json")
+        if name == "kubelet":
+            out.append(record_source(b, "/etc/eks/kubelet-version.txt", who, eks_version, ctime))
+            out += [record_source(b, p, who, bottlerocket_inventory("kubernetes"), None) for p in bottlerocket]
+        elif name == "containerd":
+            out.append(record_source(b, "/etc/eks/containerd-version.txt", who, eks_version, ctime))
+            out += [record_source(b, p, who, bottlerocket_inventory("containerd"), None) for p in bottlerocket]
+        else:
+            since = boot[1] + daemon.start / USER_HZ if boot is not None and daemon.start is not None else None
+            # a snapshot of a collector before issue 58 recorded no start times: its version file is taken as it was
+            out.append(record_source(b, "/var/run/crio/version", who, crio_version_file, None, b.meta("boot") is not None, since))
+        if name != "crio":
+            out.append(journal_source(b.optional_command(f"{name}-journal"), daemon.pid, boot, daemon.start, who))
+        return [s for s in out if s is not None]
 
     def _argv(self, pid: int, who: str) -> list[str]:
         """A running process's command line. Never empty for a live process: /proc/PID/cmdline reads empty for

@@ -13,6 +13,7 @@ from typing import Any
 
 from conformance.errors import ParseError
 from conformance.facts.canonical import digest
+from conformance.facts.daemon_release import Span
 
 RUNC_TYPE = "io.containerd.runc.v2"
 RUNC_V1_TYPE = "io.containerd.runc.v1"
@@ -94,6 +95,17 @@ def rules_for(release: ContainerdRelease) -> MergeRules:
     if release.minor == 7:
         return RULES_1_OLD if r < (1, 7, 16) else (RULES_1_GLOB if r < (1, 7, 17) else RULES_1_NEW)
     return RULES_1_OLD if release.minor < 6 else RULES_1_NEW
+
+
+# Where rules_for changes from one span of releases to the next (the first release of each)
+RULES_BREAKS = ((1, 6, 0), (1, 6, 29), (1, 6, 32), (1, 7, 0), (1, 7, 16), (1, 7, 17), (1, 8, 0), (2, 0, 0), (2, 3, 0))
+
+
+def rules_in(span: Span) -> list[MergeRules]:
+    """Every span of releases' merge rules that a release of `span` may follow, in EVERY_RULES order."""
+    found = {rules_for(ContainerdRelease(*span.low))}
+    found |= {rules_for(ContainerdRelease(*b)) for b in RULES_BREAKS if span.low < b <= span.high}
+    return [r for r in EVERY_RULES if r in found]
 
 
 def load_toml(text: str, path: str) -> dict[str, Any]:
@@ -479,26 +491,30 @@ def containerd_config(
     main_path: str,
     read: Callable[[str], str | None],
     expand: Callable[[str, str], list[str]],
-    release: ContainerdRelease | None,
+    release: Span | ContainerdRelease | None,
     cwd: str | None = None,
 ) -> RuntimeConfig:
-    """The effective containerd configuration as the running release reads it. When the release is not
-    known, under every span of releases: `alternatives` holds each result (a config, or why that release
-    would not start), and the primary result is the first that parsed."""
-    if release is not None:
-        rules = rules_for(release)
-        how = f"containerd {release}: {rules.family} merge rules ({rules.label})"
+    """The effective containerd configuration as the running release reads it. Where the release is not one
+    release, under every span of releases it may be (all of them when nothing is known; a minor's when only the
+    minor is): `alternatives` holds each result (a config, or why that release would not start), and the primary
+    result is the first that parsed."""
+    span = release if isinstance(release, Span) else Span.any() if release is None else Span.exact(release.triple)
+    if span.release is not None:
+        exact = ContainerdRelease(*span.release)
+        rules = rules_for(exact)
+        how = f"containerd {exact}: {rules.family} merge rules ({rules.label})"
         try:
             rc = containerd_runtime(merge_containerd(main_path, read, expand, rules, cwd))
         except RuntimeRefused as e:
             return RuntimeConfig("containerd", "", {}, [main_path], rules=how, refused=str(e))
         rc.rules = how
         return rc
+    every = rules_in(span)
     # The files are loaded once per way of resolving imports (only where relative globs are matched
     # differs between releases), then merged by each span's rules.
     loaded: dict[bool, list[tuple[str, dict]] | ParseError] = {}
     alternatives: dict[str, RuntimeConfig | ParseError] = {}
-    for rules in EVERY_RULES:
+    for rules in every:
         if rules.glob_from_cwd not in loaded:
             try:
                 loaded[rules.glob_from_cwd] = _load_all(main_path, read, expand, rules, cwd)
@@ -522,7 +538,11 @@ def containerd_config(
         )
     primary = copy.copy(parsed[0])
     primary.alternatives = alternatives
-    primary.rules = "containerd's release unknown (no package record of the running binary): judged under every release's rules"
+    primary.rules = (
+        "containerd's release unknown: judged under every release's rules"
+        if not span.known
+        else f"containerd's release known only as {span}: judged under the rules of each release it may be"
+    )
     return primary
 
 

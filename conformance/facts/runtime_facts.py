@@ -3,12 +3,10 @@ running daemon reads it, and its release."""
 
 from __future__ import annotations
 
-import json
-import re
-
 from conformance.errors import FactUnavailable
+from conformance.facts.daemon_release import DaemonRelease, Source, Span, decide, release_in
 from conformance.facts.kubelet import parse_kubelet_args, walk_order
-from conformance.facts.node_base import FactsBase, fact, package_version
+from conformance.facts.node_base import FactsBase, fact
 from conformance.facts.runtime import (
     CRIO_CONFIG,
     CRIO_CONFIG_DIR,
@@ -20,7 +18,6 @@ from conformance.facts.runtime import (
     crio_command_line,
     crio_runtime,
     docker_runtime,
-    parse_containerd_version,
     path_glob_match,
 )
 
@@ -70,7 +67,7 @@ class RuntimeFacts(FactsBase):
                 def read(path: str) -> str | None:
                     return "" if path == main else self._collected_text(path)
 
-            rc = containerd_config(main, read, self._expand_import, self.containerd_release, self._containerd_cwd())
+            rc = containerd_config(main, read, self._expand_import, self.containerd_span, self._containerd_cwd())
             if builtin:
                 rc.files = [f"containerd's built-in defaults ({main} does not exist)"]
                 for h in rc.handlers.values():
@@ -146,61 +143,61 @@ class RuntimeFacts(FactsBase):
             docs.append((path, b.text(path)))
         return crio_runtime(docs, given, self.crio_release)
 
+    @fact
+    def runtime_release(self) -> DaemonRelease:
+        """What is known of the running runtime's release, and from where: the Node's nodeInfo, the package of its
+        running file, the platform's records (CRI-O's version file), the journal (daemon_release). Nothing the
+        process table names is ever run (issue 50)."""
+        runtime, _ = self.runtime_name
+        comm, who = {"containerd": ("containerd", "containerd"), "cri-o": ("crio", "CRI-O")}.get(runtime, ("", runtime))
+        if not comm:
+            return DaemonRelease(who, Span.any(), "", [Source("its release", "", None, f"{who}'s release is not read")])
+        pid = self.daemon_pid((comm,), who)
+        if pid is None:
+            return DaemonRelease(who, Span.any(), "", [Source("its process", "", None, f"no {who} process runs")])
+        daemon = next(d for d in self.bundle.daemons(comm) if d.pid == pid)
+        old = self.bundle.optional_command(f"{comm}-version")  # a collector before issue 50 asked the binary
+        if old is not None and self.bundle.optional_command(f"{comm}-package") is None:
+            text = old.data.decode("utf-8", "replace") if old.status == "0" else ""
+            found = release_in(text.split("Version:", 1)[-1] if "Version:" in text else text)
+            return decide(who, [Source("its --version answer (a snapshot of a collector before issue 50)",
+                                       text.strip()[:80], Span.exact(found) if found else None,
+                                       "" if found else "no release in it")])  # fmt: skip
+        return decide(who, self.release_sources(comm, daemon, "containerRuntimeVersion", runtime))
+
+    @property
+    def containerd_span(self) -> Span:
+        """The releases the running containerd may be (every release where it is not known)."""
+        try:
+            rel = self.runtime_release
+        except FactUnavailable:
+            return Span.any()
+        return rel.span if rel.daemon == "containerd" else Span.any()
+
     @property
     def containerd_release(self) -> ContainerdRelease | None:
-        """The running containerd's release, as the node's package database records it for the package that owns
-        its running executable (None: unknown; nothing the process table names is run, issue 50). A snapshot
-        from before that keeps the answer of the binary its collector asked."""
-        rec = self.bundle.optional_command("containerd-package")
-        if rec is None:
-            old = self.bundle.optional_command("containerd-version")
-            if old is None or old.status != "0":
-                return None
-            return parse_containerd_version(old.data.decode("utf-8", "replace"))
-        try:
-            return parse_containerd_version("containerd " + package_version(rec, "containerd", self.name))
-        except FactUnavailable:
-            return None
+        """The running containerd's release where it is known to be one release (None: not known)."""
+        r = self.containerd_span.release
+        return ContainerdRelease(*r) if r is not None else None
 
     @property
     def containerd_release_unknown(self) -> str:
         """Why the running containerd's release is not known (for messages where it is needed)."""
-        rec = self.bundle.optional_command("containerd-package")
-        if rec is None:
-            return "its release was not recorded"
         try:
-            words = package_version(rec, "containerd", self.name)
+            return self.runtime_release.why_unknown() or "it is known"
         except FactUnavailable as e:
-            return str(e).split(": ", 1)[-1]
-        return f"its package version {words!r} names no release"
+            return str(e)
 
-    @fact
+    @property
     def crio_release(self) -> str | None:
-        """The running CRI-O's release: the version file it writes each time it starts (/var/run/crio/version, a
-        JSON string; internal/version WriteVersionFile), else its package's version (None: unknown). A snapshot
-        from before that keeps its collector's `crio --version` answer (`crio version 1.30.4`)."""
-        text = self.bundle.optional_text("/var/run/crio/version") if self.bundle.file("/var/run/crio/version") else None
-        if text:
-            try:
-                value = json.loads(text)
-            except ValueError:
-                value = text.strip()
-            m = re.fullmatch(r"v?(\d+\.\d+\.\d+\S*)", str(value).strip())
-            if m:
-                return m.group(1)
-        rec = self.bundle.optional_command("crio-package")
-        if rec is not None:
-            try:
-                version = package_version(rec, "CRI-O", self.name).split()[1]
-            except FactUnavailable:
-                return None
-            m = re.match(r"(\d+\.\d+\.\d+)", version)
-            return m.group(1) if m else None
-        old = self.bundle.optional_command("crio-version")
-        if old is None or old.status != "0":
+        """The running CRI-O's release where it is known to be one release (None: not known)."""
+        try:
+            rel = self.runtime_release
+        except FactUnavailable:
             return None
-        m = re.search(r"^(?:crio version|Version:)\s*v?(\d+\.\d+\.\d+\S*)", old.data.decode("utf-8", "replace"), re.M)
-        return m.group(1) if m else None
+        if rel.daemon != "CRI-O" or rel.release is None:
+            return None
+        return ".".join(map(str, rel.release))
 
     def _containerd_given_config(self) -> str | None:
         """The running containerd's --config/-c (None: not given); an unread command line is unknown."""

@@ -4,6 +4,7 @@ them. A check waits for its own node's facts only, so checks run while later nod
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 from collections.abc import Callable, Iterable
@@ -11,9 +12,9 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from conformance.cluster.api import configz
+from conformance.cluster.api import configz, node_status
 from conformance.cluster.kubelet_access import KubeletEndpoint, configz_from_kubelet, kubelet_endpoint
-from conformance.collection.bundle import Bundle
+from conformance.collection.bundle import Bundle, Record
 from conformance.collection.cancel import Cancel
 from conformance.collection.collect import MAX_BYTES, collect_all, collect_node, stderr_progress
 from conformance.errors import FactUnavailable, UsageError
@@ -137,7 +138,20 @@ class FactStore:
         """Runs in a collection thread: the node's one remote execution, then its kubelet's live config."""
         o = self.options
         bundle = collect_node(self.fleet.spec(node), o.timeout, MAX_BYTES, o.retries, 0.5, o.site, self._cancel)
+        self._node_status(node, bundle)
         return NodeFacts(bundle, *self._configz(node))
+
+    def _node_status(self, node: str, bundle: Bundle) -> None:
+        """What the API says of the node's daemons (its status.nodeInfo, Ready heartbeat and Lease), kept in the
+        bundle beside what the node said, so that a snapshot replays the same releases (issue 58)."""
+        if self.kube_api is None or self.fleet.inventory.kubernetes is None:
+            return
+        try:
+            doc = node_status(self.kube_api, node)
+        except FactUnavailable as e:
+            bundle.add(Record("A", "node-status", "error", str(e).encode()))
+            return
+        bundle.add(Record("A", "node-status", "ok", json.dumps(doc, sort_keys=True).encode()))
 
     def _wait(self, node: str) -> NodeFacts:
         with self._lock:
@@ -188,6 +202,8 @@ class FactStore:
         o = self.options
         before = {n: self.facts_for(n) for n in nodes}
         bundles = collect_all([self.fleet.spec(n) for n in nodes], o.parallel, o.timeout, None, o.retries, o.site)
+        for name, b in bundles.items():
+            self._node_status(name, b)
         with ThreadPoolExecutor(max_workers=max(1, min(o.parallel, len(nodes)))) as pool:
             live = dict(zip(nodes, pool.map(self._configz, nodes), strict=True))
         with self._lock:

@@ -1,0 +1,37 @@
+"""The daemons' releases as the rules judge them: a span of the releases each may run (conformance.facts.
+daemon_release), with where it came from in the check's evidence, once. A rule judges under every release of the
+span and is unknown only where they disagree (issue 58)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conformance.errors import FactUnavailable
+from conformance.facts.daemon_release import Span
+
+
+def _said(evidence: Any, lines: list[str]) -> None:
+    if lines and lines[0] not in evidence.lines:
+        evidence.add(*lines)
+
+
+def kubelet_span(facts: Any, evidence: Any) -> Span:
+    """The releases the running kubelet may be (every release where nothing says), its sources in the evidence."""
+    try:
+        known = facts.kubelet_release
+    except FactUnavailable as e:
+        _said(evidence, [f"the kubelet's release: unknown ({e})"])
+        return Span.any()
+    _said(evidence, known.evidence())
+    return known.span
+
+
+def runtime_span(facts: Any, evidence: Any) -> Span:
+    """The releases the running container runtime may be, its sources in the evidence."""
+    try:
+        known = facts.runtime_release
+    except FactUnavailable as e:
+        _said(evidence, [f"the container runtime's release: unknown ({e})"])
+        return Span.any()
+    _said(evidence, known.evidence())
+    return known.span
