@@ -131,6 +131,23 @@ def node_object(
     }
 
 
+def node_lease(name: str, renew_time: str, duration: int = 40) -> dict:
+    """The node's Lease as the kubelet keeps it (pkg/kubelet/nodelease: holderIdentity the node, leaseDurationSeconds
+    nodeLeaseDurationSeconds, renewTime a MicroTime), with the Node as its owner."""
+    return {
+        "kind": "Lease",
+        "apiVersion": "coordination.k8s.io/v1",
+        "metadata": {
+            "name": name,
+            "namespace": "kube-node-lease",
+            "uid": f"00000000-0000-4000-9000-{abs(hash(name)) % 10**12:012d}",
+            "resourceVersion": "2002",
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": "0" * 8}],
+        },
+        "spec": {"holderIdentity": name, "leaseDurationSeconds": duration, "renewTime": renew_time},
+    }
+
+
 def _qos(containers: list[dict], pod_resources: dict | None = None) -> str:
     """status.qosClass as the API server computes it (pkg/apis/core/helper/qos ComputePodQOS): Guaranteed when
     every container has cpu and memory limits equal to its requests (requests default to limits), BestEffort
@@ -341,6 +358,10 @@ class FakeApiServer:
         self.dra_versions: list[str] = ["v1"]
         self.claims: dict[tuple[str, str], dict] = {}
         self.slices: dict[str, dict] = {}
+        # coordination.k8s.io/v1 Leases in kube-node-lease, by node name, as the kubelet renews them (nodelease); a
+        # node in `renewing` has a live kubelet: its renewTime is the last 10-second tick (renewInterval, 25 % of 40 s)
+        self.leases: dict[str, dict] = {}
+        self.renewing: set[str] = set()
         self.lock = threading.Lock()
 
     def add_pod(self, obj: dict) -> None:
@@ -386,6 +407,9 @@ class FakeApiServer:
             return
         if parts[:3] == ["apis", "node.k8s.io", "v1"] and len(parts) in (4, 5) and parts[3] == "runtimeclasses":
             self._runtime_classes(h, who, method, parts[4] if len(parts) == 5 else None)
+            return
+        if parts[:3] == ["apis", "coordination.k8s.io", "v1"]:
+            self._lease(h, who, method, parts[3:])
             return
         if parts[:3] == ["api", "v1", "pods"] and method == "GET":
             self._list_pods(h, who, query)
@@ -444,6 +468,28 @@ class FakeApiServer:
             self._send(h, 200, {"kubeletconfig": conf})
             return
         self._status(h, 404, "NotFound", "the server could not find the requested resource")
+
+    def _lease(self, h: BaseHTTPRequestHandler, who: Subject, method: str, rest: list[str]) -> None:
+        """GET /apis/coordination.k8s.io/v1/namespaces/NS/leases/NAME: `get` on leases in that namespace and API group
+        (a RoleBinding there, or a ClusterRoleBinding), 404 worded as the API server words it."""
+        if method != "GET" or len(rest) != 4 or rest[0] != "namespaces" or rest[2] != "leases":
+            self._status(h, 404, "NotFound", "the server could not find the requested resource")
+            return
+        ns, name = rest[1], rest[3]
+        if not self.rbac.allowed(who, "get", "leases", ns, group="coordination.k8s.io"):
+            message = (f'leases.coordination.k8s.io "{name}" is forbidden: User "{who.user}" cannot get resource "leases" '
+                       f'in API group "coordination.k8s.io" in the namespace "{ns}"')  # fmt: skip
+            self._status(h, 403, "Forbidden", message, {"name": name, "group": "coordination.k8s.io", "kind": "leases"})
+            return
+        lease = self.leases.get(name) if ns == "kube-node-lease" else None
+        if lease is None:
+            self._status(h, 404, "NotFound", f'leases.coordination.k8s.io "{name}" not found',
+                         {"name": name, "group": "coordination.k8s.io", "kind": "leases"})  # fmt: skip
+            return
+        if name in self.renewing:
+            renewed = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime(int(time.time()) // 10 * 10))
+            lease = {**lease, "spec": {**lease["spec"], "renewTime": renewed}}
+        self._send(h, 200, lease)
 
     def _patch_node(self, h: BaseHTTPRequestHandler, who: Subject, name: str, body: bytes) -> None:
         """PATCH a Node with a JSON merge patch (RFC 7386), as the API server does: `patch` on nodes, 404 for

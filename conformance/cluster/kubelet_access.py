@@ -190,6 +190,12 @@ def access_report(api: Any, configz_mode: str, pod_namespaces: list[str]) -> lis
         lines.append("kubelet configz: read through the API server's node proxy, authorised by get nodes/proxy: " + PROXY_WARNING)
     if configz_mode != "proxy" and proxy:
         lines.append("WARNING: this identity holds get nodes/proxy: " + PROXY_WARNING)
+    leases = can_i(api, "get", "leases", namespace="kube-node-lease", group="coordination.k8s.io")
+    if leases is False:
+        lines.append("daemons' releases: the Node's nodeInfo is not used (no get leases in kube-node-lease: whether each "
+                     "node's kubelet is alive cannot be read); they come from the nodes' packages and journals")  # fmt: skip
+    elif leases:
+        lines.append("daemons' releases: from each Node's nodeInfo while its Lease (kube-node-lease) is fresh")
     if pod_namespaces:
         scoped = {ns: can_i(api, "create", "pods", "exec", namespace=ns) for ns in pod_namespaces}
         word = {True: "granted", False: "not granted", None: "unknown"}

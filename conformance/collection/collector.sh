@@ -460,7 +460,7 @@ emit_releases() {  # $1: lines "NAME PID EXE" of the verified daemons whose rele
     if [ -n "$R" ]; then _jd="--directory=$R/var/log/journal"; else _jd=--quiet; fi
     _j=$(timeout -s KILL 20 journalctl "$_jd" --no-pager -o json --output-fields=MESSAGE,_PID,_UID,_BOOT_ID,_SYSTEMD_UNIT \
       --since "@$_since" --until "@$((_since + 300))" "_PID=$_pid" _UID=0 "_BOOT_ID=$bootj" 2>/dev/null |
-      awk 'index($0, "\"Kubelet version\"") || index($0, "starting containerd") { print; exit }')
+      awk 'index($0, "Kubelet version") || index($0, "starting containerd") { print; exit }')  # JSON escapes its quotes
     if [ -n "$_j" ]; then rec C "$_dn-journal" 0; b64s "$_j"; echo; else rec C "$_dn-journal" notfound; echo; fi
   done
 }
@@ -528,7 +528,8 @@ daemon_uid() {  # $1 pid, $2 comm: sets why ("" if it may still be the daemon) a
   if [ "$_u" != "0 0 0 0" ]; then why="it runs as uid ${_u%% *} (uids $_u), not root"; fi
 }
 kpid=; cpid=; kcwd=; ccwd=; rpid=; kpid_k3s=; kexe=; cexe=; rexe=; k3exe=; nk=0; nc=0; nr=0; n3=0; dpid=; nd=0
-cands=; nslinks=
+cands=; nslinks=; verified=
+for _k in k c r d t f p; do eval "seen_$_k=0; over_$_k=0"; done  # nothing of the environment's reaches the counts
 while IFS=" " read -r pid c; do
   [ -n "$pid" ] || continue
   case $c in kubelet) _k=k ;; containerd) _k=c ;; crio) _k=r ;; dockerd) _k=d ;; k3s|k3s-server|k3s-agent) _k=t ;;
@@ -599,8 +600,8 @@ for _l in $cands; do
   # A verified daemon: when it started (what is read below is dropped if this PID names another process by the end,
   # and the journal's and the API's records are tied to this very process), its command line and working directory.
   rec M "daemon-start:$pid" ok; b64s "$start"; echo
-  case $c in nv-fabricmanage|nvidia-persiste) continue ;; esac  # nothing of theirs is read
   verified="$verified$pid$NL"
+  case $c in nv-fabricmanage|nvidia-persiste) continue ;; esac  # nothing of theirs is read
   emit_file "/proc/$pid/cmdline"
   w=$(readlink "$R/proc/$pid/cwd" 2>/dev/null)
   rec L "/proc/$pid/cwd" ok

@@ -313,7 +313,12 @@ def _proof_refused(words: list[str], who: str) -> str:
 
 
 def record_source(
-    bundle: Any, path: str, who: str, read: Any, exe_ctime: int | None, written_at_start: bool = False,
+    bundle: Any,
+    path: str,
+    who: str,
+    read: Any,
+    exe_ctime: int | None,
+    written_at_start: bool = False,
     started: float | None = None,
 ) -> Source | None:
     """A platform's own record (`read(text)` -> (value, span)), used only when only root could have written it; for

@@ -20,6 +20,7 @@ are removed when the lab stops.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import shlex
@@ -101,12 +102,16 @@ def package_of(program: str, version_text: str) -> tuple[str, str] | None:
     return program, release
 
 
-def install_packages(upper: Path, packages: list[tuple[str, str, str]]) -> None:
+def install_packages(upper: Path, packages: list[tuple[str, str, str]], replaced: dict[str, bytes] | None = None) -> None:
     """Add packages (name, version, the file each owns) to the node's dpkg database: its /var is an overlay of
     this machine's, so the node's status file is its own (or this machine's) with their stanzas appended, and
-    each package's file list lies beside this machine's lists. dpkg-query on the node then answers for them."""
+    each package's file list and md5sums (as dpkg writes them after unpacking: src/main/unpack.c) lie beside this
+    machine's. dpkg-query on the node then answers for them. `replaced`: files a release tarball was copied over
+    after the package installed them (path -> the package's own content): the package records that content's
+    digest, and its file list is older than the file that is there now."""
     if not packages:
         return
+    replaced = replaced or {}
     admin = upper / "var" / "lib" / "dpkg"
     (admin / "info").mkdir(parents=True, exist_ok=True)
     arch = _run("dpkg", "--print-architecture").stdout.strip()
@@ -119,6 +124,12 @@ def install_packages(upper: Path, packages: list[tuple[str, str, str]]) -> None:
             f"Description: gpu-node-conformance lab stand-in\n"
         )
         (admin / "info" / f"{name}.list").write_text(f"/.\n/opt\n/opt/gnc-lab\n{path}\n")
+        content = replaced.get(path, (upper / path.lstrip("/")).read_bytes())
+        (admin / "info" / f"{name}.md5sums").write_text(f"{hashlib.md5(content).hexdigest()}  {path.lstrip('/')}\n")
+        if path in replaced:  # installed an hour before the tarball was copied over its file
+            then = time.time() - 3600
+            for suffix in ("list", "md5sums"):
+                os.utime(admin / "info" / f"{name}.{suffix}", (then, then))
     own.write_text(status)
 
 
@@ -219,6 +230,16 @@ class NodeSpec:
     pid1_cpus: str | None = "0"
     userland: Userland = DEBIAN  # the node's sh, awk and small tools
     decoys: list[Decoy] = field(default_factory=list)  # started before every daemon of the node (issue 50)
+    # issue 58: how the platforms install and run their daemons
+    unpackaged: list[str] = field(default_factory=list)  # programs installed from release tarballs: no package owns them
+    tarball_over: dict[str, str] = field(default_factory=dict)  # program -> the package version its file was copied over
+    owners: dict[str, int] = field(default_factory=dict)  # file -> its owner's uid (a user-owned version file)
+    after_daemons: list[str] = field(default_factory=list)  # files written (mtime now) after the daemons were installed
+    journal: bool = False  # a real journald runs; daemons with a start line log it to the journal
+    start_lines: dict[str, str] = field(default_factory=dict)  # program -> what it logs first, on stderr
+    journal_lines: list[tuple[int, str, str]] = field(default_factory=list)  # (uid, SYSLOG_IDENTIFIER, text) users log
+    contained: list[str] = field(default_factory=list)  # daemons run in PID and mount namespaces of their own
+    daemon_uids: dict[str, int] = field(default_factory=dict)  # daemon -> the uid it runs as (persistenced --user)
 
 
 @dataclass
@@ -334,6 +355,8 @@ class Lab:
             os.mkfifo(target)
         for path, mode in node.spec.modes.items():
             (d / "upper" / path.lstrip("/")).chmod(mode)
+        for path, uid in node.spec.owners.items():
+            os.chown(d / "upper" / path.lstrip("/"), uid, uid)
         for path, target in node.spec.links.items():
             assert path.split("/")[1] in OVERLAID, f"lab link {path} must be below one of {OVERLAID}"
             link = d / "upper" / path.lstrip("/")
@@ -512,17 +535,40 @@ class Lab:
         own.mkdir(parents=True, exist_ok=True)
 
         packages: list[tuple[str, str, str]] = []
+        replaced: dict[str, bytes] = {}
 
         def stand_in(name: str, version: str | None = None) -> str:  # a copy per node, its --version answer appended
             data = (self.root / "bin" / "pause").read_bytes()
             version = version if version is not None else s.versions.get(name)
             if version is not None:
                 data += b"GNC-VERSION:" + version.encode() + b"\n"
-                if (owner := package_of(name, version)) is not None:
+                if name in s.tarball_over:  # the package's file, then a release tarball's copied over it
+                    pkg_version = s.tarball_over[name]
+                    owner = package_of(name, pkg_version)
+                    assert owner is not None
+                    packages.append((*owner, f"/opt/gnc-lab/{name}"))
+                    replaced[f"/opt/gnc-lab/{name}"] = data.replace(version.encode(), pkg_version.encode())
+                elif name not in s.unpackaged and (owner := package_of(name, version)) is not None:
                     packages.append((*owner, f"/opt/gnc-lab/{name}"))
             (own / name).write_bytes(data)
             (own / name).chmod(0o755)
             return f"/opt/gnc-lab/{name}"
+
+        def launch(name: str, argv: list[str]) -> str:
+            """The daemon's command line as the node starts it: in namespaces of its own (a container's), as
+            another uid, and with its start line logged to the journal through a stream of journald's."""
+            run = [*argv]
+            if name in s.daemon_uids:
+                uid = s.daemon_uids[name]
+                run = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *run]
+            if name in s.start_lines:
+                line = s.start_lines[name]
+                run = ["sh", "-c", 'printf "%s\\n" "$0" >&2; exec "$@"', line, *run]
+                if s.journal:  # the stream's peer is this very process, which execs the daemon: journald's _PID
+                    run = ["systemd-cat", "-t", name, *run]
+            if name in s.contained:
+                run = ["unshare", "--pid", "--mount", "--fork", "--mount-proc", *run]
+            return " ".join(q(a) for a in run) + " &"
 
         for i, decoy in enumerate(s.decoys):  # first: their PIDs come before the daemons' in every listing
             folder = d / "upper" / "tmp" / "gnc-decoy" / str(i)
@@ -534,14 +580,28 @@ class Lab:
             if decoy.uid != 0:
                 run = ["setpriv", f"--reuid={decoy.uid}", f"--regid={decoy.uid}", "--clear-groups", *run]
             lines.append(" ".join(q(a) for a in run) + " &")
+        if s.journal:  # a real journald in the node's own /run and /var, persistent, before any daemon logs
+            lines += [
+                "mkdir -p /var/log/journal",
+                "/lib/systemd/systemd-journald &",
+                "for i in $(seq 1 200); do [ -S /run/systemd/journal/stdout ] && break; sleep 0.05; done",
+                "journalctl --flush >/dev/null 2>&1 || true",
+            ]
+            for uid, ident, text in s.journal_lines:  # what the node's users log before the daemons start
+                lines.append(" ".join(q(a) for a in ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                                                       "systemd-cat", "-t", ident, "echo", text]))  # fmt: skip
         if s.containerd is not None:  # the stand-in, its --version answer appended; its file name makes its comm
             stand_in("containerd", s.containerd)
-            lines.append(f"(cd {q(s.containerd_cwd)} && exec /opt/gnc-lab/containerd --config /etc/containerd/config.toml) &")
+            run = launch("containerd", ["/opt/gnc-lab/containerd", "--config", "/etc/containerd/config.toml"])
+            lines.append(f"(cd {q(s.containerd_cwd)} && exec {run[:-2]}) &")
         for name in s.daemons:  # e.g. nv-fabricmanager: the kernel keeps its first 15 characters as comm
-            lines.append(f"{q(stand_in(name))} &")
+            lines.append(launch(name, [stand_in(name)]))
         if s.kubelet_args:
-            lines.append(" ".join(q(a) for a in [stand_in("kubelet"), *s.kubelet_args]) + " &")
-        install_packages(d / "upper", packages)
+            lines.append(launch("kubelet", [stand_in("kubelet"), *s.kubelet_args]))
+        install_packages(d / "upper", packages, replaced)
+        for path in s.after_daemons:  # written after the daemons were installed (EKS: its install script's records)
+            now = time.time() + 1
+            os.utime(d / "upper" / path.lstrip("/"), (now, now))
         # Last, so that the processes above have the same PIDs on every userland.
         lines += self._userland_mounts(node)
         lines.append(f"exec /usr/sbin/sshd -D -e -f {q(str(d / 'sshd_config'))}")
