@@ -153,6 +153,9 @@ def test_containerfile_is_consistent_with_the_repository():
         "pip install" in runs[-1] and "/dist/*.whl" in runs[-1] and "/src" not in runs[-1] and "conformance --version" in runs[-1]
     )
     assert "COPY --from=wheel /dist /dist" in lines
+    # below a host root the collector reads the node's records with the image's own programs (issue 58)
+    tools = next(ln for ln in runs if "apt-get install" in ln)
+    assert "rpm" in tools.split() and "systemd" in tools.split(), tools
     cmd = json.loads(next(ln for ln in lines if ln.startswith("CMD "))[4:])
     assert cmd[:2] == ["conformance", "run"] and "--host-root" in cmd
     assert cmd == build(["n"])[2]["spec"]["template"]["spec"]["containers"][0]["command"]  # the Job runs the image's command

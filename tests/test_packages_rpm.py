@@ -229,3 +229,102 @@ def test_an_unreadable_or_absent_database_is_an_error_never_a_pass(node, tmp_pat
     got = run_rules(broken, tmp_path / "b")
     assert {r["outcome"] for r in got.values()} == {"error"}, got
     assert "rpm --dbpath /var/lib/rpm -qa exited" in got["SITE-NO-NOUVEAU"]["message"]
+
+
+def test_an_rpm_ostree_database_is_read_through_its_links_inside_the_host_root(built, tmp_path):
+    """RHCOS and Fedora CoreOS keep rpm's database at /usr/share/rpm; /var/lib/rpm and /usr/lib/sysimage/rpm link to it.
+    An absolute link below a host root must lead into the root, not to the audit's own /usr/share/rpm."""
+    root = tmp_path / "rhcos"
+    database(root / "usr/share/rpm", list(built.values()))
+    (root / "var/lib").mkdir(parents=True)
+    (root / "var/lib/rpm").symlink_to("/usr/share/rpm")
+    (root / "usr/lib/sysimage").mkdir(parents=True)
+    (root / "usr/lib/sysimage/rpm").symlink_to("../../share/rpm")
+    got = run_rules(root, tmp_path)
+    assert {c: r["outcome"] for c, r in got.items()} == EXPECTED
+    assert any(line.startswith("rpm (/var/lib/rpm): ") for line in got["SITE-DRIVER"]["evidence"]), got["SITE-DRIVER"]
+
+
+KUBELET_SPEC = """Name: openshift-kubelet
+Version: 4.17.0
+Release: 202410211507.p0.el9
+Summary: the kubelet as RHCOS ships it (a stand-in file)
+License: MIT
+%description
+A package made for the suite's tests.
+%install
+mkdir -p %{buildroot}/usr/bin
+printf 'kubelet stand-in of openshift-kubelet 4.17\\n' > %{buildroot}/usr/bin/kubelet
+chmod 0755 %{buildroot}/usr/bin/kubelet
+%files
+/usr/bin/kubelet
+"""
+
+
+def kubelet_rpm_root(tmp_path: Path) -> Path:
+    """A host root whose kubelet is openshift-kubelet's file, installed by rpm itself into an rpm-ostree database."""
+    rpm, rpmbuild = _rpm()
+    top = tmp_path / "build"
+    top.mkdir()
+    (top / "k.spec").write_text(KUBELET_SPEC)
+    defs = ["--define", f"_topdir {top}", "--define", "__os_install_post %{nil}", "--define", "_build_id_links none"]
+    subprocess.run([rpmbuild, "-bb", "--quiet", *defs, str(top / "k.spec")], check=True, capture_output=True, timeout=120)
+    (pkg,) = (top / "RPMS").glob("*/openshift-kubelet-4.17.0-*.rpm")
+    root = tmp_path / "root"
+    database(root / "usr/share/rpm", [])
+    install = [rpm, "--root", str(root), "--dbpath", "/usr/share/rpm", "-i", "--nodeps", "--noscripts", "--ignorearch",
+               "--ignoreos", str(pkg)]  # fmt: skip
+    subprocess.run(install, check=True, capture_output=True, timeout=120)
+    (root / "var/lib").mkdir(parents=True, exist_ok=True)
+    (root / "var/lib/rpm").symlink_to("../../usr/share/rpm")
+    from tests.fakeroot import make_host_root
+
+    return make_host_root(root, ["--config", "/etc/kubernetes/kubelet.conf"], {"/etc/kubernetes/kubelet.conf": "{}"})
+
+
+def collect_root(root: Path, path: str | None = None):
+    from conformance.collection.bundle import parse_wire
+    from conformance.collection.collect import collector_script
+
+    env = {"PATH": path or "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
+    p = subprocess.run(["sh", "-s", "--", str(root), "4194304"], input=collector_script(), capture_output=True,
+                       timeout=120, env=env, check=False)  # fmt: skip
+    return parse_wire("rhcos", p.stdout, 4194304)
+
+
+def test_openshifts_kubelet_package_names_the_kubelets_minor(tmp_path):
+    from conformance.facts.daemon_release import Span
+    from conformance.facts.node_facts import NodeFacts
+
+    root = kubelet_rpm_root(tmp_path)
+    b = collect_root(root)
+    assert b.optional_command("kubelet-package").data.decode().startswith("rpm openshift-kubelet 4.17.0-")
+    assert b.meta("kubelet-package-proof").data.decode().startswith("rpm-attrs ")  # its size and mtime are rpm's
+    known = NodeFacts(b).kubelet_release
+    assert known.span == Span.minor(1, 30), known.evidence()  # OpenShift 4.17 runs Kubernetes 1.30
+    # a release tarball's kubelet copied over the package's file: the header's size, mtime and digest all differ
+    (root / "usr/bin/kubelet").write_bytes(b"a kubelet from a release tarball, v1.31.2\n")
+    tarball = collect_root(root)
+    proof = tarball.meta("kubelet-package-proof").data.decode().split()
+    assert proof[0] == "digest" and proof[2] != proof[3], proof
+    assert not NodeFacts(tarball).kubelet_release.span.known
+
+
+def test_a_tool_missing_from_the_audits_image_is_the_audits_gap(tmp_path):
+    """Below a host root the collector runs the audit's own programs: an image without rpm leaves the release unknown,
+    and says the image lacks it (the node has its rpm; it is never run)."""
+    from conformance.facts.node_facts import NodeFacts
+
+    root = kubelet_rpm_root(tmp_path)
+    tools = tmp_path / "image-bin"
+    tools.mkdir()
+    for tool in ("awk", "base64", "head", "tail", "cat", "tr", "cut", "stat", "readlink", "dirname", "uname", "timeout",
+                 "md5sum", "xargs", "sh", "dpkg-query"):  # fmt: skip
+        found = shutil.which(tool)
+        assert found, tool
+        (tools / tool).symlink_to(found)
+    tools.chmod(0o755)
+    b = collect_root(root, str(tools))
+    assert b.optional_command("kubelet-package").status == "notool"
+    why = " ".join(NodeFacts(b).kubelet_release.evidence())
+    assert "the audit's image has no rpm to read the node's package database" in why, why

@@ -365,6 +365,14 @@ def unit_masked(b: Bundle, unit: str) -> tuple[bool, str]:
     return False, f"{path}: {kind} (not masked)"
 
 
+def tool_gap(b: Bundle, tool: str) -> str:
+    """Whose gap a missing program is: below a host root, the audit's own image's (the node may well have it)."""
+    root = b.meta("root")
+    if root is not None and root.data:
+        return f"the audit's image has no {tool} to read it (install it in the image; the node's own is not run)"
+    return f"{tool} is not on the node's PATH to read it"
+
+
 def installed_packages(b: Bundle) -> list[tuple[str, tuple[Package, ...]]]:
     """Every package database the node has, read, as (source, packages). A database
     that is there but could not be read makes every package rule unknown; none at all is an error too."""
@@ -388,7 +396,9 @@ def installed_packages(b: Bundle) -> list[tuple[str, tuple[Package, ...]]]:
         if cmd.status == "denied":
             raise FactUnavailable(f"{dbpath}: the RPM database folder cannot be entered by this user (needs execute permission)")
         if cmd.status == "127":
-            raise FactUnavailable(f"{dbpath} holds an RPM database, but rpm or timeout is not on the node's PATH to read it")
+            raise FactUnavailable(f"{dbpath} holds an RPM database, and {tool_gap(b, 'rpm (or timeout)')}")
+        if cmd.status == "loop":
+            raise FactUnavailable(f"{dbpath}: its links could not be resolved inside the host root (a loop, or a link not read)")
         if cmd.status != "0":
             why = " (killed after 60 s)" if cmd.status in ("137", "124") else ""
             raise FactUnavailable(f"rpm --dbpath {dbpath} -qa exited {cmd.status}{why}: which packages are installed is unknown")

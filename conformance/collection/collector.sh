@@ -354,10 +354,11 @@ emit_releases() {  # $1: lines "NAME PID EXE" of the verified daemons whose rele
       if command -v rpm >/dev/null 2>&1 && command -v timeout >/dev/null 2>&1; then
         _rpm=ok
         set --; _want=
+        [ -n "$R" ] && set -- --root "$R"  # (IFS is a newline here: an unquoted "--root $R" would stay one word)
+        set -- "$@" --dbpath "$_rdb" -qf --queryformat \
+          '=%{NAME} %{VERSION}-%{RELEASE} %{FILEDIGESTALGO}\n[%{FILESIZES} %{FILEMTIMES} %{FILEDIGESTS} %{FILENAMES}\n]' --
         for _dl1 in $_need_rpm; do _dr=${_dl1#* }; _dr=${_dr#* }; _dr=${_dr% (deleted)}; set -- "$@" "$_dr"; _want="$_want$_dr$NL"; done
-        _rpmq=$(timeout -s KILL 60 rpm ${R:+--root "$R"} --dbpath "$_rdb" -qf --queryformat \
-          '=%{NAME} %{VERSION}-%{RELEASE} %{FILEDIGESTALGO}\n[%{FILESIZES} %{FILEMTIMES} %{FILEDIGESTS} %{FILENAMES}\n]' \
-          -- "$@" 2>/dev/null | GNC_WANT=$_want awk '
+        _rpmq=$(timeout -s KILL 60 rpm "$@" 2>/dev/null | GNC_WANT=$_want awk '
             BEGIN { n = split(ENVIRON["GNC_WANT"], a, "\n"); for (i = 1; i <= n; i++) if (a[i] != "") w[a[i]] = 1 }
             /^=/ { print; next }
             { f = $0; sub(/^[^ ]* [^ ]* [^ ]* /, "", f); if (f in w) print }')
@@ -419,7 +420,7 @@ emit_releases() {  # $1: lines "NAME PID EXE" of the verified daemons whose rele
     else
       _hdr=; _file=
       for _dx in $_rpmq; do
-        case $_dx in ='*') _hdr=${_dx#=} ;; *" $_e") _file=$_dx; break ;; esac
+        case $_dx in =*) _hdr=${_dx#=} ;; *" $_e") _file=$_dx; break ;; esac
       done
       if [ -n "$_file" ]; then
         _name=${_hdr%% *}; _rest=${_hdr#* }; _vr=${_rest%% *}; _algo=${_rest#* }
@@ -915,10 +916,15 @@ if [ -n "$gpus" ]; then
 fi
 
 # An RPM database (rpm's %_dbpath: /var/lib/rpm on RHEL 8/9 and Amazon Linux, /usr/lib/sysimage/rpm on
-# SUSE and Fedora 36+): its packages as rpm itself reads them, bounded in time. Debian's rpm ships an empty
+# SUSE and Fedora 36+, /usr/share/rpm under rpm-ostree: RHCOS, Fedora CoreOS): its packages as rpm itself reads
+# them, bounded in time. Debian's rpm ships an empty
 # /var/lib/rpm, so the folder counts only with a database file of a backend rpm knows (sqlite, bdb, ndb).
 emit_rpm() {
   d=$R$1
+  if [ -n "$R" ]; then  # every link resolved inside the host root (rpm-ostree: /var/lib/rpm -> /usr/share/rpm)
+    resolve_in_root "$1/" || { rec C "rpm:$1" loop; echo; return 0; }
+    d=$R$IR
+  fi
   if [ -d "$d" ] && [ ! -x "$d" ]; then rec C "rpm:$1" denied; echo; return 0; fi
   if [ ! -f "$d/rpmdb.sqlite" ] && [ ! -f "$d/Packages" ] && [ ! -f "$d/Packages.db" ]; then rec C "rpm:$1" missing; echo; return 0; fi
   if ! command -v rpm >/dev/null 2>&1 || ! command -v timeout >/dev/null 2>&1; then rec C "rpm:$1" 127; echo; return 0; fi

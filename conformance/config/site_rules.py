@@ -47,8 +47,9 @@ TEXT_FIELDS = ("title", "rationale", "remediation")
 DPKG_STATUS = "/var/lib/dpkg/status"
 PASSWD, GROUP = "/etc/passwd", "/etc/group"  # passwd(5), group(5): name:password:ID:...
 # RPM's database folders, in the order rpm's %_dbpath has them across distributions: /var/lib/rpm (RHEL 8/9,
-# Rocky, Amazon Linux 2 and 2023), /usr/lib/sysimage/rpm (SUSE, Fedora 36+, where /var/lib/rpm links to it).
-RPM_DBPATHS = ("/var/lib/rpm", "/usr/lib/sysimage/rpm")
+# Rocky, Amazon Linux 2 and 2023), /usr/lib/sysimage/rpm (SUSE, Fedora 36+, where /var/lib/rpm links to it),
+# /usr/share/rpm (rpm-ostree: RHCOS under OpenShift, Fedora CoreOS; /var/lib/rpm and /usr/lib/sysimage/rpm link to it).
+RPM_DBPATHS = ("/var/lib/rpm", "/usr/lib/sysimage/rpm", "/usr/share/rpm")
 # Where `systemctl enable` (and `enable --runtime`) links a unit into its [Install] targets: the .wants/ and
 # .requires/ folders of /etc/systemd/system and /run/systemd/system. `systemctl is-enabled` counts those
 # only (the real systemctl decides this in tests/test_site_checks.py); a vendor's link under /usr/lib or /lib

@@ -256,16 +256,25 @@ def _iso(ts: float) -> str:
 
 
 # What a package record's proof says (collector.sh emit_releases)
-def package_source(rec: Any, proof: Any, who: str, legacy: bool) -> Source | None:
+# OpenShift's kubelet package is versioned by OpenShift's release, not the kubelet's: OpenShift 4.N is built on
+# Kubernetes 1.(N+13) (OpenShift release notes: 4.14 on 1.27, 4.16 on 1.29, 4.17 on 1.30, 4.18 on 1.31)
+OPENSHIFT_KUBELET = ("openshift-kubelet", "openshift-hyperkube")
+OPENSHIFT_OFFSET = 13
+
+
+def package_source(rec: Any, proof: Any, who: str, legacy: bool, host_root: bool = False) -> Source | None:
     """The package that owns the running executable, used only when the running file is the package's. `legacy`: a
-    snapshot of a collector before proofs (its package records were trusted as they are)."""
+    snapshot of a collector before proofs (its package records were trusted as they are). `host_root`: the collector
+    ran below a host root, in the audit's own image, so a missing tool is the image's gap, not the node's."""
     if rec is None:
         return None
     name = "the package that owns its running executable"
     if rec.status != "0":
         why = PACKAGE_STATUS.get(rec.status, f"status {rec.status}")
-        tool = rec.data.decode("utf-8", "replace").strip()
-        return Source(name, "", None, why.format(tool=tool or "its tool"))
+        tool = rec.data.decode("utf-8", "replace").strip() or "its tool"
+        if rec.status == "notool" and host_root:
+            why = "the audit's image has no {tool} to read the node's package database (install it in the image)"
+        return Source(name, "", None, why.format(tool=tool))
     words = rec.data.decode("utf-8", "replace").split()
     if len(words) < 3:
         return Source(name, " ".join(words), None, "no version in the package record")
@@ -273,6 +282,8 @@ def package_source(rec: Any, proof: Any, who: str, legacy: bool) -> Source | Non
     version = words[2].split(":", 1)[-1]  # dpkg's epoch ("1:1.7.27-1") is not part of the release
     found = release_in(version)
     span = Span.exact(found) if found else None
+    if words[1] in OPENSHIFT_KUBELET and found is not None and found[0] == 4:
+        span = Span.minor(1, found[1] + OPENSHIFT_OFFSET)  # the OpenShift release names the kubelet's minor only
     if span is None:
         return Source(f"{name} ({words[0]} {words[1]})", value, None, "its version names no release")
     name = f"{words[0]} package {words[1]}"

@@ -104,11 +104,17 @@ class FactsBase:
         trusted (conformance.facts.daemon_release): the Node's nodeInfo.`info_field`, the package of its running
         file, the platform's own records, its start line in the journal."""
         b = self.bundle
-        boot, api = b.boot(), b.api("node-status")
+        boot, api, root = b.boot(), b.api("node-status"), b.meta("root")
         who = {"kubelet": "kubelet", "containerd": "containerd", "crio": "CRI-O"}[name]
         out: list[Source | None] = [
             node_status_source(api[0], api[1], info_field, boot, daemon.start, runtime) if api is not None else None,
-            package_source(b.optional_command(f"{name}-package"), b.meta(f"{name}-package-proof"), who, b.meta("boot") is None),
+            package_source(
+                b.optional_command(f"{name}-package"),
+                b.meta(f"{name}-package-proof"),
+                who,
+                b.meta("boot") is None,
+                host_root=bool(root is not None and root.data),
+            ),
         ]
         stat = b.meta(f"exe-stat:{daemon.pid}")
         words = stat.data.decode("utf-8", "replace").split() if stat is not None and stat.status == "ok" else []
