@@ -29,8 +29,10 @@ safe_set() {  # $1 a prefix ("" or the host root), $2 newline-separated paths be
   # that no user but root (or this collector's own user) could replace: the path and every folder above it, up
   # to the prefix, owned by them and writable by neither group nor others (links followed), except a folder
   # with the sticky bit (/tmp), where only an entry's owner may remove or rename it (the next component, which
-  # must pass itself). One stat and one awk for all the paths, whatever their number.
-  _all=; _seen=$NL; _top=$1; _want=$2
+  # must pass itself). With $3 = strict, the path itself has no such exception: a folder whose new files are run
+  # (a PATH entry) is one where a user may add files, sticky or not (issue 59). One stat and one awk for all the
+  # paths, whatever their number.
+  _all=; _seen=$NL; _top=$1; _want=$2; _strict=${3:-}
   for _p in $2; do
     _c=${_p%/}
     while :; do
@@ -42,19 +44,21 @@ safe_set() {  # $1 a prefix ("" or the host root), $2 newline-separated paths be
   [ -n "$_all" ] || return 0
   set --
   for _p in $_all; do set -- "$@" "$_p"; done
-  stat -L -c '%u %a %F|%n' -- "$@" 2>/dev/null | GNC_WANT=$_want GNC_TOP=$_top GNC_ME=${ME:-0} awk '
-    { i = index($0, "|"); split(substr($0, 1, i - 1), a, " "); m = a[2]
+  stat -L -c '%u %a %F|%n' -- "$@" 2>/dev/null | GNC_WANT=$_want GNC_TOP=$_top GNC_ME=${ME:-0} GNC_STRICT=$_strict awk '
+    { i = index($0, "|"); split(substr($0, 1, i - 1), a, " "); m = a[2]; q = substr($0, i + 1)
       g = substr(m, length(m) - 1, 1); o = substr(m, length(m), 1)
       sticky = length(m) == 4 && substr(m, 1, 1) ~ /[1357]/ && a[3] == "directory"
-      ok[substr($0, i + 1)] = (a[1] == 0 || a[1] == ENVIRON["GNC_ME"]) && (sticky || (g !~ /[2367]/ && o !~ /[2367]/)) }
+      owned = a[1] == 0 || a[1] == ENVIRON["GNC_ME"]; closed = g !~ /[2367]/ && o !~ /[2367]/
+      ok[q] = owned && (sticky || closed); shut[q] = owned && closed }
     END {
-      n = split(ENVIRON["GNC_WANT"], want, "\n"); top = ENVIRON["GNC_TOP"]
+      n = split(ENVIRON["GNC_WANT"], want, "\n"); top = ENVIRON["GNC_TOP"]; strict = ENVIRON["GNC_STRICT"] == "strict"
       for (k = 1; k <= n; k++) {
         c = want[k]; if (c == "") continue
-        sub(/\/$/, "", c); good = 1
+        sub(/\/$/, "", c); good = 1; first = 1
         while (1) {
           q = c == "" ? "/" : c
-          if (!(q in ok) || !ok[q]) { good = 0; break }
+          if (!(q in ok) || !ok[q] || (first && strict && !shut[q])) { good = 0; break }
+          first = 0
           if (c == "" || c == "/" || c == top) break
           sub(/\/[^\/]*$/, "", c)
         }
@@ -62,17 +66,45 @@ safe_set() {  # $1 a prefix ("" or the host root), $2 newline-separated paths be
       }
     }'
 }
-cands=; dropped=
+# Each PATH entry is checked as named and with its links resolved (a root-owned link into a tree a user can rename in
+# leads wherever that user makes it lead), and PATH then holds the resolved folders: a program is looked up only
+# through folders whose every component only root could change, so nothing can be swapped after the check (issue 59).
+path_resolve() {  # $1 an absolute folder: PR set to it with every link resolved (the audit's own root), or fails
+  _pr_rest=${1#/}; _pr_out=; _pr_n=0
+  while [ -n "$_pr_rest" ]; do
+    _pr_c=${_pr_rest%%/*}
+    case $_pr_rest in */*) _pr_rest=${_pr_rest#*/} ;; *) _pr_rest= ;; esac
+    case $_pr_c in ''|.) continue ;; ..) _pr_out=${_pr_out%/*}; continue ;; esac
+    if [ -L "$_pr_out/$_pr_c" ]; then
+      _pr_n=$((_pr_n + 1)); [ "$_pr_n" -le 40 ] || return 1
+      _pr_t=$(readlink -- "$_pr_out/$_pr_c") && [ -n "$_pr_t" ] || return 1
+      case $_pr_t in /*) _pr_out= ;; esac
+      _pr_rest=$_pr_t${_pr_rest:+/$_pr_rest}
+    else
+      _pr_out=$_pr_out/$_pr_c
+    fi
+  done
+  PR=${_pr_out:-/}
+}
+cands=; dropped=; pairs=
 IFS=:
 for _d in $GNC_PATH_IN; do
   case $_d in /*) cands="$cands$_d$NL" ;; *) dropped="$dropped$_d (not absolute)$NL" ;; esac
 done
 IFS=$NL
 set -f
-kept=$(safe_set "" "$cands")
-PATH=
+all=
 for _d in $cands; do
-  case $NL$kept$NL in *"$NL$_d$NL"*) PATH="$PATH${PATH:+:}$_d" ;; *) dropped="$dropped$_d$NL" ;; esac
+  if path_resolve "$_d"; then pairs="$pairs$_d|$PR$NL"; all="$all$_d$NL$PR$NL"; else dropped="$dropped$_d (its links do not resolve)$NL"; fi
+done
+kept=$NL$(safe_set "" "$all" strict)$NL
+PATH=
+for _pp in $pairs; do
+  _d=${_pp%%|*}; _r=${_pp#*|}
+  case $kept in
+    *"$NL$_d$NL"*) case $kept in *"$NL$_r$NL"*) case :$PATH: in *":$_r:"*) ;; *) PATH="$PATH${PATH:+:}$_r" ;; esac; continue ;; esac ;;
+  esac
+  if [ "$_r" = "$_d" ]; then dropped="$dropped$_d$NL"; else dropped="$dropped$_d (resolved: $_r)$NL"; fi
 done
 IFS=' 	
 '
