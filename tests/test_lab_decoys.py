@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,48 @@ def test_a_decoyed_node_fails_the_cpu_policy_as_its_real_kubelet_runs(decoy_lab,
     assert "none" in cpu[0]["message"]
     assert _ran(decoy_lab) == ""
     assert SECRET not in "".join(f.read_text(errors="replace") for f in out.rglob("*") if f.is_file())
+
+
+# Issue 59 item 3: a user's processes named kubelet with argv of several MiB each. Before, every candidate's
+# /proc/PID/cmdline was read and shipped before the trust decision: five such decoys grew one node's output from
+# 10 KB to 28 MB. Now only a verified daemon's command line is read.
+BIG_ARG = "x" * 120_000  # each argument below MAX_ARG_STRLEN (32 pages); 30 of them: 3.6 MB of argv
+BIG_DECOYS = [Decoy("kubelet", tuple([BIG_ARG] * 30)) for _ in range(5)]
+
+
+@pytest.fixture(scope="module")
+def big_decoy_lab(tmp_path_factory):
+    require_or_skip(lab_available())
+    lab = Lab(Path(tmp_path_factory.mktemp("bigdecoylab")), first_subnet=247)
+    good = next(s for s in specs() if s.name == "good")
+    plain = replace(good, name="plain")
+    lab.add(plain)
+    lab.add(replace(good, name="big-decoys", decoys=list(BIG_DECOYS), stack_kib=65536))
+    with lab.running():
+        yield lab
+
+
+def test_large_decoys_add_little_to_the_output(big_decoy_lab):
+    lab = big_decoy_lab
+    sizes = {}
+    for node in lab.nodes:
+        ssh = {"user": "root", "identity_file": str(lab.client_key), "known_hosts": str(lab.known_hosts)}
+        b = collect_node(NodeSpec(name=node.spec.name, address=node.address, ssh=ssh), timeout=120, retries=0)
+        assert b.error is None and b.complete, b.error
+        sizes[node.spec.name] = len(json.dumps(b.to_json()))
+        if node.spec.name == "big-decoys":
+            decoys = [d for d in b.daemons("kubelet") if not d.trusted]
+            assert len(decoys) == 5 and all("it runs as uid 65534" in d.why for d in decoys), decoys
+            assert all(b.file(f"/proc/{d.pid}/cmdline") is None for d in decoys)  # never read
+            # the decoys really carry their argv (read here, as root, from this machine's side)
+            pids = [p for p in Path("/proc").iterdir() if p.name.isdigit()]
+            big = [p for p in pids if _argv_size(p) > 3_000_000]
+            assert len(big) >= 5, [_argv_size(p) for p in pids]
+    assert sizes["big-decoys"] - sizes["plain"] < 100_000, sizes
+
+
+def _argv_size(proc: Path) -> int:
+    try:
+        return len((proc / "cmdline").read_bytes())
+    except OSError:
+        return 0

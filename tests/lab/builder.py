@@ -240,6 +240,7 @@ class NodeSpec:
     journal_lines: list[tuple[int, str, str]] = field(default_factory=list)  # (uid, SYSLOG_IDENTIFIER, text) users log
     contained: list[str] = field(default_factory=list)  # daemons run in PID and mount namespaces of their own
     daemon_uids: dict[str, int] = field(default_factory=dict)  # daemon -> the uid it runs as (persistenced --user)
+    stack_kib: int | None = None  # the stack limit its processes start with (a larger one admits a larger argv)
 
 
 @dataclass
@@ -570,6 +571,8 @@ class Lab:
                 run = ["unshare", "--pid", "--mount", "--fork", "--mount-proc", *run]
             return " ".join(q(a) for a in run) + " &"
 
+        if s.stack_kib is not None:  # ARG_MAX is a quarter of the stack limit (execve(2))
+            lines.append(f"ulimit -s {s.stack_kib}")
         for i, decoy in enumerate(s.decoys):  # first: their PIDs come before the daemons' in every listing
             folder = d / "upper" / "tmp" / "gnc-decoy" / str(i)
             folder.mkdir(parents=True)

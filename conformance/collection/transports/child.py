@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import IO
 
 from conformance.collection.cancel import INTERRUPTED
+from conformance.collection.transports.base import OUTPUT_CAP, over_cap
 from conformance.errors import TransportError
 
 POLL_S = 0.25  # how often the exchange looks whether it was aborted
@@ -57,6 +58,9 @@ class Child:
         try:
             end = time.monotonic() + timeout
             finished = exchange.until(end, lambda: self._aborted) and _exited(proc, end, lambda: self._aborted)
+            if exchange.overflow:
+                _kill(proc)
+                raise TransportError(over_cap(self.description, exchange.outlen), kind="error")
             if not finished:
                 _kill(proc)
                 exchange.until(time.monotonic() + DRAIN_S, lambda: False)  # what it wrote before the kill
@@ -91,6 +95,8 @@ class _Exchange:
         self._outs: list[bytes] = []
         self._errs: list[bytes] = []
         self._chunks = {self.stdout: self._outs, self.stderr: self._errs}
+        self.outlen = 0
+        self.overflow = False  # the output passed OUTPUT_CAP: the exchange stops
         self._selector = selectors.DefaultSelector()
         for pipe in (self.stdout, self.stderr):
             os.set_blocking(pipe.fileno(), False)
@@ -110,10 +116,10 @@ class _Exchange:
         return b"".join(self._errs)
 
     def until(self, end: float, stop: Callable[[], bool]) -> bool:
-        """Exchange until both outputs ended (True), or `end` passed or `stop()` (False)."""
+        """Exchange until both outputs ended (True), or `end` passed, `stop()` or the output passed its cap (False)."""
         while self._selector.get_map():
             left = end - time.monotonic()
-            if left <= 0 or stop():
+            if left <= 0 or stop() or self.overflow:
                 return False
             for key, _ in self._selector.select(min(POLL_S, left)):
                 if key.fileobj is self.stdin:
@@ -141,6 +147,11 @@ class _Exchange:
             return
         if data:
             self._chunks[pipe].append(data)
+            if pipe is self.stdout:
+                self.outlen += len(data)
+                self.overflow = self.outlen > OUTPUT_CAP
+            elif sum(map(len, self._errs)) > 65536:  # error output: its first 64 KiB say what went wrong
+                self._errs[:] = [b"".join(self._errs)[:65536]]
         else:
             self._selector.unregister(pipe)
 

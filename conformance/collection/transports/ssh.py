@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import paramiko
 
 from conformance.collection.cancel import INTERRUPTED
-from conformance.collection.transports.base import ExecResult
+from conformance.collection.transports.base import OUTPUT_CAP, ExecResult, over_cap
 from conformance.errors import TransportError
 
 # paramiko logs failures of its transport thread itself; this module reports them as TransportError.
@@ -353,6 +353,9 @@ class SshTransport:
                     raise err
                 if chan.recv_ready():
                     out += chan.recv(65536)
+                    if len(out) > OUTPUT_CAP:
+                        chan.close()
+                        raise TransportError(over_cap(f"{self.t.host}:{self.t.port}", len(out)), kind="error")
                 elif chan.recv_stderr_ready():
                     chunk = chan.recv_stderr(65536)
                     if len(err) < 65536:
