@@ -267,3 +267,33 @@ def test_persistence_mode_decides_and_the_daemon_is_evidence(want, mode, seen, o
     v = judge_persistence([gpu(persistence=mode)], {**GP, "persistence": want}, seen)
     got = "failed" if v.failures else "error" if v.unknowns else "passed"
     assert got == outcome, v
+
+
+# -- issue 59 item 4: what was read of a daemon is tied to the process that was verified -------------------------
+
+
+def kubelet_records(recheck: bytes | None, status: str = "ok") -> Bundle:
+    records = [
+        Record("P", "kubelet", "4242"),
+        Record("L", "/proc/4242/exe", "ok", b"/usr/bin/kubelet"),
+        Record("M", "daemon:4242", "ok", b""),
+        Record("M", "daemon-start:4242", "ok", b"123456"),
+        Record("F", "/proc/4242/cmdline", "ok", b"/usr/bin/kubelet\0--config\0/etc/kubernetes/kubelet.yaml\0"),
+    ]
+    if recheck is not None:
+        records.append(Record("M", "daemon-recheck", status, recheck))
+    return bundle(*records)
+
+
+def test_a_pid_that_names_another_process_by_the_end_is_no_daemon():
+    (same,) = kubelet_records(b"4242:123456 ").daemons("kubelet")
+    assert same.trusted and same.start == 123456
+    (restarted,) = kubelet_records(b"4242:987654 ").daemons("kubelet")  # a crash-looping kubelet's PID, reused
+    assert not restarted.trusted and restarted.ruled_out
+    assert "its PID named another process by the end of the collection" in restarted.why
+    (gone,) = kubelet_records(b"").daemons("kubelet")
+    assert not gone.trusted and "then not checked again" in gone.why
+    (unread,) = kubelet_records(b"", status="denied").daemons("kubelet")  # an unreadable recheck: unknown, not unchanged
+    assert not unread.trusted
+    (legacy,) = kubelet_records(None).daemons("kubelet")  # a snapshot of a collector before the recheck
+    assert legacy.trusted

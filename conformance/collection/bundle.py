@@ -213,11 +213,11 @@ class Bundle:
                 why = f"its start time (/proc/{pid}/stat) was not recorded readably"
             if not why and recheck is not None and start is not None and recheck.get(pid) != str(start):
                 # issue 59: what was read of a PID that names another process by the end is not this daemon's
-                later = recheck.get(pid, "not checked")
+                later = recheck.get(pid)
+                then = "not checked again" if later is None else "gone" if later == "gone" else f"tick {later}"
                 why = (
                     f"its PID named another process by the end of the collection (started at tick {start}, then "
-                    f"{'gone' if later == 'gone' else 'tick ' + later}): it ended or restarted while it was read, and "
-                    "what was read of it is not used"
+                    f"{then}): it ended or restarted while it was read, and what was read of it is not used"
                 )
             out.append(Daemon(comm, pid, exe.data.decode("utf-8", "replace") if exe is not None else "", why, start))
         return out
