@@ -59,14 +59,26 @@ def kubelet_yaml(options: str = "") -> str:
     )
 
 
-def host(tmp: Path, m: Grace, *, options: str = "", kubelet: str = "1.35.2", mode: str = "driver", health: int = HEALTHY):
+def driver_params(mode: str | None) -> str | None:
+    """/proc/driver/nvidia/params as a driver prints it (lines from the sample in tests/samples): with
+    NVreg_CoherentGPUMemoryMode=`mode` (None: not set), EnableUserNUMAManagement is 0 for exactly "driver" and 1 for
+    any other value (kernel-open os-registry.c os_registry_init). "550": a driver before CDMM, which prints neither."""
+    if mode == "550":
+        return "ResmanDebugLevel: 4294967295\nEnableUserNUMAManagement: 1\nRegistryDwords: \"\"\n"
+    user = 0 if mode == "driver" else 1
+    return (f'ResmanDebugLevel: 4294967295\nCoherentGPUMemoryMode: "{mode or ""}"\nEnableUserNUMAManagement: {user}\n'
+            'RegistryDwords: ""\n')  # fmt: skip
+
+
+def host(tmp: Path, m: Grace, *, options: str = "", kubelet: str = "1.35.2", mode: str = "driver", health: int = HEALTHY,
+         driver: str | None = None):  # fmt: skip
     """A host root laid out as machine `m`, its kubelet installed as pkgs.k8s.io's package of release `kubelet`."""
     files = {
         "/etc/kubernetes/kubelet.yaml": kubelet_yaml(options),
         "/sys/devices/system/cpu/online": f"0-{m.cpus - 1}\n",
         **{f"/sys/devices/system/node/node{n}/cpulist": f"{cpus}\n" for n, cpus in m.nodes.items()},
         **{f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list": f"{c}\n" for c in range(m.cpus)},
-        "/proc/driver/nvidia/params": f'ResmanDebugLevel: 4294967295\nCoherentGPUMemoryMode: "{mode}"\nRegistryDwords: ""\n',
+        "/proc/driver/nvidia/params": driver_params(mode),
         "/var/lib/dpkg/status": (
             "Package: kubelet\nStatus: install ok installed\nPriority: optional\nSection: admin\nInstalled-Size: 1\n"
             f"Maintainer: lab <lab@invalid>\nArchitecture: {_arch()}\nVersion: {kubelet}-1.1\nDescription: kubelet\n"
@@ -117,6 +129,8 @@ def audit(tmp: Path, built, m: Grace, **kw) -> dict:
         )
         for i, (bus, node) in enumerate(m.gpus)
     ]
+    if kw.get("driver"):
+        lines.append(f"driver\t{kw['driver']}")
     write_root(root, driver_files(built, "\n".join([*lines, "cpu\t0\t0", "cpu\t1\t0"]) + "\n", cuda=False))
     out = tmp / f"out-{m.name}"
     env = {**os.environ, "GNC_FAKE_GPU_CONFIG": str(root / CONFIG.lstrip("/"))}
@@ -166,6 +180,32 @@ def test_the_gpu_memory_mode_of_a_grace_node(tmp_path, standins, mode, outcome):
     assert node["identity"]["gpu_memory_mode"] == mode
 
 
+@pytest.mark.parametrize(("mode", "outcome"), [("cdmm", "failed"), ("Driver", "failed")])
+def test_only_the_exact_value_driver_enters_cdmm(tmp_path, standins, mode, outcome):
+    """Issue 59 item 5: the driver compares NVreg_CoherentGPUMemoryMode with "driver" exactly (os-registry.c); any
+    other value runs NUMA mode, which EnableUserNUMAManagement 1 in its params shows."""
+    r = audit(tmp_path, standins, GH200, mode=mode)["by_check"]["GPU-MEMORY-MODE"]
+    assert r["outcome"] == outcome, r
+    assert "EnableUserNUMAManagement 1" in r["message"] and f'CoherentGPUMemoryMode "{mode}"' in r["message"], r
+
+
+def test_a_gh200_on_a_driver_before_r580_runs_numa_mode(tmp_path, standins):
+    """Issue 59 item 6: driver 550 has no CDMM (no CoherentGPUMemoryMode): NUMA mode, said as such, never an error."""
+    r = audit(tmp_path, standins, GH200, mode="550", driver="550.54.15")["by_check"]["GPU-MEMORY-MODE"]
+    assert r["outcome"] == "failed", r
+    assert "NUMA mode" in r["message"] and "EnableUserNUMAManagement 1" in r["message"], r
+
+
+def test_memory_mode_from_what_the_driver_runs_under():
+    """Issue 59 items 5 and 6, on params as drivers print them: EnableUserNUMAManagement decides, CoherentGPUMemoryMode
+    is evidence; a driver before R580 without the file runs NUMA mode."""
+    assert memory_mode('CoherentGPUMemoryMode: "cdmm"\nEnableUserNUMAManagement: 1\n', "580.65.06")[0] == "numa"
+    assert memory_mode("EnableUserNUMAManagement: 0\n", "575.57.08")[0] == "driver"  # set the older way
+    assert memory_mode('CoherentGPUMemoryMode: ""\nEnableUserNUMAManagement: 0\n', "615.10")[0] == "driver"
+    mode, how = memory_mode(None, "550.54.15")
+    assert mode == "numa" and "CDMM needs R580 or later" in how, how
+
+
 @pytest.mark.parametrize(("health", "outcome"), [(DEGRADED, "failed"), (HEALTHY, "passed")])
 def test_the_nvl72_fabric_health_mask_is_judged(tmp_path, standins, health, outcome):
     """Item 5: GPU-FABRIC reads the v3 fabric info's health mask (degraded bandwidth fails)."""
@@ -205,7 +245,7 @@ def test_the_rules_on_their_own():
     assert numa_limit_problems("none", {}, list(range(34)), (1, 35, 0))[0] == []
     assert numa_limit_problems("single-numa-node", {"max-allowable-numa-nodes": "9"}, list(range(9)), (1, 35, 0))[0] == []
     assert "incorrect configuration: insufficient NVLinks" in fabric_health(HEALTHY & ~(0xF << 8) | 5 << 8)
-    assert memory_mode('CoherentGPUMemoryMode: "driver"\n', "580.65.06")[0] == "driver"
+    assert memory_mode('CoherentGPUMemoryMode: "driver"\n', "580.65.06")[0] == "driver"  # no EnableUserNUMAManagement line
     assert memory_mode("RmLogonRC: 1\n", "570.148.08")[0] == "numa"  # before CDMM existed: the HBM is system memory
     assert memory_mode("RmLogonRC: 1\n", "615.10")[0] == "driver"  # R615+: CDMM by default
 

@@ -172,10 +172,10 @@ class GpuNodeFacts(FactsBase):
                     f"CPU over NVLink-C2C was not read: {'; '.join(unread)}"
                 )
             return None
-        text = self.bundle.optional_text(PARAMS) if self.bundle.file(PARAMS) is not None else None
-        if text is None:
-            raise FactUnavailable(f"node {self.name}: {PARAMS} was not read (the NVIDIA driver not loaded, or an older snapshot)")
-        return memory_mode(text, gpus.driver)
+        if self.bundle.file(PARAMS) is None:
+            raise FactUnavailable(f"node {self.name}: {PARAMS} was not collected (an older snapshot)")
+        # a file that is not there (status missing) is said as such: the driver answered NVML, so it is loaded
+        return memory_mode(self.bundle.optional_text(PARAMS), gpus.driver)
 
     @fact
     def cdi(self) -> CdiRegistry:
@@ -242,36 +242,52 @@ def _probe_failure(probe: Record | None) -> str:
     return f"exited {probe.status}" + (f": {text[:200]}" if text else "")
 
 
-# The GPU memory mode of a Grace board's driver (issue 51): in NUMA mode the GPU's HBM is onlined as system memory
+# The GPU memory mode of a Grace board's driver (issues 51, 59): in NUMA mode the GPU's HBM is onlined as system memory
 # (a NUMA node of its own, counted in MemTotal and so in the node's capacity); in the coherent driver-based memory
-# management mode (CDMM) the driver keeps it. The module parameter NVreg_CoherentGPUMemoryMode selects it
-# ("driver": CDMM), and /proc/driver/nvidia/params lists it as `CoherentGPUMemoryMode: "..."`; CDMM is the
-# default from driver R615 on (NVIDIA's CDMM documentation; GKE A4X and EKS P6e-GB200 run it).
+# management mode (CDMM, from R580) the driver keeps it. What the driver runs under is its EnableUserNUMAManagement
+# (0: the driver manages GPU memory), which /proc/driver/nvidia/params prints. The module parameter
+# NVreg_CoherentGPUMemoryMode sets it: exactly "driver" gives 0, any other value 1 (kernel-open os-registry.c,
+# os_registry_init: strcmp(NVreg_CoherentGPUMemoryMode, "driver")), so "cdmm" or "Driver" run NUMA mode; unset, R615
+# and later set 0 at GPU initialisation (nv_enable_cdmm_mode). EnableUserNUMAManagement=0 set directly (the older way)
+# is CDMM too. NVIDIA's CDMM documentation; GKE A4X and EKS P6e-GB200 run it.
+CDMM_FROM = 580
 CDMM_DEFAULT_FROM = 615
 PARAMS = "/proc/driver/nvidia/params"
 
 
-def memory_mode(params: str, driver: str | None) -> tuple[str, str]:
-    """("driver" | "numa", how it was decided) from the driver's parameters and version."""
-    for line in params.splitlines():
+def memory_mode(params: str | None, driver: str | None) -> tuple[str, str]:
+    """("driver" | "numa", how it was decided) from the driver's parameters (None: the file is not there) and its
+    version; FactUnavailable where neither decides."""
+    values: dict[str, str] = {}
+    for line in (params or "").splitlines():
         key, sep, value = line.partition(":")
-        if sep and key.strip() == "CoherentGPUMemoryMode":
-            v = value.strip().strip('"').strip().lower()
-            if v in ("driver", "cdmm"):
-                return "driver", f'{PARAMS}: CoherentGPUMemoryMode "{v}"'
-            if v in ("numa", "default", ""):
-                if v == "" and driver and _major(driver) >= CDMM_DEFAULT_FROM:
-                    return (
-                        "driver",
-                        f"{PARAMS}: CoherentGPUMemoryMode unset, driver {driver} (CDMM by default from R{CDMM_DEFAULT_FROM})",
-                    )
-                return "numa", f'{PARAMS}: CoherentGPUMemoryMode "{v}"'
-            raise ParseError(f"{PARAMS}: CoherentGPUMemoryMode {value.strip()!r} is neither driver nor numa")
+        if sep and key.strip() in ("CoherentGPUMemoryMode", "EnableUserNUMAManagement"):
+            values[key.strip()] = value.strip().strip('"').strip()
+    coherent = values.get("CoherentGPUMemoryMode")
+    said = "" if coherent is None else f', CoherentGPUMemoryMode "{coherent}"'
+    if coherent not in (None, "", "driver"):
+        said += ' (the driver takes only the exact value "driver": any other runs NUMA mode)'
+    user = values.get("EnableUserNUMAManagement")
+    if user is not None:
+        if user not in ("0", "1"):
+            raise FactUnavailable(f"{PARAMS}: EnableUserNUMAManagement {user!r} is neither 0 nor 1")
+        mode = "driver" if user == "0" else "numa"
+        return mode, f"{PARAMS}: EnableUserNUMAManagement {user}{said}"
+    if coherent is not None and coherent != "":  # a driver that prints no EnableUserNUMAManagement
+        return ("driver" if coherent == "driver" else "numa"), f"{PARAMS}{said.replace(',', ':', 1)}"
     if driver is None:
-        raise FactUnavailable(f"{PARAMS} names no CoherentGPUMemoryMode and the driver's version is unknown")
+        where = f"{PARAMS} names neither EnableUserNUMAManagement nor CoherentGPUMemoryMode" if params is not None else (
+            f"{PARAMS} was not read")  # fmt: skip
+        raise FactUnavailable(f"{where}, and the driver's version is unknown")
+    if _major(driver) < CDMM_FROM:
+        shown = f"{PARAMS} names no CoherentGPUMemoryMode" if params is not None else f"{PARAMS} is not there"
+        return "numa", f"{shown}: driver {driver} runs NUMA mode (CDMM needs R{CDMM_FROM} or later)"
+    if params is None:
+        raise FactUnavailable(f"{PARAMS} is not there, and driver {driver} answered NVML: its memory mode is unknown")
     if _major(driver) >= CDMM_DEFAULT_FROM:
-        return "driver", f"{PARAMS} names no CoherentGPUMemoryMode; driver {driver} runs CDMM by default (R{CDMM_DEFAULT_FROM}+)"
-    return "numa", f"{PARAMS} names no CoherentGPUMemoryMode: driver {driver} predates CDMM, the HBM is system memory (NUMA mode)"
+        return "driver", f"{PARAMS} names no memory mode; driver {driver} runs CDMM by default (R{CDMM_DEFAULT_FROM}+)"
+    return "numa", (f"{PARAMS} names no memory mode; driver {driver} runs NUMA mode unless told (CDMM by default from "
+                    f"R{CDMM_DEFAULT_FROM})")  # fmt: skip
 
 
 def _major(driver: str) -> int:
