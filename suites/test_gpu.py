@@ -14,6 +14,14 @@ from conformance.facts.cdi import NVIDIA_GPU_KIND
 from conformance.facts.cpulist import format_cpulist
 
 
+def gpu_machine(facts) -> str | None:
+    """The node's machine (`uname -m`), None where it was not read."""
+    try:
+        return facts.machine
+    except FactUnavailable:
+        return None
+
+
 def _fail_or_error(failures: list[str], errors: list[str]) -> None:
     """Failures decide; with only errors (facts missing), the outcome is error."""
     if failures:
@@ -141,13 +149,22 @@ def test_gpu_numa_consistent(node, visible_gpus, topology, evidence):
     source="NVML nvmlDeviceGetCurrPcieLinkWidth/Generation (during the bandwidth run for the generation), "
     "nvmlDeviceGetMaxPcieLinkGeneration/Width, nvmlDeviceGetGpuMaxPcieLinkGeneration",
 )
-def test_gpu_pcie_link(node, visible_gpus, profile, link_after, evidence):
+def test_gpu_pcie_link(node, visible_gpus, facts, profile, link_after, evidence):
     gp = profile.get("gpu")
     want_width = gp["pcie_width"]
     busy_all = link_after.readings
     evidence.source = visible_gpus.source + (" (generation read under load)" if busy_all else "")
     failures, errors, unjudged, verified = [], [], [], []
     for g in visible_gpus.gpus:
+        if g.c2c is None and g.errors.get("c2c") != "not supported on this GPU" and gpu_machine(facts) != "x86_64":
+            # NVLink-C2C joins Grace (aarch64) CPUs to their GPUs: where it could not be read there (drivers before
+            # R550 have no <c2c_mode>), the PCIe link may or may not be the GPU's host path (issue 59)
+            errors.append(
+                f"{g.label}: whether it reaches its CPU over NVLink-C2C was not read ({g.errors.get('c2c', 'not read')}) "
+                f"on a {gpu_machine(facts) or 'machine of unrecorded architecture'}: its PCIe link (Gen{g.pcie_gen} "
+                f"x{g.pcie_width}) may not be its host path, so it is not judged"
+            )
+            continue
         if g.c2c:
             # A Grace board's GPU reaches its CPU and memory over NVLink-C2C (GH200, GB200, GB300: NVIDIA's Grace
             # Hopper and Grace Blackwell tuning guides); the PCIe link it reports (Gen4 x1 or Gen5 x1 on a GH200)
@@ -416,7 +433,8 @@ def test_gpu_h2d_numa_matrix(node, visible_gpus, h2d, profile, evidence):
     remediation="Load the NVIDIA driver with NVreg_CoherentGPUMemoryMode=driver (a modprobe.d options line, or the "
     "GPU Operator's driver kernelModuleConfig), or run driver R615 or later; reboot. A profile can accept NUMA "
     "mode with gpu.memory_mode: any.",
-    source="/proc/driver/nvidia/params (CoherentGPUMemoryMode), NVML nvmlDeviceGetC2cModeInfoV / nvidia-smi -q -x <c2c_mode>",
+    source="/proc/driver/nvidia/params (EnableUserNUMAManagement, CoherentGPUMemoryMode), NVML nvmlDeviceGetC2cModeInfoV "
+    "/ nvidia-smi -q -x <c2c_mode>",
 )
 def test_gpu_memory_mode(node, visible_gpus, facts, profile, evidence):
     evidence.source = f"{visible_gpus.source}; /proc/driver/nvidia/params"

@@ -403,3 +403,35 @@ def test_a_c2c_gpus_h2d_figure_is_judged_against_the_c2c_floor(gbps, outcome):
         with pytest.raises(AssertionError, match=r"120.00 GB/s < floor 250(\.0)? GB/s \(NVLink-C2C\)"):
             test_gpu_h2d_local_bandwidth("gh200-a", visible, h2d, load_profile("default"), ev)
     assert any("for NVLink-C2C (the GPU reaches its CPU over NVLink-C2C)" in line for line in ev.lines), ev.lines
+
+
+def test_an_unread_c2c_mode_on_aarch64_leaves_the_pcie_link_unjudged(tmp_path, standins):
+    """Issue 59 item 7: a GH200's driver that does not report its C2C mode (before R550: no <c2c_mode>, no
+    nvmlDeviceGetC2cModeInfoV) on an aarch64 node: its PCIe link (Gen4 x1) may not be its host path, so the link is
+    an error naming why, never "trained at x1, expected x16". The GH200 root collected for real, then replayed as the
+    aarch64 node whose driver lacks the call (this machine is no aarch64 one)."""
+    audit(tmp_path, standins, GH200)  # lays the host root out and runs the stand-in driver once
+    root = tmp_path / GH200.name
+    env = {**os.environ, "GNC_FAKE_GPU_CONFIG": str(root / CONFIG.lstrip("/"))}
+    snaps = tmp_path / "snap"
+    subprocess.run([sys.executable, "-m", "conformance", "collect", "--host-root", str(root), "--output", str(snaps)],
+                   check=True, capture_output=True, timeout=300, env=env)  # fmt: skip
+    (snap,) = snaps.glob("*.json")
+    doc = json.loads(snap.read_text())
+    for r in doc["records"]:
+        if r["kind"] == "C" and r["name"] == "uname-m":
+            r["text"] = "aarch64\n"
+        if r["kind"] == "C" and r["name"] == "nvml-probe":
+            probe = json.loads(r["text"])
+            for g in probe["gpus"]:
+                g.pop("c2c", None)
+                g["errors"]["c2c"] = "function not in this driver's NVML"
+            r["text"] = json.dumps(probe)
+    snap.write_text(json.dumps(doc))
+    out = tmp_path / "replayed"
+    subprocess.run([sys.executable, "-m", "conformance", "run", "--snapshot", str(snaps), "--output", str(out)],
+                   capture_output=True, timeout=300)  # fmt: skip
+    got = {r["check"]: r for r in json.loads((out / "results.json").read_text())["results"]}
+    r = got["GPU-PCIE-LINK"]
+    assert r["outcome"] == "error", r
+    assert "NVLink-C2C was not read" in r["message"] and "aarch64" in r["message"] and "trained at" not in r["message"], r
