@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.checks import check
+from conformance.checks import check, conclude
 from conformance.checks.dra_rules import device_plugin_gpu_resources, dra_advertised
 from conformance.checks.gpu_rules import expected_generation, floor_for, local_node, reconcile_advertised, served_as
 from conformance.checks.release_rules import runtime_span
@@ -24,10 +24,7 @@ def gpu_machine(facts) -> str | None:
 
 def _fail_or_error(failures: list[str], errors: list[str]) -> None:
     """Failures decide; with only errors (facts missing), the outcome is error."""
-    if failures:
-        raise AssertionError("; ".join(failures + errors))
-    if errors:
-        raise FactUnavailable("; ".join(errors))
+    conclude(failures, errors)
 
 
 @check(

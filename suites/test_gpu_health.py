@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.checks import check
+from conformance.checks import check, conclude
 from conformance.checks.dra_rules import cluster_health_view
 from conformance.checks.gpu_health import (
     Verdict,
@@ -25,10 +25,7 @@ from conformance.facts.gpu import DaemonSeen
 def settle(v: Verdict, evidence) -> None:
     """Failures decide; with only unread facts the outcome is error; where nothing applied, skip."""
     evidence.add(*v.lines)
-    if v.failures:
-        raise AssertionError("; ".join(v.failures + v.unknowns))
-    if v.unknowns:
-        raise FactUnavailable("; ".join(v.unknowns))
+    conclude(v.failures, v.unknowns)
     if not v.applied:
         pytest.skip(v.why_not)
     evidence.add(f"verified on {v.applied} GPU(s)" if v.applied > 1 else "verified")
@@ -211,6 +208,4 @@ def test_gpu_cluster_health(node, visible_gpus, facts, node_spec, dra_slices, no
                   for c in p.containers for name, rid, health in c.get("health", [])]  # fmt: skip
     problems, unknowns, lines = cluster_health_view(visible_gpus, broken, unknown, dra_slices, plugin, pod_health)
     evidence.add(*lines)
-    assert not problems, "; ".join(problems)
-    if unknowns:
-        raise FactUnavailable("; ".join(unknowns))
+    conclude(problems, unknowns)

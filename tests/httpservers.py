@@ -69,6 +69,10 @@ def make_handler(behaviour: str, seen_headers: list[dict[str, str]]) -> type[Bas
                 status = 503 if n % 4 == 3 else 200
             elif behaviour == "hang":
                 time.sleep(60)
+            elif behaviour == "failing-then-hang":  # ten quick 503s, then no answer at all
+                if n >= 10:
+                    time.sleep(60)
+                status = 503
             body, kind = b'{"choices":[{"text":"ok"}]}', "application/json"
             if behaviour.startswith("dcgm-"):  # a dcgm-exporter's /metrics (text exposition format)
                 body, kind = dcgm_metrics(full=behaviour == "dcgm-full"), "text/plain; version=0.0.4"

@@ -259,3 +259,46 @@ def test_each_command_declares_its_options_in_a_table():
         funcs = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
         assert c.name.upper() in names and f"cmd_{c.name}" in funcs, module
     assert len((PKG / "cli.py").read_text().splitlines()) <= 150
+
+
+def _raises_unknown(node: ast.AST) -> bool:
+    if not isinstance(node, ast.Raise) or node.exc is None:
+        return False
+    call = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+    return getattr(call, "id", getattr(call, "attr", "")) == "FactUnavailable"
+
+
+def _settles(node: ast.AST) -> bool:
+    """An assert, or a call of the helpers that settle failures and unknowns (checks.conclude and its wrappers)."""
+    if isinstance(node, ast.Assert):
+        return True
+    return isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("conclude", "settle", "_fail_or_error")
+
+
+def test_a_definite_failure_is_never_hidden_by_an_unknown():
+    """Issue 59 item 8: a check that finds part of its subject unknown judges the rest, and a definite failure is
+    `failed` (its message naming the failures first, then what was not judged: checks.conclude), never `error`. In a
+    check body an unknown is therefore never raised from inside a loop over its parts (collect it and conclude), nor
+    while failures it has collected are not yet settled (between the start of a `problems`/`failures` list and the
+    assert or conclude that settles it)."""
+    bad = []
+    for f in sorted((ROOT / "suites").glob("test_*.py")):
+        tree = ast.parse(f.read_text(), str(f))
+        for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")):
+            for loop in (n for n in ast.walk(fn) if isinstance(n, (ast.For, ast.While))):
+                bad += [f"{f.name}:{r.lineno} {fn.name}: raises an unknown inside a loop"
+                        for r in ast.walk(loop) if _raises_unknown(r)]  # fmt: skip
+            lists = [n.lineno for n in ast.walk(fn) if isinstance(n, (ast.Assign, ast.AnnAssign))
+                     for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                     if isinstance(t, ast.Name) and t.id in ("problems", "failures")]  # fmt: skip
+            settled = [n.lineno for n in ast.walk(fn) if _settles(n)]
+            for r in (n for n in ast.walk(fn) if _raises_unknown(n)):
+                if any(start < r.lineno for start in lists) and any(
+                    s > r.lineno and not any(start < s < r.lineno for start in lists) for s in settled
+                ):
+                    open_from = max(start for start in lists if start < r.lineno)
+                    if any(open_from < s < r.lineno for s in settled):
+                        continue  # the list begun before it was settled before it
+                    bad.append(f"{f.name}:{r.lineno} {fn.name}: raises an unknown while the failures collected from line "
+                               f"{open_from} wait")  # fmt: skip
+    assert not bad, "\n".join(bad)

@@ -72,3 +72,22 @@ def test_the_device_plugins_allocatable_counts_its_unhealthy_gpus():
     assert cluster_health_view(GPUS, {0: ["row remap pending"]}, {}, none, (2, 1), [])[0] == []
     problems, _, _ = cluster_health_view(GPUS, {}, {}, none, (2, 1), [])
     assert problems and "reports 1 GPU(s) unhealthy (allocatable 1 of 2) but the node reads 0 broken" in problems[0]
+
+
+def test_a_definite_failure_is_failed_while_another_gpus_health_is_unread():
+    """Issue 59 item 8: GPU0's health was not read on the node; GPU1 the node reads healthy while the cluster refuses it
+    (a taint left after a GPU reset) and its pod's report says Unhealthy. The check fails naming GPU1 first, then
+    what was not judged of GPU0; it is never an error that names only GPU0."""
+    import pytest
+
+    from conformance.checks import conclude
+
+    pods = [("ml/train-0", "nvidia.com/gpu", UUID1, "Unhealthy")]
+    problems, unknowns, _ = cluster_health_view(GPUS, {}, {0: ["ECC: not reported"]}, _slices([XID]), None, pods)
+    assert problems and unknowns
+    with pytest.raises(AssertionError) as failed:
+        conclude(problems, unknowns)
+    message = str(failed.value)
+    assert message.startswith("the cluster keeps work off GPU1"), message
+    assert "the kubelet reports" in message and "Unhealthy" in message
+    assert message.index("also not judged: GPU0") > message.index("GPU1"), message

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from conformance.config.check_contract import BLOCKING, SEVERITIES, SITE_PREFIX, CheckSpec
 from conformance.config.fleet import FLEET_CHECK_ID
+from conformance.errors import FactUnavailable
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -120,3 +121,14 @@ class Evidence:
     def from_setting(self, setting: Any) -> None:
         self.source = setting.source
         self.lines.append(setting.describe())
+
+
+def conclude(problems: list[str], unknowns: list[str]) -> None:
+    """How every check that judges several parts settles (issue 59): a definite failure is failed whatever else is
+    unknown, its message naming the failures first and then what could not be judged; only unknowns make an error;
+    neither, a pass. (An unknown that could change nothing is not an unknown: the check leaves it out.)"""
+    if problems:
+        tail = f"; also not judged: {'; '.join(unknowns)}" if unknowns else ""
+        raise AssertionError("; ".join(problems) + tail)
+    if unknowns:
+        raise FactUnavailable("; ".join(unknowns))

@@ -138,6 +138,8 @@ class _Sender:
             elapsed, key, ok = 0.0, "timeout", False
             if time.monotonic() >= self.deadline:
                 self.exhausted.set()
+                if remaining < ep.request_timeout_s:  # cut by the run's budget, not by its own timeout: no answer at all
+                    return
         except urllib3.exceptions.HTTPError as e:
             elapsed, key, ok = 0.0, type(e).__name__, False
             with self.lock:
