@@ -18,6 +18,7 @@ from conformance.checks.gpu_health import (
     judge_row_remap,
     judge_xids,
 )
+from conformance.checks.gpu_rules import plugin_units
 from conformance.errors import FactUnavailable
 from conformance.facts.gpu import DaemonSeen
 
@@ -203,7 +204,8 @@ def test_gpu_cluster_health(node, visible_gpus, facts, node_spec, dra_slices, no
             if v.unknowns:
                 unknown.setdefault(g.index, []).append(f"{what}: {'; '.join(v.unknowns)}")
     capacity = node_spec.gpu_resources.get("nvidia.com/gpu", 0)
-    plugin = (capacity, node_spec.gpu_allocatable.get("nvidia.com/gpu", 0)) if capacity else None
+    units = plugin_units(visible_gpus.gpus, node_spec.labels or {})
+    plugin = (capacity, node_spec.gpu_allocatable.get("nvidia.com/gpu", 0), units) if capacity else None
     pod_health = [(f"{p.namespace}/{p.name}", name, rid, health) for p in node_gpu_pods
                   for c in p.containers for name, rid, health in c.get("health", [])]  # fmt: skip
     problems, unknowns, lines = cluster_health_view(visible_gpus, broken, unknown, dra_slices, plugin, pod_health)

@@ -68,10 +68,10 @@ def test_the_kubelets_health_report_to_a_pod_counts():
 def test_the_device_plugins_allocatable_counts_its_unhealthy_gpus():
     none = NodeSlices(None)
     problems, _, _ = cluster_health_view(GPUS, {0: ["row remap pending"]}, {}, none, (2, 2), [])
-    assert problems and "the device plugin reports only 0 of 2 GPUs unhealthy" in problems[0]
+    assert problems and "the device plugin reports only 0 of 2 nvidia.com/gpu unit(s) unhealthy" in problems[0]
     assert cluster_health_view(GPUS, {0: ["row remap pending"]}, {}, none, (2, 1), [])[0] == []
     problems, _, _ = cluster_health_view(GPUS, {}, {}, none, (2, 1), [])
-    assert problems and "reports 1 GPU(s) unhealthy (allocatable 1 of 2) but the node reads 0 broken" in problems[0]
+    assert problems and "reports 1 nvidia.com/gpu unit(s) unhealthy (allocatable 1 of 2) but the node reads 0 GPU(s)" in problems[0]
 
 
 def test_a_definite_failure_is_failed_while_another_gpus_health_is_unread():
@@ -91,3 +91,34 @@ def test_a_definite_failure_is_failed_while_another_gpus_health_is_unread():
     assert message.startswith("the cluster keeps work off GPU1"), message
     assert "the kubelet reports" in message and "Unhealthy" in message
     assert message.index("also not judged: GPU0") > message.index("GPU1"), message
+
+
+def test_units_of_nvidia_com_gpu_are_mapped_to_gpus_as_the_device_plugin_advertises_them():
+    """Issue 59 item 9: under time-slicing or MPS (nvidia.com/gpu.replicas: 4) a broken GPU removes 4 units; under the
+    mixed MIG strategy a broken MIG GPU leaves nvidia.com/gpu alone; under the single strategy the units are MIG
+    devices, whose number per GPU is not known: unknown, never a comparison of units with GPUs."""
+    from conformance.checks.gpu_rules import plugin_units
+
+    none = NodeSlices(None)
+    shared = plugin_units(GPUS.gpus, {"nvidia.com/gpu.replicas": "4"})
+    assert shared == (GPUS.gpus, 4)
+    # GPU0 broken, its 4 replicas out of allocatable: the cluster agrees
+    assert cluster_health_view(GPUS, {0: ["row remap pending"]}, {}, none, (8, 4, shared), []) == ([], [], [
+        "GPU0 GPU-00000000-0000-4000-8000-000000000018 (0000:18:00.0): the node reads it broken: row remap pending; the "
+        "cluster: schedules on it",
+        "GPU1 GPU-00000000-0000-4000-8000-00000000009A (0000:9a:00.0): the node reads it healthy; the cluster: schedules on it",
+        "device plugin: nvidia.com/gpu capacity 8, allocatable 4",
+    ])  # fmt: skip
+    # one replica out of eight is no broken GPU's worth: the plugin left out fewer units than a broken GPU has
+    problems = cluster_health_view(GPUS, {0: ["row remap pending"]}, {}, none, (8, 7, shared), [])[0]
+    assert problems and "reports only 1 of 8 nvidia.com/gpu unit(s) unhealthy" in problems[0]
+    assert "4 unit(s) per GPU" in problems[0]
+    mig = GpuFacts(gpus=[Gpu(0, UUID0, "0000:18:00.0", mig=True), Gpu(1, UUID1, "0000:9a:00.0", mig=False)], source="NVML")
+    mixed = plugin_units(mig.gpus, {"nvidia.com/mig.strategy": "mixed"})
+    assert mixed == ([mig.gpus[1]], 1)
+    # the MIG GPU is broken: nvidia.com/gpu (which counts GPU1 only) rightly shows nothing unhealthy
+    assert cluster_health_view(mig, {0: ["Xid 48"]}, {}, none, (1, 1, mixed), [])[0] == []
+    single = plugin_units(mig.gpus, {"nvidia.com/mig.strategy": "single"})
+    assert isinstance(single, str) and "MIG devices" in single
+    _, unknowns, _ = cluster_health_view(mig, {0: ["Xid 48"]}, {}, none, (7, 4, single), [])
+    assert unknowns and "the single MIG strategy" in unknowns[0]

@@ -146,16 +146,17 @@ def cluster_health_view(
     node_broken: dict[int, list[str]],
     node_unknown: dict[int, list[str]],
     slices: NodeSlices | None,
-    plugin: tuple[int, int] | None,
+    plugin: tuple[int, int] | tuple[int, int, tuple[list[Gpu], int] | str] | None,
     pod_health: list[tuple[str, str, str, str]],
 ) -> tuple[list[str], list[str], list[str]]:
     """(problems, unknowns, evidence) of whether the cluster's view of each GPU's health is the node's.
 
     The cluster keeps work off a GPU through a ResourceSlice taint with effect NoSchedule or NoExecute (KEP-5055),
     or, for the device plugin, by leaving it out of the node's allocatable (`plugin`: (capacity, allocatable) of
-    nvidia.com/gpu); a pod's containerStatuses[].allocatedResourcesStatus (KEP-4680; `pod_health`: pod, resource
-    name, resource ID, health) says what the kubelet last heard of each device it holds. `node_broken` are the GPUs
-    the node's own health checks fail (index -> why), `node_unknown` those whose health could not be read."""
+    nvidia.com/gpu, and which GPUs it counts with how many units each: checks.gpu_rules.plugin_units); a pod's
+    containerStatuses[].allocatedResourcesStatus (KEP-4680; `pod_health`: pod, resource name, resource ID, health)
+    says what the kubelet last heard of each device it holds. `node_broken` are the GPUs the node's own health
+    checks fail (index -> why), `node_unknown` those whose health could not be read."""
     problems: list[str] = []
     lines: list[str] = []
     cluster_off: dict[int, list[str]] = {}
@@ -189,17 +190,27 @@ def cluster_health_view(
             view = "keeps work off it" if off else "schedules on it"
             unknowns.append(f"{g.label}: the cluster {view}, and the node's own health of it was not read ({'; '.join(unread)})")
     if plugin is not None:
-        capacity, allocatable = plugin
-        plugin_broken = [g.label for g in gpus.gpus if node_broken.get(g.index) and g.index not in published]
+        capacity, allocatable = plugin[:2]
+        units = plugin[2] if len(plugin) > 2 else (list(gpus.gpus), 1)
         lines.append(f"device plugin: nvidia.com/gpu capacity {capacity}, allocatable {allocatable}")
-        if len(plugin_broken) > capacity - allocatable:
+        if isinstance(units, str):  # time-slicing, MPS and MIG decide what a unit is (issue 59)
+            unknowns.append(f"the device plugin reports {capacity - allocatable} nvidia.com/gpu unit(s) unhealthy, and {units}")
+            return problems, unknowns, lines
+        counted, per_gpu = units
+        ids = {g.index for g in counted}
+        plugin_broken = [g.label for g in gpus.gpus if node_broken.get(g.index) and g.index not in published and g.index in ids]
+        unread_counted = [g for g in counted if node_unknown.get(g.index)]
+        off_units, broken_units = capacity - allocatable, len(plugin_broken) * per_gpu
+        each = f" ({per_gpu} unit(s) per GPU)" if per_gpu > 1 else ""
+        if broken_units > off_units:
             problems.append(f"{', '.join(plugin_broken)} broken on the node, yet the device plugin reports only "
-                            f"{capacity - allocatable} of {capacity} GPUs unhealthy (allocatable {allocatable}): "
+                            f"{off_units} of {capacity} nvidia.com/gpu unit(s) unhealthy (allocatable {allocatable}{each}): "
                             "the scheduler still places pods on them")  # fmt: skip
-        elif capacity - allocatable > len(plugin_broken) and not node_unknown:
-            problems.append(f"the device plugin reports {capacity - allocatable} GPU(s) unhealthy (allocatable "
-                            f"{allocatable} of {capacity}) but the node reads {len(plugin_broken)} broken")  # fmt: skip
-        elif capacity - allocatable > len(plugin_broken):  # the GPUs whose health was not read may be the ones
-            unknowns.append(f"the device plugin reports {capacity - allocatable} GPU(s) unhealthy, the node reads "
-                            f"{len(plugin_broken)} broken, and the health of others was not read")  # fmt: skip
+        elif off_units > broken_units and not unread_counted:
+            problems.append(f"the device plugin reports {off_units} nvidia.com/gpu unit(s) unhealthy (allocatable "
+                            f"{allocatable} of {capacity}{each}) but the node reads {len(plugin_broken)} GPU(s) "
+                            "broken")  # fmt: skip
+        elif off_units > broken_units:  # the GPUs whose health was not read may be the ones
+            unknowns.append(f"the device plugin reports {off_units} nvidia.com/gpu unit(s) unhealthy, the node reads "
+                            f"{len(plugin_broken)} GPU(s) broken{each}, and the health of others was not read")  # fmt: skip
     return problems, unknowns, lines

@@ -96,6 +96,30 @@ def reconcile_advertised(
     return problem + f"the node advertises nvidia.com/gpu {gpu_capacity}", lines
 
 
+def plugin_units(gpus: list[Gpu], labels: dict[str, str]) -> tuple[list[Gpu], int] | str:
+    """Which GPUs `nvidia.com/gpu` counts, and how many units each is, as the NVIDIA device plugin advertises them
+    (the same reading as reconcile_advertised): without MIG every GPU, `replicas` units each under time-slicing or MPS;
+    under the mixed MIG strategy the GPUs without MIG (a broken MIG GPU leaves nvidia.com/gpu alone); under the single
+    strategy the units are MIG devices, whose number per GPU is not known here. A str: why it cannot be said."""
+    replicas_text = labels.get(REPLICAS_LABEL, "1")
+    try:
+        replicas = max(1, int(replicas_text))
+    except ValueError:
+        return f"{REPLICAS_LABEL}={replicas_text!r} is not a number: how many units a GPU is, is unknown"
+    mig = [g for g in gpus if g.mig]
+    unread = [g for g in gpus if g.mig is None and g.errors.get("mig") not in ("not supported on this GPU", None)]
+    if unread:
+        return f"the MIG mode of {', '.join(g.label for g in unread)} was not read: which GPUs nvidia.com/gpu counts is unknown"
+    if not mig:
+        return list(gpus), replicas
+    strategy = labels.get(MIG_STRATEGY_LABEL)
+    if strategy == "mixed":
+        return [g for g in gpus if not g.mig], replicas
+    if strategy == "single":
+        return "under the single MIG strategy nvidia.com/gpu counts MIG devices, whose number per GPU is not known here"
+    return f"MIG is enabled and the node has no {MIG_STRATEGY_LABEL} label to say how nvidia.com/gpu counts it"
+
+
 # Metrics dcgm-exporter serves under another name from some release on: dcgm-exporter 4.10 serves the PCIe
 # throughput fields as DCGM_FI_PROF_PCIE_{TX,RX}_BYTES_PER_SECOND (issue 51's reading of the release notes); a
 # profile's name is served when the exporter serves it under any of its names.
