@@ -358,6 +358,9 @@ class FakeApiServer:
         self.dra_versions: list[str] = ["v1"]
         self.claims: dict[tuple[str, str], dict] = {}
         self.slices: dict[str, dict] = {}
+        # DeviceTaintRules by name, served in one version only (v1alpha3 from 1.33; later releases serve it in beta)
+        self.taint_rules: dict[str, dict] = {}
+        self.taint_rule_version = "v1beta2"
         # coordination.k8s.io/v1 Leases in kube-node-lease, by node name, as the kubelet renews them (nodelease); a
         # node in `renewing` has a live kubelet: its renewTime is the last 10-second tick (renewInterval, 25 % of 40 s)
         self.leases: dict[str, dict] = {}
@@ -615,6 +618,17 @@ class FakeApiServer:
                     items.append(self._versioned(sl, version))
             self._send(h, 200, {"kind": "ResourceSliceList", "apiVersion": f"{group}/{version}",
                                 "metadata": {"resourceVersion": "4004"}, "items": items})  # fmt: skip
+            return
+        if path == ["devicetaintrules"] and version == self.taint_rule_version:
+            if not self.rbac.allowed(who, "list", "devicetaintrules", None, group=group):
+                message = (f'devicetaintrules.{group} is forbidden: User "{who.user}" cannot list resource '
+                           f'"devicetaintrules" in API group "{group}" at the cluster scope')  # fmt: skip
+                self._status(h, 403, "Forbidden", message, {"group": group, "kind": "devicetaintrules"})
+                return
+            kind = {"apiVersion": f"{group}/{version}", "kind": "DeviceTaintRule"}
+            items = [{**kind, **r} for _, r in sorted(self.taint_rules.items())]
+            self._send(h, 200, {"kind": "DeviceTaintRuleList", "apiVersion": f"{group}/{version}",
+                                "metadata": {"resourceVersion": "4005"}, "items": items})  # fmt: skip
             return
         self._status(h, 404, "NotFound", "the server could not find the requested resource")
 

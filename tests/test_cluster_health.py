@@ -122,3 +122,52 @@ def test_units_of_nvidia_com_gpu_are_mapped_to_gpus_as_the_device_plugin_adverti
     assert isinstance(single, str) and "MIG devices" in single
     _, unknowns, _ = cluster_health_view(mig, {0: ["Xid 48"]}, {}, none, (7, 4, single), [])
     assert unknowns and "the single MIG strategy" in unknowns[0]
+
+
+def test_device_taint_rules_taint_the_devices_they_select(tmp_path):
+    """Issue 59 item 10: a DeviceTaintRule (KEP-5055) has "the same effect as if the taint was specified directly in
+    the ResourceSlice": a GPU an administrator took out with one is no GPU the cluster schedules on. Read through the
+    real client from the wire-level fake, with deploy/rbac.yaml: the rule's selector picks driver, pool and device; an
+    identity that may not list the rules leaves each published GPU's verdict unknown, naming the permission."""
+    from conformance.cluster.api import api_client
+    from conformance.cluster.dra import DraReader
+    from conformance.config.kubernetes import KubeSpec
+    from tests.fakeapi import kubeconfig, resource_slice, serve
+    from tests.kube_fixtures import fake_api
+
+    api = fake_api()
+    api.dra_versions = ["v1", "v1beta2"]
+    api.slices["node-a-gpu"] = resource_slice("node-a-gpu", "node-a", "gpu.nvidia.com", "node-a", [
+        {"name": "gpu-0", "attributes": {"type": {"string": "gpu"}, "uuid": {"string": UUID0}}},
+        {"name": "gpu-1", "attributes": {"type": {"string": "gpu"}, "uuid": {"string": UUID1}}},
+    ])  # fmt: skip
+    taint = {"key": "example.com/maintenance", "value": "rma", "effect": "NoSchedule"}
+    api.taint_rules["rma-gpu-1"] = {"metadata": {"name": "rma-gpu-1"},
+                                    "spec": {"deviceSelector": {"driver": "gpu.nvidia.com", "pool": "node-a",
+                                                                "device": "gpu-1"}, "taint": taint}}  # fmt: skip
+    api.taint_rules["nothing"] = {"metadata": {"name": "nothing"}, "spec": {"taint": taint}}  # no selector: no device
+    with serve(api) as url:
+        for token in ("full-token", "limited-token"):
+            (tmp_path / token).write_text(kubeconfig(url, token))
+        full = DraReader(api_client(KubeSpec(kubeconfig=str(tmp_path / "full-token")))).slices("node-a", ("gpu.nvidia.com",))
+        limited_reader = DraReader(api_client(KubeSpec(kubeconfig=str(tmp_path / "limited-token"))))
+        api.rbac.documents.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                                   "metadata": {"name": "limited-slices"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io",
+                                   "kind": "ClusterRole", "name": "slices-only"}, "subjects": [{"kind": "ServiceAccount",
+                                   "name": "limited", "namespace": "gpu-node-conformance"}]})  # fmt: skip
+        api.rbac.documents.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                                   "metadata": {"name": "slices-only"}, "rules": [{"apiGroups": ["resource.k8s.io"],
+                                   "resources": ["resourceslices"], "verbs": ["get", "list"]}]})  # fmt: skip
+        limited = limited_reader.slices("node-a", ("gpu.nvidia.com",))
+    gpu0, gpu1 = full.devices
+    assert not gpu0.keeps_work_off()
+    assert gpu1.keeps_work_off() == ["example.com/maintenance=rma:NoSchedule (DeviceTaintRule rma-gpu-1)"]
+    # the node reads both healthy: the rule keeps work off GPU1 (a stale maintenance rule, or the node misses a fault)
+    problems, unknowns, _ = cluster_health_view(GPUS, {}, {}, full, None, [])
+    assert len(problems) == 1 and "GPU1" in problems[0] and "DeviceTaintRule rma-gpu-1" in problems[0] and not unknowns
+    # GPU1 broken on the node and taken out by the rule: the cluster agrees
+    assert cluster_health_view(GPUS, {1: ["Xid 79"]}, {}, full, None, [])[0] == []
+    # rules not readable: no GPU of the slice is judged either way, and the permission is named
+    assert limited.rules_error and "list on devicetaintrules.resource.k8s.io" in limited.rules_error
+    problems, unknowns, _ = cluster_health_view(GPUS, {1: ["Xid 79"]}, {}, limited, None, [])
+    assert problems == [] and len(unknowns) == 2 and all("DeviceTaintRule" in u for u in unknowns), unknowns

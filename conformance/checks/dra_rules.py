@@ -180,12 +180,21 @@ def cluster_health_view(
         broken, unread, off = node_broken.get(g.index), node_unknown.get(g.index), cluster_off.get(g.index)
         state = "broken: " + "; ".join(broken) if broken else "health unknown: " + "; ".join(unread) if unread else "healthy"
         lines.append(f"{g.label}: the node reads it {state}; the cluster: {'; '.join(off) if off else 'schedules on it'}")
-        if broken and g.index in published and not any("tainted" in x for x in off or []):
-            problems.append(f"{g.label} is broken on the node ({'; '.join(broken)}) but its DRA device carries no "
-                            "NoSchedule or NoExecute taint: the scheduler still hands it to claims")  # fmt: skip
+        rules_unread = slices is not None and slices.rules_error and g.index in published
+        tainted = any("tainted" in x for x in off or [])
+        if broken and g.index in published and not tainted:
+            if rules_unread:  # a DeviceTaintRule may keep work off it: unknown, never a pass or a failure
+                unknowns.append(f"{g.label} is broken on the node and its DRA device carries no taint of its own; the "
+                                f"cluster's DeviceTaintRules could not be read ({slices.rules_error})")  # fmt: skip
+            else:
+                problems.append(f"{g.label} is broken on the node ({'; '.join(broken)}) but its DRA device carries no "
+                                "NoSchedule or NoExecute taint: the scheduler still hands it to claims")  # fmt: skip
         if off and not broken and not unread:
             problems.append(f"the cluster keeps work off {g.label} ({'; '.join(off)}), yet the node reads it healthy: a "
                             "stale taint or health report, or a failure the node's records do not show")  # fmt: skip
+        elif rules_unread and not broken and not unread and not off:
+            unknowns.append(f"{g.label}: the node reads it healthy; whether a DeviceTaintRule keeps work off it is unknown "
+                            f"({slices.rules_error})")  # fmt: skip
         if unread and not broken:  # whether node and cluster agree rests on what was not read: never a pass
             view = "keeps work off it" if off else "schedules on it"
             unknowns.append(f"{g.label}: the cluster {view}, and the node's own health of it was not read ({'; '.join(unread)})")

@@ -25,7 +25,7 @@ An attribute may also be written qualified by the driver's domain (`gpu.nvidia.c
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from conformance.cluster.api_errors import explain
@@ -55,10 +55,15 @@ class SliceDevice:
     # the device's taints (KEP-5055, resource.k8s.io/v1 Device.taints: key, value, effect None | NoSchedule |
     # NoExecute; consumers treat an unknown effect as None): NVIDIA's GPU DRA driver taints a GPU it sees failing
     taints: list[tuple[str, str, str]] = field(default_factory=list)
+    # taints a DeviceTaintRule puts on it ("the same effect as if the taint was specified directly in the
+    # ResourceSlice", KEP-5055): (rule name, key, value, effect)
+    rule_taints: list[tuple[str, str, str, str]] = field(default_factory=list)
 
     def keeps_work_off(self) -> list[str]:
         """The taints that keep new claims (NoSchedule) or every claim (NoExecute) off the device."""
-        return [f"{k}={v}:{e}" if v else f"{k}:{e}" for k, v, e in self.taints if e in ("NoSchedule", "NoExecute")]
+        off = [f"{k}={v}:{e}" if v else f"{k}:{e}" for k, v, e in self.taints if e in ("NoSchedule", "NoExecute")]
+        return off + [f"{k}={v}:{e} (DeviceTaintRule {r})" if v else f"{k}:{e} (DeviceTaintRule {r})"
+                      for r, k, v, e in self.rule_taints if e in ("NoSchedule", "NoExecute")]  # fmt: skip
 
     @property
     def gpu_uuid(self) -> str | None:
@@ -89,6 +94,66 @@ class NodeSlices:
     version: str | None  # the resource.k8s.io version read; None: the API server serves no DRA
     devices: list[SliceDevice] = field(default_factory=list)
     source: str = ""
+    rules_error: str | None = None  # why the cluster's DeviceTaintRules could not be read (None: read, or none served)
+
+
+@dataclass(frozen=True)
+class TaintRule:
+    """A DeviceTaintRule (KEP-5055, resource.k8s.io v1alpha3 and later): one taint on every device its selector
+    matches. Selector fields set must all match (driver: slice.spec.driver, pool, device: the device's name); an
+    empty selector matches every device, none at all matches none."""
+
+    name: str
+    selector: dict[str, str] | None
+    taint: tuple[str, str, str]
+
+    def matches(self, d: SliceDevice) -> bool:
+        if self.selector is None:
+            return False
+        have = {"driver": d.driver, "pool": d.pool, "device": d.name}
+        return all(have.get(k) == v for k, v in self.selector.items() if k in have)
+
+
+# DeviceTaintRule's versions, newest first: v1alpha3 from 1.33 (feature gate DRADeviceTaintRules), beta later
+TAINT_RULE_VERSIONS = ("v1", "v1beta2", "v1alpha3")
+
+
+def device_taint_rules(api: Any) -> list[TaintRule]:
+    """The cluster's DeviceTaintRules, from the newest version served ([] where no version serves the resource: none
+    can exist); FactUnavailable naming the permission where RBAC forbids listing them."""
+    from kubernetes.client.exceptions import ApiException
+
+    for version in TAINT_RULE_VERSIONS:
+        try:
+            doc = _custom(api).list_cluster_custom_object(GROUP, version, "devicetaintrules", _request_timeout=TIMEOUT_S)
+        except ApiException as e:
+            if e.status == 404:
+                continue
+            raise FactUnavailable(explain(e, "list", f"devicetaintrules.{GROUP}")) from None
+        except Exception as e:
+            raise FactUnavailable(explain(e, "list", f"devicetaintrules.{GROUP}")) from None
+        rules = []
+        for item in (doc.get("items") if isinstance(doc, dict) else None) or []:
+            spec = (item or {}).get("spec") or {}
+            t = spec.get("taint") or {}
+            raw = spec.get("deviceSelector")
+            selector = {k: str(v) for k, v in raw.items() if isinstance(v, str)} if isinstance(raw, dict) else None
+            name = str(((item or {}).get("metadata") or {}).get("name", "?"))
+            taint = (str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect") or "None"))
+            rules.append(TaintRule(name, selector, taint))
+        return rules
+    return []
+
+
+def with_rules(slices: NodeSlices, rules: list[TaintRule] | FactUnavailable) -> NodeSlices:
+    """The node's devices with the taints the cluster's DeviceTaintRules put on them, or the reason they are unknown."""
+    if isinstance(rules, FactUnavailable):
+        return NodeSlices(slices.version, slices.devices, slices.source, rules_error=str(rules))
+    devices = [
+        replace(d, rule_taints=[(r.name, *r.taint) for r in rules if r.matches(d)]) if any(r.matches(d) for r in rules) else d
+        for d in slices.devices
+    ]
+    return NodeSlices(slices.version, devices, slices.source)
 
     def find(self, driver: str, pool: str, name: str) -> SliceDevice | None:
         return next((d for d in self.devices if (d.driver, d.pool, d.name) == (driver, pool, name)), None)
@@ -344,6 +409,7 @@ class DraReader:
         self._version_read = False
         self._claims: dict[tuple[str, str], dict[str, Any] | FactUnavailable] = {}
         self._slices: dict[tuple[str, tuple[str, ...]], NodeSlices | FactUnavailable] = {}
+        self._rules: list[TaintRule] | FactUnavailable | None = None
 
     def version(self) -> str | None:
         if not self._version_read:
@@ -357,7 +423,19 @@ class DraReader:
         return self._version
 
     def slices(self, node: str, drivers: tuple[str, ...]) -> NodeSlices:
-        return remembered(self._slices, (node, drivers), lambda: node_slices(self.api, self.version(), node, drivers))
+        """The node's GPU devices, with the taints of the cluster's DeviceTaintRules (read once per run)."""
+        def read() -> NodeSlices:
+            found = node_slices(self.api, self.version(), node, drivers)
+            if found.version is None:
+                return found
+            if self._rules is None:
+                try:
+                    self._rules = device_taint_rules(self.api)
+                except FactUnavailable as e:
+                    self._rules = e
+            return with_rules(found, self._rules)
+
+        return remembered(self._slices, (node, drivers), read)
 
     def claim(self, namespace: str, name: str) -> dict[str, Any]:
         def read() -> dict[str, Any]:
