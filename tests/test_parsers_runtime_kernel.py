@@ -426,6 +426,8 @@ def test_a_kubelet_on_cri_dockerd_is_judged_by_dockers_driver(daemon_json, magic
         Record("F", "/var/lib/kubelet/config.yaml", "ok", kubelet),
         Record("P", "containerd", "9"), Record("F", "/proc/9/cmdline", "ok", b"containerd\0"),
         Record("L", "/proc/9/exe", "ok", b"/usr/bin/containerd"), Record("M", "daemon:9", "ok", b""),
+        Record("P", "dockerd", "11"), Record("F", "/proc/11/cmdline", "ok", b"/usr/bin/dockerd\0"),
+        Record("L", "/proc/11/exe", "ok", b"/usr/bin/dockerd"), Record("M", "daemon:11", "ok", b""),
         Record("F", "/etc/containerd/config.toml", "ok", b'disabled_plugins = ["cri"]\n'),
         Record("F", "/etc/docker/daemon.json", *(("ok", daemon_json.encode()) if daemon_json else ("missing",))),
         Record("M", "end", "ok"),
@@ -435,6 +437,33 @@ def test_a_kubelet_on_cri_dockerd_is_judged_by_dockers_driver(daemon_json, magic
     rc = facts.runtime_config
     assert rc.runtime == "docker" and rc.cgroup_manager == driver
     assert rc.handlers["runc"].systemd_cgroup is (driver == "systemd")
+
+
+def test_a_runtime_the_kubelet_names_that_does_not_run_is_not_judged_by_its_defaults():
+    """Issue 59 item 11: a kubelet whose endpoint names cri-dockerd (a borrowed configuration, a half-finished
+    migration) on a node where no dockerd runs and CRI-O does: which runtime serves the kubelet is unknown, an error
+    naming the endpoint and what runs, never a pass on Docker's default for cgroup v2."""
+    from conformance.collection.bundle import Bundle, Record
+    from conformance.errors import FactUnavailable
+    from conformance.facts.node_facts import NodeFacts
+
+    kubelet = b"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: systemd\n"
+    kubelet += b"containerRuntimeEndpoint: unix:///var/run/cri-dockerd.sock\n"
+    records = [
+        Record("M", "start", "ok"), Record("C", "stat-cgroup", "0", b"63677270"),
+        Record("P", "kubelet", "5"), Record("F", "/proc/5/cmdline", "ok", b"kubelet\0--config=/var/lib/kubelet/config.yaml\0"),
+        Record("L", "/proc/5/exe", "ok", b"/usr/bin/kubelet"), Record("M", "daemon:5", "ok", b""),
+        Record("F", "/var/lib/kubelet/config.yaml", "ok", kubelet),
+        Record("P", "crio", "12"), Record("F", "/proc/12/cmdline", "ok", b"/usr/bin/crio\0"),
+        Record("L", "/proc/12/exe", "ok", b"/usr/bin/crio"), Record("M", "daemon:12", "ok", b""),
+        Record("F", "/etc/docker/daemon.json", "missing"),
+        Record("M", "end", "ok"),
+    ]  # fmt: skip
+    facts = NodeFacts(Bundle("n", records))
+    with pytest.raises(FactUnavailable) as e:
+        _ = facts.runtime_name
+    assert "names cri-dockerd (Docker), and no dockerd runs on the node; what runs: CRI-O (pid 12)" in str(e.value)
+    assert "containerRuntimeEndpoint" in str(e.value)
 
 
 def test_a_runtime_too_old_for_the_kubelets_runtime_config_call_is_named_with_both_releases():

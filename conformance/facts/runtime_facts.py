@@ -34,15 +34,19 @@ class RuntimeFacts(FactsBase):
         self.require_reachable()
         try:
             endpoint = self.kubelet_config.get("containerRuntimeEndpoint")
-            if endpoint.value:
-                if "cri-dockerd" in endpoint.value or "dockershim" in endpoint.value:
-                    return "docker", f"{endpoint.describe()}: cri-dockerd serves Docker's containers"
-                if "containerd" in endpoint.value:
-                    return "containerd", endpoint.describe()
-                if "crio" in endpoint.value:
-                    return "cri-o", endpoint.describe()
         except FactUnavailable:
-            pass
+            endpoint = None  # the kubelet's configuration unread: the running runtime decides below
+        if endpoint is not None and endpoint.value:
+            named = None
+            if "cri-dockerd" in endpoint.value or "dockershim" in endpoint.value:
+                named = "docker", f"{endpoint.describe()}: cri-dockerd serves Docker's containers"
+            elif "containerd" in endpoint.value:
+                named = "containerd", endpoint.describe()
+            elif "crio" in endpoint.value:
+                named = "cri-o", endpoint.describe()
+            if named is not None:
+                self._runs_as_named(named[0], endpoint.describe())
+                return named
         for comm, name in (("containerd", "containerd"), ("crio", "cri-o")):
             if self.daemon_pid((comm,), name) is not None:
                 return name, f"{name} runs (pid {self.daemon_pid((comm,), name)})"
@@ -52,6 +56,34 @@ class RuntimeFacts(FactsBase):
         if self.bundle.optional_text(CRIO_CONFIG) is not None or self.bundle.glob(dropins):
             return "cri-o", "CRI-O configuration exists"
         raise FactUnavailable(f"no container runtime (containerd or CRI-O) found on node {self.name}")
+
+    def _runs_as_named(self, runtime: str, endpoint: str) -> None:
+        """The runtime the kubelet's endpoint names must be the one that runs (issue 59): a runtime that is not found is
+        never judged by its defaults or its leftover files. Docker is judged by defaults alone, so no dockerd is
+        unknown; for containerd and CRI-O a node with no runtime process at all keeps its files as the witness (a
+        snapshot, a host root laid out in a folder), and one where another runtime runs is a borrowed configuration or
+        a half-finished migration."""
+        comms = {"docker": ("dockerd", "dockerd"), "containerd": ("containerd", "containerd"), "cri-o": ("crio", "CRI-O")}
+        comm, who = comms[runtime]
+        if self.daemon_pid((comm,), who) is not None:
+            return
+        running = []
+        for other, (c, name) in comms.items():
+            if other == runtime:
+                continue
+            try:
+                pid = self.daemon_pid((c,), name)
+            except FactUnavailable:
+                continue
+            if pid is not None:
+                running.append(f"{name} (pid {pid})")
+        if runtime == "docker" or running:
+            what = ", ".join(running) or "no container runtime"
+            raise FactUnavailable(
+                f"node {self.name}: the kubelet's {endpoint} names {who if runtime != 'docker' else 'cri-dockerd (Docker)'}, "
+                f"and no {who} runs on the node; what runs: {what}. The runtime that serves the kubelet is unknown, and a "
+                "runtime that does not run is not judged by its defaults"
+            )
 
     @fact
     def runtime_config(self) -> RuntimeConfig:
