@@ -18,7 +18,7 @@ import yaml
 
 from conformance.checks import blocking_builtin_ids, required_of
 from conformance.cluster.api import api_client
-from conformance.cluster.gate import ANNOTATION, LABEL, PROFILE_LABEL, TAINT, DocumentRefused, GateSettings, gate
+from conformance.cluster.gate import ANNOTATION, LABEL, PROFILE_LABEL, TAINT, GateSettings, gate
 from conformance.config.kubernetes import KubeSpec
 from tests.fakeapi import FakeApiServer, Subject, kubeconfig, node_object, serve
 from tests.kube_fixtures import RBAC
@@ -118,14 +118,39 @@ def test_a_conflicting_write_is_read_again_and_retried(cluster):
     assert "409 Conflict 5 times" in (plans[1].refused or "")
 
 
+def test_a_node_audited_too_long_ago_is_refused_and_the_others_are_gated(cluster):
+    """Issue 59 item 12: age is a node's. In a merged fleet document one node's audit Job did not run again: its
+    collection is 30 h old. That node keeps its startup taint and is named as refused for its age; the others (their
+    collections fresh) are gated, although the document began 30 h ago."""
+    api, client = cluster
+    doc = results(datetime.now(UTC) - timedelta(hours=30))
+    fresh = datetime.now(UTC).isoformat(timespec="seconds")
+    old = (datetime.now(UTC) - timedelta(hours=30)).isoformat(timespec="seconds")
+    for n in doc["nodes"]:
+        n["collection"] = {"collected_at": old if n["name"] == "gpu-bad" else fresh}
+    doc["nodes"][1]["verdict"], doc["nodes"][1]["blocking"] = "accepted", []  # it was accepted 30 h ago
+    doc["results"] = [r for r in doc["results"] if r["node"] != "gpu-bad"] + [
+        {**r, "node": "gpu-bad"} for r in doc["results"] if r["node"] == "gpu-ok"
+    ]
+    plans = {p.node: p for p in gate(client()[0], doc, GateSettings(), apply=True, required=required_of)}
+    assert plans["gpu-ok"].applied and plans["gpu-ok"].refused is None
+    assert api.nodes["gpu-ok"]["metadata"]["labels"][LABEL] == "default"
+    assert plans["gpu-bad"].refused.startswith("its audit is 30.0 h old (collection.collected_at), more than the allowed 24 h")
+    assert LABEL not in api.nodes["gpu-bad"]["metadata"]["labels"]  # its acceptance of 30 h ago is withdrawn
+    assert api.nodes["gpu-bad"]["spec"]["taints"][-1] == {"key": TAINT, "value": "refused", "effect": "NoSchedule"}
+
+
 def test_stale_or_mismatched_results_are_refused(cluster):
     api, client = cluster
     before = copy.deepcopy(api.nodes)
-    # issue 53.3: a document older than --max-age is refused as a whole: not one request writes to a node
-    writes = len([r for r in api.requests if r[1] == "PATCH"])
-    with pytest.raises(DocumentRefused, match=r"refused as a whole: it started 30.0 h ago, more than the allowed 24 h"):
-        gate(client()[0], results(datetime.now(UTC) - timedelta(hours=30)), GateSettings(), apply=True, required=required_of)
-    assert len([r for r in api.requests if r[1] == "PATCH"]) == writes and api.nodes == before
+    # a document whose nodes carry no collection time: its start decides each node's age; an unreadable one is unknown
+    stale = {p.node: p for p in gate(client()[0], results(datetime.now(UTC) - timedelta(hours=30)), GateSettings(),
+                                     apply=False, required=required_of)}  # fmt: skip
+    assert all("30.0 h old (started_at)" in (p.refused or "") for p in stale.values()), stale
+    broken = {**results(), "started_at": "yesterday"}
+    unread = gate(client()[0], broken, GateSettings(), apply=False, required=required_of)
+    assert all("cannot be read (started_at 'yesterday')" in (p.refused or "") for p in unread)
+    assert api.nodes == before
     api.nodes["gpu-ok"]["metadata"]["labels"][PROFILE_LABEL] = "h100-h200-inference"
     (plan, *_) = gate(client()[0], results(), GateSettings(), apply=True, required=required_of)
     assert plan.refused == f"the node's {PROFILE_LABEL} label says h100-h200-inference; it was judged by default"
@@ -268,7 +293,8 @@ def test_a_pod_check_judged_for_some_containers_only_is_not_judged(cluster):
     assert plan.verdict == "accepted" and not plan.not_judged, plan
 
 
-def test_a_document_without_a_readable_start_is_refused_as_a_whole(cluster, tmp_path):
+def test_a_document_without_a_readable_start_accepts_no_node(cluster, tmp_path):
+    """No node's audit time can be read: no node is accepted (each refused, saying why), and exit 1."""
     api, client = cluster
     doc = results()
     doc["started_at"] = "yesterday"
@@ -276,5 +302,6 @@ def test_a_document_without_a_readable_start_is_refused_as_a_whole(cluster, tmp_
     args = [sys.executable, "-m", "conformance", "gate", str(tmp_path / "results.json"), "--apply",
             "--kubeconfig", str(client()[1])]  # fmt: skip
     p = subprocess.run(args, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 1 and "refused as a whole" in p.stdout and "nothing was written" in p.stdout
-    assert not [r for r in api.requests if r[1] == "PATCH"]
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert p.stdout.count("acceptance refused: when the node was audited cannot be read (started_at 'yesterday')") == 3
+    assert all(LABEL not in n["metadata"]["labels"] for n in api.nodes.values())

@@ -16,11 +16,13 @@ It accepts a node only when the document's own rows for it show every check that
 failed (conformance.config.verdict.gate_verdict): a run narrowed with --select, -k or -m, or interrupted,
 accepts no node it did not fully judge, whatever its node entry says.
 
-A document refused as a whole writes nothing to any node (DocumentRefused, exit 1): one older than the allowed
-age (a late audit Job must not taint a whole fleet on stale verdicts), or one whose start time cannot be read.
-Per node it refuses acceptance, with the reason: a node whose label `gpu-conformance.io/profile` names another
-profile than the one it was judged by. A per-node refusal stops acceptance only: the label's removal and the
-taint still go on, so a node that should lose its acceptance loses it."""
+Age is a node's own (issue 59): each node's collection time (its `collection.collected_at`; the document's
+`started_at` where a node has none) decides whether that node may be accepted. A node audited longer ago than the
+allowed age, or whose audit time cannot be read, is refused acceptance for it and keeps (or gets) its startup taint,
+so one node whose audit Job did not run again holds back no other node of a merged fleet document.
+Per node it refuses acceptance, with the reason: an audit older than the allowed age; a node whose label
+`gpu-conformance.io/profile` names another profile than the one it was judged by. A per-node refusal stops
+acceptance only: the label's removal and the taint still go on, so a node that should lose its acceptance loses it."""
 
 from __future__ import annotations
 
@@ -84,15 +86,28 @@ def results_digest(doc: dict[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def _started(doc: dict[str, Any]) -> datetime:
+def _audited(summary: dict[str, Any], doc: dict[str, Any]) -> tuple[datetime | None, str]:
+    """When the node was audited (its collection time, else the document's start) and which field said so; None where
+    neither can be read."""
+    collected = (summary.get("collection") or {}).get("collected_at")
+    field_name, text = ("collection.collected_at", collected) if collected else ("started_at", doc.get("started_at"))
     try:
-        when = datetime.fromisoformat(str(doc.get("started_at")))
+        when = datetime.fromisoformat(str(text))
     except ValueError:
-        raise DocumentRefused(
-            f"the results document is refused as a whole: its started_at {doc.get('started_at')!r} cannot be read, so "
-            "its age is unknown; nothing was written to any node"
-        ) from None
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
+        return None, f"{field_name} {text!r}"
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)), field_name
+
+
+def age_refusal(summary: dict[str, Any], doc: dict[str, Any], s: GateSettings) -> str | None:
+    """Why this node's verdict is too old to act on (None: it is recent enough)."""
+    when, said = _audited(summary, doc)
+    if when is None:
+        return f"when the node was audited cannot be read ({said}): its age is unknown"
+    age = (s.now - when).total_seconds()
+    if age > s.max_age_s:
+        return (f"its audit is {age / 3600:.1f} h old ({said}), more than the allowed {s.max_age_s / 3600:g} h "
+                "(--max-age): audit it again")  # fmt: skip
+    return None
 
 
 def plan_node(
@@ -108,10 +123,10 @@ def plan_node(
     Only what the gate owns is touched."""
     name = node["metadata"]["name"]
     verdict, unjudged = gate_verdict(summary, rows, required)
-    refused = None
+    refused = age_refusal(summary, doc, s)
     labels = node["metadata"].get("labels") or {}
     wanted_profile = labels.get(PROFILE_LABEL)
-    if wanted_profile is not None and wanted_profile != summary.get("profile"):
+    if refused is None and wanted_profile is not None and wanted_profile != summary.get("profile"):
         refused = f"the node's {PROFILE_LABEL} label says {wanted_profile}; it was judged by {summary.get('profile')}"
     accepted = verdict == "accepted" and refused is None
     record = {
@@ -162,13 +177,6 @@ def gate(
 
     if settings.effect not in EFFECTS:
         raise UsageError(f"taint effect {settings.effect!r}: must be one of {', '.join(EFFECTS)}")
-    age = (settings.now - _started(doc)).total_seconds()
-    if age > settings.max_age_s:
-        raise DocumentRefused(
-            f"the results document is refused as a whole: it started {age / 3600:.1f} h ago, more than the allowed "
-            f"{settings.max_age_s / 3600:g} h (--max-age); nothing was written to any node. Run the audit again, "
-            "or raise --max-age if these verdicts are still to be trusted"
-        )
     bad = sorted({str(n.get("profile")) for n in doc.get("nodes", []) if n.get("verdict") == "accepted"
                   and (len(str(n.get("profile"))) > 63 or not LABEL_VALUE.fullmatch(str(n.get("profile"))))})  # fmt: skip
     if bad:

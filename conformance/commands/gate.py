@@ -36,7 +36,7 @@ GATE = Command(
             choices=("NoSchedule", "NoExecute"),
             help="NoExecute also evicts running pods: only where that is wanted",
         ),
-        opt("--max-age", type=float, default=24.0, metavar="HOURS", help="refuse results older than this (24)"),
+        opt("--max-age", type=float, default=24.0, metavar="HOURS", help="refuse acceptance to a node audited longer ago (24)"),
     ),
 )
 
