@@ -302,3 +302,11 @@ def test_a_definite_failure_is_never_hidden_by_an_unknown():
                     bad.append(f"{f.name}:{r.lineno} {fn.name}: raises an unknown while the failures collected from line "
                                f"{open_from} wait")  # fmt: skip
     assert not bad, "\n".join(bad)
+
+
+def test_the_runs_parts_never_import_the_run_above_them():
+    """Issue 60 item 4: session.Run composes the parts in conformance/run/; a part that needs the run takes it as a
+    protocol of its own floor, never by importing session (not even for its type)."""
+    bad = {f.name: sorted(i for i in imports(f) if i == "conformance.session" or i.startswith("conformance.session."))
+           for f in sorted((PKG / "run").glob("*.py"))}  # fmt: skip
+    assert not {k: v for k, v in bad.items() if v}, bad

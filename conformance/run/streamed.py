@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
@@ -35,7 +35,24 @@ from conformance.run.merging import Ticker
 from conformance.run.node_spool import NodeSpool
 
 if TYPE_CHECKING:
-    from conformance.session import Run
+    from conformance.run.ledger import Ledger
+
+
+class StreamedRun(Protocol):
+    """What the streamed pass needs of the run (session.Run provides it). A protocol of this floor's, so that the
+    run's parts never import the run composed above them (issue 60)."""
+
+    ledger: Ledger
+
+    def fleet_setting(self, node: str, key: str) -> Any: ...
+
+    def node_summary(self, node: str, rows: list[dict[str, Any]]) -> dict[str, Any]: ...
+
+    def forget(self, node: str) -> None: ...
+
+    def document_head(self) -> dict[str, Any]: ...
+
+    def document_tail(self, diff: Any) -> dict[str, Any]: ...
 
 FIGURES_MAX = 50  # bandwidth heat maps, and latency histograms, drawn
 FIGURE_CHECKS = {"GPU-H2D-NUMA-MATRIX": "bandwidth", "LATENCY-JITTER": "latency"}
@@ -67,7 +84,7 @@ class Shown:
     figures: Counter[str] = field(default_factory=Counter)  # bandwidth and latency figures seen
 
 
-def stream(run: Run, spool: NodeSpool, out: Outputs, ticker: Ticker | None = None) -> Shown:
+def stream(run: StreamedRun, spool: NodeSpool, out: Outputs, ticker: Ticker | None = None) -> Shown:
     """The one pass: every node's summary and results to the files, in the merged order; the drift check's
     results after them, pool by pool (as a replay's Run.judge_fleet appends them)."""
     names = spool.names()
