@@ -96,6 +96,9 @@ class NodeSlices:
     source: str = ""
     rules_error: str | None = None  # why the cluster's DeviceTaintRules could not be read (None: read, or none served)
 
+    def find(self, driver: str, pool: str, name: str) -> SliceDevice | None:
+        return next((d for d in self.devices if (d.driver, d.pool, d.name) == (driver, pool, name)), None)
+
 
 @dataclass(frozen=True)
 class TaintRule:
@@ -154,9 +157,6 @@ def with_rules(slices: NodeSlices, rules: list[TaintRule] | FactUnavailable) -> 
         for d in slices.devices
     ]
     return NodeSlices(slices.version, devices, slices.source)
-
-    def find(self, driver: str, pool: str, name: str) -> SliceDevice | None:
-        return next((d for d in self.devices if (d.driver, d.pool, d.name) == (driver, pool, name)), None)
 
 
 def served_version(api: Any) -> str | None:
@@ -424,6 +424,7 @@ class DraReader:
 
     def slices(self, node: str, drivers: tuple[str, ...]) -> NodeSlices:
         """The node's GPU devices, with the taints of the cluster's DeviceTaintRules (read once per run)."""
+
         def read() -> NodeSlices:
             found = node_slices(self.api, self.version(), node, drivers)
             if found.version is None:
