@@ -252,15 +252,16 @@ def test_pod_gpu_numa_aligned(node, container, pod, spec_container, inside, topo
     evidence.add(f"container CPUs on NUMA node(s) {sorted(map(str, cpu_nodes))}; sees /dev/nvidia{inside.gpu_minors}")
     held = []  # (what to call it, the GPU)
     claimed = _dra(spec_container).devices
-    for c in claimed:
-        g = claim_gpu(c, gpus, node)
-        held.append((describe(c, g), g))
     unknowns: list[str] = []
+    disagree: list[str] = []
     if claimed:  # the node's side: what the kubelet prepared for the pod (its DRA checkpoint)
         disagree, lines = node_disagrees(claimed, facts.dra_prepared, pod.uid)
         evidence.add(*lines)
-        if disagree:  # which GPUs the claims hold is in doubt; a GPU the container holds misplaced still fails
+        if disagree:  # which GPUs the claims hold is in doubt: not judged; the device nodes the container sees still are
             unknowns.append("the API and the node disagree: " + "; ".join(disagree))
+    for c in claimed if not disagree else []:
+        g = claim_gpu(c, gpus, node)
+        held.append((describe(c, g), g))
     required = profile.get("pods.dra_cpu_coselection")
     chance = []  # GPU claims whose CPUs were not selected with them, under a profile that asks for it
     for claim, (done, how) in sorted(spec_container["dra"].coselection.items()):
