@@ -13,7 +13,7 @@ import pytest
 from conformance.checks import check, conclude
 from conformance.checks.memory_placement import reserved_off_cpu_nodes
 from conformance.checks.numa_rules import live_kubelet_within_limit, numa_limit_problems
-from conformance.checks.release_rules import kubelet_span, runtime_span
+from conformance.checks.release_rules import known_as, kubelet_span, runtime_span
 from conformance.checks.runtime_rules import FALLBACK_REMOVED, runtime_config_support
 from conformance.checks.sysctl_rules import POD_SYSCTLS, allowlisted
 from conformance.config.units import parse_duration
@@ -477,7 +477,7 @@ def test_allowed_unsafe_sysctls(node, facts, kubelet_config, profile, evidence):
             kern_ok, kern_text = None, f", kernel unknown ({e})"
         # judged under every release the kubelet may be: unknown only where they disagree
         new_enough = kubelet.at_least(since)
-        have = f"kubelet {kubelet}{kern_text}"
+        have = f"{known_as(facts)}{kern_text}"
         if new_enough is True and kern_ok is True:
             evidence.add(f"{name}: in the kubelet's safe set from Kubernetes {since} (kernel {kernel}+): {have}")
         elif new_enough is False or kern_ok is False:

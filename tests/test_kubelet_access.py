@@ -138,16 +138,18 @@ def test_access_report_says_which_grant_was_used(cluster):
     _, _, client, _ = cluster
     assert access_report(client(), "kubelet", []) == [
         "kubelet configz: read from each kubelet, authorised by get nodes/configz (least privilege)",
+        "daemons' releases: from each Node's nodeInfo while its Lease (kube-node-lease) is fresh",
         "pods/exec: granted in every namespace",
     ]
     proxy = access_report(client("proxy-token"), "proxy", [])
     assert proxy[0].startswith("kubelet configz: read through the API server's node proxy, authorised by get nodes/proxy: ")
-    assert "exec into any container" in proxy[0] and len(proxy) == 1  # no pods/exec for this identity
+    assert "exec into any container" in proxy[0] and len(proxy) == 2  # no pods/exec for this identity
+    assert proxy[1].startswith("daemons' releases: the Node's nodeInfo is not used (no get leases in kube-node-lease")
     # the default mode with an identity that holds only nodes/proxy: it works (the kubelet falls back), and is warned
     fallback = access_report(client("proxy-token"), "kubelet", [])
     assert fallback[0].startswith("kubelet configz: read from each kubelet, authorised only by get nodes/proxy")
     assert fallback[1].startswith("WARNING: this identity holds get nodes/proxy")
-    assert access_report(client("scoped-token"), "kubelet", ["inference", "training"])[1:] == [
+    assert access_report(client("scoped-token"), "kubelet", ["inference", "training"])[2:] == [
         "pods/exec: pod checks look only in the profile's namespaces: inference (granted), training (not granted)",
     ]
     assert access_report(client(), "off", ["inference"])[0].startswith("kubelet configz: not read (configz: off)")

@@ -35,3 +35,16 @@ def runtime_span(facts: Any, evidence: Any) -> Span:
         return Span.any()
     _said(evidence, known.evidence())
     return known.span
+
+
+def known_as(facts: Any, what: str = "kubelet") -> str:
+    """How a message names what is known of the kubelet's (or the runtime's) release: `kubelet 1.31.2`, or that it is
+    unknown with the first reason its sources give."""
+    try:
+        known = facts.kubelet_release if what == "kubelet" else facts.runtime_release
+    except FactUnavailable as e:
+        return f"the {what}'s release unknown ({e})"
+    if known.span.known:
+        return f"{what} {known.span}"
+    reasons = [s.refused for s in known.sources if s.refused] or ["no source records it"]
+    return f"the {what}'s release unknown ({reasons[0]})"
