@@ -101,18 +101,25 @@ def test_the_release_is_read_from_the_package_of_the_running_binary(lab):
 
 def test_an_upgraded_binary_on_disk_does_not_answer_for_the_running_daemon(containerd_lab):
     """A package upgrade replaces containerd's file under the running daemon (a rename over it: the daemon's
-    executable is now deleted). The package database then describes the new file, not the one that runs: the
-    running release is unknown (the facts say to restart), never the new package's."""
+    executable is now deleted) and records the new file's digest. The package database then describes the new file,
+    not the one that runs: the running file's digest (read through /proc/PID/exe) is not the recorded one, and the
+    running release is unknown (restart it), never the new package's. A reinstall of the same file would match."""
     lab = containerd_lab
     name = "deb-cwd-root"
     q = "/opt/gnc-lab"
     running = _collect(lab, name)
     before = str(NodeFacts(running).containerd_release)
     assert before.startswith("1.6"), before
-    swap = f"cp {q}/containerd {q}/containerd.new && mv {q}/containerd.new {q}/containerd"
+    # as dpkg upgrades: the new file renamed over the old, then its digest written to the package's md5sums
+    swap = (f"cp {q}/containerd {q}/containerd.new && printf 'upgraded\\n' >> {q}/containerd.new && "
+            f"mv {q}/containerd.new {q}/containerd && "
+            f"echo \"$(md5sum < {q}/containerd | cut -d' ' -f1)  opt/gnc-lab/containerd\" "
+            "> /var/lib/dpkg/info/containerd.io.md5sums")  # fmt: skip
     subprocess.run(["nsenter", "-t", str(lab.node_pid(name)), "-m", "--", "sh", "-c", swap], check=True, timeout=60)
     after = _collect(lab, name)
-    assert after.optional_command("containerd-package").status == "deleted"
+    assert after.optional_command("containerd-package").status == "0"
+    proof = after.meta("containerd-package-proof").data.decode().split()
+    assert proof[0] == "digest" and proof[2] != proof[3], proof  # the running file is not the one the package records
     assert NodeFacts(after).containerd_release is None
     (daemon,) = after.daemons("containerd")
     assert daemon.trusted and daemon.exe == f"{q}/containerd (deleted)", daemon  # still root's: still the daemon

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -33,9 +34,20 @@ def shell_lab(every_node_lab):
     return every_node_lab
 
 
+# Records that hold when this very node's processes started and its files changed (issue 58): each lab node's are
+# its own, so their numbers are compared as numbers of the same shape, the rest byte for byte
+TIMES = re.compile(r"^(daemon-start:|exe-stat:|record-stat:|daemon-recheck$|[a-z]+-package-proof$)")
+
+
 def records(snap: dict) -> list[tuple]:
     keys = ("kind", "name", "status", "text", "base64", "truncated")
-    return [tuple(r.get(k) for k in keys) for r in snap["records"]]
+    out = []
+    for r in snap["records"]:
+        rec = [r.get(k) for k in keys]
+        if r["kind"] == "M" and TIMES.match(r["name"]) and isinstance(rec[3], str):
+            rec[3] = re.sub(r"[0-9]+", "N", rec[3])
+        out.append(tuple(rec))
+    return out
 
 
 def verdicts(doc: dict, node: str, base: str) -> dict[tuple, tuple[str, str]]:
@@ -139,7 +151,7 @@ def test_without_timeout_the_package_database_is_not_asked(matrix):
     snap = matrix["snaps"][node_name("containerd1", NO_TIMEOUT)]
     assert snap["error"] is None
     rec = next(r for r in snap["records"] if r["kind"] == "C" and r["name"] == "containerd-package")
-    assert rec["status"] == "127"
+    assert rec["status"] == "notool" and rec["text"] == "timeout (to bound dpkg-query in time)", rec
 
 
 @pytest.mark.parametrize("stat", [["stat"], ["busybox", "stat"]], ids=["coreutils", "busybox"])

@@ -357,9 +357,9 @@ emit_releases() {  # $1: lines "NAME PID EXE" of the verified daemons whose rele
   set --; for _dp in $_paths; do set -- "$@" "$_dp"; done
   _db=$R/var/lib/dpkg; _own=; _dpkg=
   if [ -f "$_db/status" ]; then
-    if command -v dpkg-query >/dev/null 2>&1 && command -v timeout >/dev/null 2>&1; then
-      _dpkg=ok; _own=$(timeout -s KILL 20 dpkg-query --admindir="$_db" -S -- "$@" 2>/dev/null)
-    else _dpkg=notool:dpkg-query; fi
+    if ! command -v dpkg-query >/dev/null 2>&1; then _dpkg=notool:dpkg-query
+    elif ! command -v timeout >/dev/null 2>&1; then _dpkg="notool:timeout (to bound dpkg-query in time)"
+    else _dpkg=ok; _own=$(timeout -s KILL 20 dpkg-query --admindir="$_db" -S -- "$@" 2>/dev/null); fi
   fi
   # each daemon's owning package (dpkg-query -S prints "PKG[, PKG2]: PATH"; diversions are not owners)
   _pkgs=; _lists=; _need_rpm=
@@ -383,7 +383,9 @@ emit_releases() {  # $1: lines "NAME PID EXE" of the verified daemons whose rele
       _rdb=$IR; break
     done
     if [ -n "$_rdb" ]; then
-      if command -v rpm >/dev/null 2>&1 && command -v timeout >/dev/null 2>&1; then
+      if ! command -v rpm >/dev/null 2>&1; then _rpm=notool:rpm
+      elif ! command -v timeout >/dev/null 2>&1; then _rpm="notool:timeout (to bound rpm in time)"
+      else
         _rpm=ok
         set --; _want=
         [ -n "$R" ] && set -- --root "$R"  # (IFS is a newline here: an unquoted "--root $R" would stay one word)
@@ -394,7 +396,7 @@ emit_releases() {  # $1: lines "NAME PID EXE" of the verified daemons whose rele
             BEGIN { n = split(ENVIRON["GNC_WANT"], a, "\n"); for (i = 1; i <= n; i++) if (a[i] != "") w[a[i]] = 1 }
             /^=/ { print; next }
             { f = $0; sub(/^[^ ]* [^ ]* [^ ]* /, "", f); if (f in w) print }')
-      else _rpm=notool:rpm; fi
+      fi
     fi
   fi
   # one stat: the running executables, the dpkg file lists, the platform's records
@@ -472,8 +474,8 @@ emit_releases() {  # $1: lines "NAME PID EXE" of the verified daemons whose rele
         fi
       # no owner: a database that could not be asked leaves it unknown (a tool missing from the audit's own image
       # below a host root, or from the node), never "no package"
-      elif [ "$_dpkg" = notool:dpkg-query ]; then rec C "$_dn-package" notool; b64s dpkg-query; echo
-      elif [ "$_rpm" = notool:rpm ]; then rec C "$_dn-package" notool; b64s rpm; echo
+      elif [ "$_dpkg" != "${_dpkg#notool:}" ]; then rec C "$_dn-package" notool; b64s "${_dpkg#notool:}"; echo
+      elif [ "$_rpm" != "${_rpm#notool:}" ]; then rec C "$_dn-package" notool; b64s "${_rpm#notool:}"; echo
       elif [ -n "$_dpkg$_rdb" ]; then rec C "$_dn-package" unowned; echo
       else rec C "$_dn-package" nodb; echo
       fi
