@@ -15,6 +15,7 @@ an earlier commit (--before REV) where asked.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -26,6 +27,9 @@ from conformance.cluster.pods import INSIDE
 from conformance.collection.collect import collector_script
 from tests.footprint_node import Footprint, build_node, measure
 
+# a node's own PATH: the system's folders only. This machine's PATH puts pyenv's shims (a bash script that starts a
+# dozen programs) in front of python3, which no GPU node has; figures before 2026-12-07's issue 60 row included them.
+PLAIN = {**os.environ, "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 NODES = {"quiet node": (50, 8, 20, 8), "large node": (5000, 384, 2000, 8)}
 GOALS = {"processes per collection": 150, "CPU s, large node": 0.3, "processes per pod exec": 10, "CPU s, pod exec": 0.05}
 
@@ -58,7 +62,7 @@ def _pod(tmp: Path, threads: int) -> Footprint:
     worker = subprocess.Popen([sys.executable, "-c", code])
     try:
         time.sleep(2)  # the threads start
-        return measure(INSIDE.encode(), ["OMP_NUM_THREADS", "MKL_NUM_THREADS"], tmp / "pod.trace")
+        return measure(INSIDE.encode(), ["OMP_NUM_THREADS", "MKL_NUM_THREADS"], tmp / "pod.trace", PLAIN)
     finally:
         worker.kill()
 
@@ -76,11 +80,11 @@ def main() -> int:
     if args.before:
         scripts = {"before": _old_script(args.before, tmp), **scripts}
     print(f"{'':<34} {'processes':>9} {'programs':>8} {'CPU s':>8} {'wall s':>8} {'bytes':>10}")
-    print(_row("floor: sh -c :", measure(b":\n", [], tmp / "floor.trace")))
+    print(_row("floor: sh -c :", measure(b":\n", [], tmp / "floor.trace", PLAIN)))
     for label, (procs, cpus, irqs, gpus) in NODES.items():
         root = build_node(tmp / label.replace(" ", "-"), procs, cpus, irqs, gpus)
         for which, script in scripts.items():
-            print(_row(f"{label}, collector {which}", measure(script, [str(root), "4194304"], tmp / "node.trace")))
+            print(_row(f"{label}, collector {which}", measure(script, [str(root), "4194304"], tmp / "node.trace", PLAIN)))
     print(_row(f"pod exec, {args.threads} threads beside", _pod(tmp, args.threads)))
     print("goals: " + "; ".join(f"{k} <= {v}" for k, v in GOALS.items()))
     shutil.rmtree(tmp, ignore_errors=True)

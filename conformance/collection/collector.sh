@@ -152,10 +152,11 @@ b64s() {  # $1 a text: printed in base64 as base64 -w0 prints it
   done
   printf '%s' "$_b"
 }
-# A name made only of safe characters travels as "=name" (no process started); others in base64.
+# A name made only of safe characters travels as "=name"; others in base64, by the shell's own encoder when it
+# can (a glob's name, its * and [, costs no process: issue 60).
 rec() {
   case $2 in
-    *[!A-Za-z0-9/._:+,@=-]*|'') printf '%s %s %s ' "$1" "$(printf '%s' "$2" | b64)" "$3" ;;
+    *[!A-Za-z0-9/._:+,@=-]*|'') printf '%s ' "$1"; b64s "$2"; printf ' %s ' "$3" ;;
     *) printf '%s =%s %s ' "$1" "$2" "$3" ;;
   esac
 }
@@ -217,21 +218,25 @@ emit_glob() {  # $1 pattern on the node; emits G with the matches (symlinks too:
 }
 emit_lines() {  # $1 pattern of one-line sysfs text files: one awk reads them all (no process per file)
   if unlisted "$1"; then rec G "$1" denied; echo; return 0; fi
-  pat=$1
+  pat=$1; _cwd=$PWD
+  # globbed from the root itself: the matches need no prefix taken off, and their list is one printf (a list grown
+  # name by name costs the square of 2,000 IRQs' names: issue 60)
+  cd "$R/" 2>/dev/null || { rec G "$pat" denied; echo; return 0; }
   set +f
-  set -- $R$1  # the glob's matches as arguments: no list rebuilt file by file (2,000 IRQs, 384 CPUs)
+  set -- ${1#/}
   set -f
   [ $# -gt 1 ] || [ -e "$1" ] || set --  # no match: the pattern itself is not a file
   m=
-  for f do m="$m${f#"$R"}$NL"; done
+  [ $# -eq 0 ] || m=$(printf '/%s\n' "$@")
   rec G "$pat" ok; b64s "$m"; echo
-  [ $# -eq 0 ] || texts_awk "$@"
+  [ $# -eq 0 ] || TA_ROOT= TA_LEAD=/ texts_awk "$@"
+  cd "$_cwd" 2>/dev/null || cd /
 }
 texts_awk() {  # "$@": one-line text files (with the root's prefix), each one T record, read by one awk
   # Patterns as strings, with ']' first in a bracket and no backslash in one: a POSIX bracket expression
   # takes '\' literally and ends at the first ']' that is not first (BusyBox's regcomp does exactly that).
-  awk -v r="$R" 'FNR == 1 {
-      name = substr(FILENAME, length(r) + 1)
+  awk -v r="${TA_ROOT-$R}" -v lead="${TA_LEAD-}" 'FNR == 1 {
+      name = lead substr(FILENAME, length(r) + 1)
       if (name !~ "^[A-Za-z0-9/._:+,@=-]+$") next
       if ($0 ~ "^[][A-Za-z0-9,. _:/-]*$") printf "T =%s ok %s\n", name, $0
       else printf "T =%s unreadable \n", name }' "$@" 2>/dev/null
@@ -776,10 +781,15 @@ if [ -d "$dbg" ] && [ -r "$dbg" ] && [ -x "$dbg" ]; then
 else
   rec M managed-irqs missing; echo
 fi
-acts=
-set +f
-for d in "$R"/proc/irq/[0-9]*/*/; do [ -d "$d" ] && acts="$acts${d#"$R"}$NL"; done
-set -f
+acts=; _cwd=$PWD
+if cd "$R/" 2>/dev/null; then  # a pattern ending in / matches folders only: one glob, one printf
+  set +f
+  set -- proc/irq/[0-9]*/*/
+  set -f
+  [ $# -gt 1 ] || [ -d "$1" ] || set --
+  [ $# -eq 0 ] || acts=$(printf '/%s\n' "$@")
+  cd "$_cwd" 2>/dev/null || cd /
+fi
 rec M irq-actions ok; b64s "$acts"; echo
 
 # NUMA topology and SMT siblings.
@@ -822,7 +832,9 @@ if [ -n "$gpus" ]; then
   emit_texts "$m"
   rc=127; out=
   if command -v python3 >/dev/null 2>&1; then
-    out=$(printf '%s' "$GNC_NVML_PROBE" | python3 -c "$GNC_UNPACK" "$R" 2>/dev/null); rc=$?
+    # isolated (-I: no PYTHON* variables, no user site, no working folder on its path) and without site (-S): half the
+    # start-up, and nothing of the environment's reaches a program run as root
+    out=$(printf '%s' "$GNC_NVML_PROBE" | python3 -I -S -c "$GNC_UNPACK" "$R" 2>/dev/null); rc=$?
   fi
   rec C nvml-probe "$rc"; b64s "$out"; echo
   if [ "$rc" -ne 0 ]; then
