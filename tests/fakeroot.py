@@ -25,8 +25,10 @@ def make_host_root(
     # in PID 1's namespaces, from an executable only root (here: this test's own user) could write.
     (proc / "status").write_text(f"Name:\t{comm}\nUid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\n")
     # proc(5): the command name in parentheses, then the state; field 22 is the start time in clock ticks after boot
-    (proc / "stat").write_text(f"{pid} ({comm[:15]}) S 1 {pid} {pid} 0 -1 4194560 1000 0 0 0 50 20 0 0 20 0 12 0 1234 "
-                               "2000000000 25000 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n")
+    (proc / "stat").write_text(
+        f"{pid} ({comm[:15]}) S 1 {pid} {pid} 0 -1 4194560 1000 0 0 0 50 20 0 0 20 0 12 0 1234 "
+        "2000000000 25000 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n"
+    )
     # A namespace is the device and inode its /proc/PID/ns link leads to (namespaces(7): two processes share one
     # when those are equal); here one file per namespace, which each process's link names (relative: inside the root)
     (root / "proc" / "nsfs").mkdir(parents=True, exist_ok=True)

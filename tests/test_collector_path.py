@@ -19,7 +19,7 @@ from conformance.collection.collect import collector_script
 from tests.conftest import require_or_skip
 
 NOBODY = 65534
-PLANT = "#!/bin/sh\necho \"$0 $*\" >> {marker}\necho 9.9.9-planted\n"
+PLANT = '#!/bin/sh\necho "$0 $*" >> {marker}\necho 9.9.9-planted\n'
 
 
 def plant(folder: Path, marker: Path) -> None:

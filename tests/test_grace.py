@@ -64,7 +64,7 @@ def driver_params(mode: str | None) -> str | None:
     NVreg_CoherentGPUMemoryMode=`mode` (None: not set), EnableUserNUMAManagement is 0 for exactly "driver" and 1 for
     any other value (kernel-open os-registry.c os_registry_init). "550": a driver before CDMM, which prints neither."""
     if mode == "550":
-        return "ResmanDebugLevel: 4294967295\nEnableUserNUMAManagement: 1\nRegistryDwords: \"\"\n"
+        return 'ResmanDebugLevel: 4294967295\nEnableUserNUMAManagement: 1\nRegistryDwords: ""\n'
     user = 0 if mode == "driver" else 1
     return (f'ResmanDebugLevel: 4294967295\nCoherentGPUMemoryMode: "{mode or ""}"\nEnableUserNUMAManagement: {user}\n'
             'RegistryDwords: ""\n')  # fmt: skip

@@ -135,9 +135,7 @@ CONTAINERD_CDI_FROM = (1, 7)
 CONTAINERD_CDI_DEFAULT_ON = (2, 0)
 
 
-def cdi_enabled(
-    runtime: str, setting: tuple[object, str] | None, release: Span | Release | None
-) -> tuple[bool | None, str]:
+def cdi_enabled(runtime: str, setting: tuple[object, str] | None, release: Span | Release | None) -> tuple[bool | None, str]:
     """(whether the runtime injects CDI devices, why); None: unknown (the releases it may be disagree)."""
     if runtime == "cri-o":
         return True, "CRI-O reads CDI specs with no setting (from 1.23)"

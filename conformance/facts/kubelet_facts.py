@@ -194,8 +194,12 @@ class KubeletFacts(FactsBase):
         old = b.optional_command("kubelet-version")  # a collector before issue 50 asked the binary
         if old is not None and b.optional_command("kubelet-package") is None:
             found = release_in(old.data.decode("utf-8", "replace")) if old.status == "0" else None
-            source = Source("its --version answer (a snapshot of a collector before issue 50)", old.data.decode(
-                "utf-8", "replace").strip()[:80], Span.exact(found) if found else None, "" if found else "no release in it")
+            source = Source(
+                "its --version answer (a snapshot of a collector before issue 50)",
+                old.data.decode("utf-8", "replace").strip()[:80],
+                Span.exact(found) if found else None,
+                "" if found else "no release in it",
+            )
             return decide("the kubelet", [source])
         return decide("the kubelet", self.release_sources("kubelet", daemon, "kubeletVersion", None))
 

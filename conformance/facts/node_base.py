@@ -26,6 +26,7 @@ from conformance.facts.kubelet import split_cmdline
 
 T = TypeVar("T")
 
+
 def fact(fn: Callable[[Any], T]) -> property:
     """A lazily computed fact; the value or the failure is computed once and remembered."""
     name = fn.__name__

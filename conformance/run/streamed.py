@@ -54,6 +54,7 @@ class StreamedRun(Protocol):
 
     def document_tail(self, diff: Any) -> dict[str, Any]: ...
 
+
 FIGURES_MAX = 50  # bandwidth heat maps, and latency histograms, drawn
 FIGURE_CHECKS = {"GPU-H2D-NUMA-MATRIX": "bandwidth", "LATENCY-JITTER": "latency"}
 
