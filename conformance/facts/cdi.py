@@ -14,6 +14,7 @@ by index and by UUID, and `all`, with the driver's libraries mounted by their ve
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,7 +58,14 @@ class CdiRegistry:
 
 
 def parse_spec(text: str, path: str) -> CdiSpec:
-    """One spec file (JSON is YAML), validated as the CDI cache validates what it uses."""
+    """One spec file (JSON is YAML), validated as the CDI cache validates what it uses. A fleet's nodes carry the
+    same generated spec: it is parsed once per run (a copy each, so that no node's facts share a list)."""
+    spec = _parse_spec(text, path)
+    return CdiSpec(spec.path, spec.kind, list(spec.devices), spec.driver, {k: list(v) for k, v in spec.env.items()})
+
+
+@functools.lru_cache(maxsize=32)
+def _parse_spec(text: str, path: str) -> CdiSpec:
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
