@@ -201,7 +201,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if _xdist_controller(config):
         if getattr(config.option, "conformance_acceptance_pod", False):
             raise pytest.UsageError("--acceptance-pod cannot run under pytest-xdist (each worker would create pods)")
-        config.option.dist = "loadgroup"  # every check of a node in one worker: one collection per node
+        # every check of a node in one worker, one collection per node: pytest_xdist_make_scheduler below; scope
+        # scheduling, so that pytest-xdist does not rewrite test ids as its loadgroup does
+        config.option.dist = "loadscope"
     try:
         config.stash[RUN_KEY] = Run.of(starts.from_options(config))
         config.stash[RUN_KEY].pytest_config = config
@@ -225,6 +227,17 @@ def pytest_configure(config: pytest.Config) -> None:
                 run.shown.doc, fleet=run.shown.fleet, left_out=run.shown.left_out, outcomes=run.shown.outcomes
             )
         )
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist's controller: each node's checks are one unit of work (conformance.run.xdist_nodes)."""
+    run: Run | None = config.stash.get(RUN_KEY, None)
+    if run is None or not run.node_names:
+        return None  # not an audit (another plugin's tests): pytest-xdist's own scheduling
+    from conformance.run.xdist_nodes import NodeScheduling
+
+    return NodeScheduling(config, log, frozenset(run.node_names))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -254,11 +267,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             config.hook.pytest_deselected(items=dropped)
             keep = set(map(id, dropped))
             items[:] = [i for i in items if id(i) not in keep]
-    if _xdist_worker(config) or _xdist_controller(config):
-        for item in items:
-            node = getattr(item, "callspec", None) and item.callspec.params.get("node")
-            if node:
-                item.add_marker(pytest.mark.xdist_group(name=node))
     # A check's failure is its message: skip pytest's traceback formatting (slow at fleet scale),
     # but keep the traceback of a defect (any other exception) for whoever fixes it.
     for item in items:

@@ -16,6 +16,12 @@ from tests.lab import every_node
 from tests.lab.builder import USERLANDS, Lab, lab_available, userland_available
 from tests.lab.gpu_nodes import require_two_cpu_gpu_lab
 from tests.lab.nodes import specs
+from tests.xdist_groups import assign
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist names each item by its group
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    assign(items)
 
 
 def require_or_skip(reason: str | None) -> None:

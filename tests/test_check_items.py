@@ -129,8 +129,9 @@ def item_kinds(tmp_path: Path, snapshots: Path, *args: str) -> dict:
     (tmp_path / "gnc_items_probe.py").write_text(PROBE)
     probe = tmp_path / "probe.json"
     env = {"GNC_ITEMS_PROBE": str(probe), "PYTHONPATH": f"{tmp_path}:{ROOT}", "PATH": "/usr/bin:/bin"}
-    argv = [sys.executable, "-m", "pytest", str(ROOT / "suites"), "--rootdir", str(ROOT), "-p", "gnc_items_probe", "-q",
-            "-p", "no:cacheprovider", "--snapshot", str(snapshots), *args]  # fmt: skip
+    # a pytest user's own run: this project's pytest settings (its tests' workers) are not theirs
+    argv = [sys.executable, "-m", "pytest", str(ROOT / "suites"), "--rootdir", str(ROOT), "-c", "/dev/null",
+            "-p", "gnc_items_probe", "-q", "-p", "no:cacheprovider", "--snapshot", str(snapshots), *args]  # fmt: skip
     p = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     assert probe.is_file(), p.stdout + p.stderr
     return json.loads(probe.read_text())

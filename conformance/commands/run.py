@@ -93,6 +93,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         str(suites_dir()),
         "--rootdir",
         str(suites_dir().parent),
+        # no pytest configuration file of the places above the suites (a source checkout's pyproject.toml, the project
+        # a virtual environment sits in) changes how an audit runs: only these arguments do
+        "-c",
+        "/dev/null",
         *pytest_args(out, args.verbose),
         f"--parallel={args.parallel}",
         f"--collect-timeout={args.timeout}",
