@@ -11,17 +11,20 @@ from pathlib import Path
 
 import pytest
 
+from tests import xdist_groups
 from tests.installed import Installed, build_distributions, install
 from tests.lab import every_node
 from tests.lab.builder import USERLANDS, Lab, lab_available, userland_available
 from tests.lab.gpu_nodes import require_two_cpu_gpu_lab
 from tests.lab.nodes import specs
-from tests.xdist_groups import assign
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist names each item by its group
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    assign(items)
+def pytest_configure(config: pytest.Config) -> None:
+    xdist_groups.register(config)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    xdist_groups.publish(config, xdist_groups.assign(items))
 
 
 def require_or_skip(reason: str | None) -> None:

@@ -5,11 +5,26 @@ per module (a module's own lab, on the module's own subnets) must run on one wor
 claim the same addresses at once, and each copy costs minutes. So every module is one group (pytest-xdist's
 `xdist_group` mark, scheduled by `--dist loadgroup`), modules that use one session resource are one group together,
 and the groups known to be longest start first (benchmarks/RESULTS.md, issue 60), so that no long group is left to
-start when the others are done. Without xdist the marks do nothing and only the order changes, module by module."""
+start when the others are done. Without xdist only the order changes, module by module.
+
+pytest-xdist's own `--dist loadgroup` no longer groups under pytest 9.2 (it appends "@group" to each node id, which
+a structured node id ignores: pytest-xdist issue 1386), and its controller never sees the items, only their ids.
+So each worker writes the groups it computed to a file the controller named (`pytest_configure_node`), and the
+controller's scheduler (`ModuleGroups`, pytest-xdist's scope scheduling) takes each id's group from it."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
 import pytest
+from xdist.scheduler import LoadScopeScheduling
+
+GROUPS_KEY = "gnc_groups_file"  # workerinput: where a worker writes {node id: group}
 
 # session fixtures (tests/conftest.py) -> the group of every module that uses them
 SHARED = {
@@ -28,9 +43,9 @@ def _module(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
 
 
-def assign(items: list[pytest.Item]) -> None:
-    """Mark each item with its module's group and put the longest groups first, keeping each module's items
-    together and in order (a module's fixtures are set up once)."""
+def assign(items: list[pytest.Item]) -> dict[str, str]:
+    """Each item's group ({node id: group}), the longest groups put first, each module's items kept together
+    and in order (a module's fixtures are set up once)."""
     parent: dict[str, str] = {}
 
     def find(x: str) -> str:
@@ -51,7 +66,54 @@ def assign(items: list[pytest.Item]) -> None:
             if name in SHARED:
                 union(f"@{SHARED[name]}", _module(item))
     group = {item: find(_module(item)).lstrip("@") for item in items}
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(name=group[item]))
     rank = {g: i for i, g in enumerate(FIRST)}
     items.sort(key=lambda i: rank.get(group[i], len(FIRST)))
+    return {item.nodeid: group[item] for item in items}
+
+
+def publish(config: pytest.Config, groups: dict[str, str]) -> None:
+    """On a worker: write the groups where the controller looks for them."""
+    target = getattr(config, "workerinput", {}).get(GROUPS_KEY)
+    if target:
+        part = Path(f"{target}.{os.getpid()}")
+        part.write_text(json.dumps(groups))
+        part.replace(target)  # whole, whichever worker's comes last (they collected the same items)
+
+
+class ModuleGroups(LoadScopeScheduling):
+    """Scope scheduling with the groups the workers wrote as the scopes, in collection order (the longest first)."""
+
+    def __init__(self, config: pytest.Config, log: Any, folder: Path) -> None:
+        super().__init__(config, log)
+        config.option.loadscopereorder = False
+        self.file = folder / "groups.json"
+        self.groups: dict[str, str] | None = None
+
+    def _split_scope(self, nodeid: str) -> str:
+        if self.groups is None:
+            self.groups = json.loads(self.file.read_text())  # every worker has collected by now
+        return self.groups.get(nodeid, nodeid)
+
+
+class Controller:
+    """The controller's side, registered when the tests run under pytest-xdist: the folder the workers write their
+    groups to (removed at the end), given to each worker, and the scheduler that reads them."""
+
+    def __init__(self) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="gnc-xdist-groups-"))
+
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput[GROUPS_KEY] = str(self.folder / "groups.json")
+
+    @pytest.hookimpl(tryfirst=True)  # before the conformance plugin's scheduler (for audits) and pytest-xdist's
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> LoadScopeScheduling:
+        return ModuleGroups(config, log, self.folder)
+
+    def pytest_unconfigure(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def register(config: pytest.Config) -> None:
+    """From pytest_configure: the controller's side when this process is pytest-xdist's controller."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(Controller(), "gnc-xdist-groups")
