@@ -23,6 +23,11 @@ def pytest_configure(config: pytest.Config) -> None:
     xdist_groups.register(config)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    return xdist_groups.workers()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     xdist_groups.publish(config, xdist_groups.assign(items))
 

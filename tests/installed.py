@@ -4,6 +4,7 @@ of the source tree on the import path."""
 
 from __future__ import annotations
 
+import filecmp
 import os
 import shutil
 import subprocess
@@ -109,4 +110,35 @@ def install(artifact: Path, venv: Path) -> Installed:
         capture_output=True, text=True, timeout=900, cwd=venv,
     )  # fmt: skip
     assert p.returncode == 0, f"pip install {artifact.name} failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    for earlier in _INSTALLED:
+        _share_dependencies(venv, earlier)
+    _INSTALLED.append(venv)
     return Installed(venv, artifact)
+
+
+_INSTALLED: list[Path] = []  # the venvs this session installed
+OWN = ("conformance", "suites")  # this project's packages: never shared, each venv keeps what its artifact installed
+
+
+def _share_dependencies(venv: Path, earlier: Path) -> None:
+    """The dependencies pip installed into `venv` that are byte for byte those of `earlier` (another venv of this
+    session) become hard links to them: the same files, stored once. Each venv is still a whole, fresh install (pip
+    wrote every file first); the wheel's and the sdist's venvs held 236 MB each under /tmp, 200 MB of it the same
+    kubernetes, cryptography and pip (issue 60)."""
+    for site in venv.glob("lib/python*/site-packages"):
+        other = earlier / site.relative_to(venv)
+        for folder, dirs, files in os.walk(site):
+            rel = Path(folder).relative_to(site)
+            if rel == Path("."):
+                dirs[:] = [d for d in dirs if d not in OWN and not d.startswith(tuple(f"{o}-" for o in OWN))]
+            for name in files:
+                mine, theirs = Path(folder) / name, other / rel / name
+                try:
+                    if mine.is_symlink() or not theirs.is_file() or mine.stat().st_size != theirs.stat().st_size:
+                        continue
+                    if filecmp.cmp(mine, theirs, shallow=False):
+                        tmp = mine.with_name(f".{name}.gnc-link")
+                        os.link(theirs, tmp)
+                        os.replace(tmp, mine)
+                except OSError:
+                    continue  # a file kept as pip wrote it

@@ -113,6 +113,13 @@ class Controller:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
+def workers() -> int:
+    """`-n auto`: two workers per CPU, at most 4. The tests wait much of their time (on sshd, on the programs they
+    start, on timeouts they prove), so on the 2-core CI machine 4 workers finished README command 2 in 8.5 min where
+    2 took 10 (benchmarks/RESULTS.md, issue 60); more would only hold more labs under /tmp at once."""
+    return min(4, 2 * (os.cpu_count() or 1))
+
+
 def register(config: pytest.Config) -> None:
     """From pytest_configure: the controller's side when this process is pytest-xdist's controller."""
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
