@@ -296,7 +296,7 @@ def test_the_fleet_search_finds_every_node_and_permalinks_reach_unlisted_nodes(d
     # a finding the page leaves out (it keeps the first 2,000, what blocks first) lands on its node's row
     from selenium.webdriver.support.ui import WebDriverWait
 
-    assert "<li><a href='#gpu-0007/X-1'><b>gpu-0007</b></a>" in html and "id='gpu-0007/X-1'" in html
+    assert "<a href='#gpu-0007/X-1'>gpu-0007</a>" in html and "id='gpu-0007/X-1'" in html
     driver.get((out / "report.html").as_uri() + "#gpu-0007/X-1")
     assert driver.find_element(By.ID, "gpu-0007/X-1").is_displayed()
     assert f"id='{last}/FLEET-CONSISTENT'" not in html

@@ -21,6 +21,7 @@ OUTCOME_RANK = {"failed": 0, "error": 1, "waived": 2}
 VERDICT_RANK = {v: i for i, v in enumerate(ATTENTION_ORDER)}
 FOLD_MIN = 3  # a node's results with one outcome and one message fold from this many on
 ROWS_MAX = 2000  # rows on the page; results.json has every result
+ROWS_BYTES = 1_500_000  # and at most about this much of them (a row holds a message and up to EVIDENCE_LINES lines)
 EVIDENCE_LINES = 40
 
 
@@ -55,6 +56,22 @@ def finding_key(r: dict[str, Any], verdict: str = "") -> tuple:
             VERDICT_RANK.get(verdict, 9), r["node"], r["check"])  # fmt: skip
 
 
+def fold_key(r: dict[str, Any]) -> tuple[str, str, str, str]:
+    """What makes two nodes' findings the same finding on a fleet page: the check, the outcome, the message and the
+    container (for a pod check)."""
+    return (r["check"], r["outcome"], r["message"], subject_label(r.get("subject")))
+
+
+def _across_nodes(results: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """A fleet page's rows: the findings given (ranked, what blocks first) with the same finding on other nodes
+    folded into the row of its first (the row then names them all)."""
+    rows: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
+    for r in results:
+        if r["outcome"] in FINDINGS:
+            rows.setdefault(fold_key(r), []).append(r)
+    return [[group[0]] for group in rows.values()]
+
+
 def _entries(results: list[dict[str, Any]], verdicts: dict[str, str]) -> list[list[dict[str, Any]]]:
     """The findings as rows: one result each, or a node's identical ones folded; what blocks first."""
     by_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -78,11 +95,15 @@ def _entries(results: list[dict[str, Any]], verdicts: dict[str, str]) -> list[li
     return sorted(rows, key=rank)
 
 
-def findings_section(results: list[dict[str, Any]], nodes: list[dict[str, Any]], of: int | None = None) -> tuple[str, set[str]]:
+def findings_section(
+    results: list[dict[str, Any]], nodes: list[dict[str, Any]], of: int | None = None, same: dict[Any, Any] | None = None
+) -> tuple[str, set[str]]:
     """The section, and the `NODE/CHECK` permalinks its rows hold (the matrix links its cells to them). `of`: a
-    fleet page's count of every finding, when `results` holds only the first of them, what blocks first."""
+    fleet page's count of every finding, when `results` holds only the first of them, what blocks first; `same`:
+    a fleet page's findings across nodes (fold_key -> fleet_view.Same): one finding on many nodes is one row that
+    says on how many and names the first of them, each a link."""
     verdicts = {n["name"]: n["verdict"] for n in nodes}
-    entries = _entries(results, verdicts)
+    entries = _across_nodes(results) if same is not None else _entries(results, verdicts)
     total = sum(len(g) for g in entries)
     used: set[str] = set()
     if not entries:
@@ -91,12 +112,23 @@ def findings_section(results: list[dict[str, Any]], nodes: list[dict[str, Any]],
             "<p>No check failed, errored or was waived.</p></section>",
             used,
         )
-    rows = [_row(group, used) for group in entries[:ROWS_MAX]]
+    rows: list[str] = []
+    size = 0
+    for group in entries[:ROWS_MAX]:
+        row = _row(group, used, same.get(fold_key(group[0])) if same is not None else None)
+        size += len(row)
+        rows.append(row)
+        if size > ROWS_BYTES:
+            break
     more = len(entries) - len(rows)
     shown = f"{total} result(s) in {len(entries)} row(s)" + (
         f"; the first {len(rows)} rows here, results.json has the other {more}" if more else ""
     )
-    if of is not None and of > total:
+    if same is not None:
+        shown = (f"{of if of is not None else total} results of the nodes reached; the same finding on many nodes is "
+                 f"one row that says on how many: the first {len(rows)} rows here (results.json has every result; a node "
+                 "not reached is counted under its cause above)")  # fmt: skip
+    elif of is not None and of > total:
         shown = (f"the first {total} of {of} results of the nodes reached, in {len(entries)} row(s) (results.json has "
                  "every one; a node not reached is counted under its cause above)")  # fmt: skip
     severities = "".join(f"<option>{s}</option>" for s in SEVERITY_RANK)
@@ -119,7 +151,8 @@ def findings_section(results: list[dict[str, Any]], nodes: list[dict[str, Any]],
     )
 
 
-def _row(group: list[dict[str, Any]], used: set[str]) -> str:
+def _row(group: list[dict[str, Any]], used: set[str], same: Any = None) -> str:
+    """One row: a result, a node's identical results folded, or (`same`, a fleet page) one finding on many nodes."""
     first = group[0]
     node, outcome = first["node"], first["outcome"]
     severity = min((r["severity"] for r in group), key=lambda s: SEVERITY_RANK.get(s, 9))
@@ -166,12 +199,23 @@ def _row(group: list[dict[str, Any]], used: set[str]) -> str:
         evidence = f"<details open><summary>Evidence</summary><pre>{e(chr(10).join(lines))}{e(cut)}</pre></details>"
     target = own or (ids[0] if ids else "")
     blocks = " blocks" if severity in BLOCKING and outcome != "waived" else ""
+    node_cell = f"<a href='#{e(node_anchor(node))}'>{e(node)}</a>"
+    if same is not None and same.nodes > 1:
+        # the other nodes' permalinks (#NODE/CHECK) land here too; the evidence shown is the first node's
+        node_cell = f"<b>{same.nodes} nodes</b>: " + same.named(lambda n: f"<a href='#{e(node_anchor(n))}'>{e(n)}</a>")
+        for other in same.names.kept():
+            a = anchor(other, first["check"], first.get("subject"))
+            if a not in used:
+                used.add(a)
+                check_cell += f"<span id='{e(a)}'></span>"
+        if evidence:
+            evidence = evidence.replace("<summary>Evidence</summary>", f"<summary>Evidence ({e(node)})</summary>", 1)
     return (
         f"<tr{f' id={chr(39)}{e(own)}{chr(39)}' if own else ''} data-node='{e(node)}' data-check='{e(checks)}' "
         f"data-subject='{e(where)}' "
         f"data-severity='{e(severity)}' data-outcome='{e(outcome)}'>"
         f"<td><span class='verdict o-{e(outcome)}'>{e(outcome)}</span></td><td class='s-{e(severity)}{blocks}'>{e(severity)}</td>"
-        f"<td><a href='#{e(node_anchor(node))}'>{e(node)}</a></td><td>{check_cell}</td>"
+        f"<td>{node_cell}</td><td>{check_cell}</td>"
         f"<td>{message}{fix}{evidence}</td>"
         f"<td><a class='pl' href='#{e(target)}' aria-label='permalink to {e(target)}'>#</a></td></tr>"
     )

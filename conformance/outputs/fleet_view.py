@@ -1,6 +1,6 @@
 """The report's fleet view, for runs too large for a node x check matrix: verdict counts per profile
 and per node group, a check x group table of failure counts that expands to the failing nodes, and a
-searchable list of the nodes. Up to NODE_LIST_MAX nodes and FAILING_SHOWN failing results per check,
+searchable list of the nodes. Up to NODE_LIST_MAX nodes and MESSAGES_SHOWN messages per failing check,
 nothing is dropped (behind a <details> where it would otherwise drown the overview); above, the page
 says how many it leaves out, and results.json and junit.xml have every one.
 
@@ -18,7 +18,7 @@ from conformance.config.check_contract import BLOCKING, SEVERITY_RANK
 from conformance.config.fleet import IDENTITY_ATTRIBUTES, group_label, group_of, pools
 from conformance.config.verdict import attention_key, cause, not_reached
 from conformance.outputs import FAILING
-from conformance.outputs.findings import finding_key
+from conformance.outputs.findings import finding_key, fold_key
 from conformance.outputs.palette import VERDICT_COLOURS
 from conformance.outputs.safe_text import e
 
@@ -40,18 +40,53 @@ def _counts_table(title: str, rows: dict[str, Counter[str]]) -> str:
 # Bounded lists, so that the page of 50,000 nodes stays light: the nodes listed, and per failing check the
 # failing results named; the page says how many it leaves out and that results.json and junit.xml have all.
 NODE_LIST_MAX = 2000
-FAILING_SHOWN = 200
+# A failing check's results, folded: the same outcome and message on many nodes is one line that says on how many
+# and names the first NAMES_SHOWN (each a link); the MESSAGES_SHOWN most frequent messages are listed, up to
+# MESSAGES_TRACKED distinct messages are counted (a message unique to each node folds nothing and stops being
+# counted there). So a check's lines are bounded in bytes whatever the fleet (issue 60: 1.2 MB at 1,000 nodes).
+NAMES_SHOWN = 20
+MESSAGES_SHOWN = 10
+MESSAGES_TRACKED = 500
+# findings folded across nodes (check, outcome, message, container), counted for this many distinct findings
+FOLDS_TRACKED = 5000
 # A page above MATRIX_MAX_NODES nodes, live or merged: the nodes with failing results that get rows in the
 # results table, and the non-accepted nodes in the verdict table; the page says how many it leaves out.
 TABLE_NODES_MAX = 500
+# and about the bytes their rows may add to the page: pytest-html keeps each row's cells, log and extras (the message
+# and the evidence) as escaped JSON in the page, about 4 KB a result (8 MB for 2,000 results of 112 nodes, issue 60)
+TABLE_BYTES_MAX = 1_500_000
+ROW_BYTES = 1500  # a row's share of pytest-html's JSON besides its message and evidence, measured on such a page
+
+
+def row_bytes(result: dict[str, Any]) -> int:
+    """About what a failing result's row adds to the page: its message twice (the log and the extra), its evidence
+    once, each escaped once for JSON and once for the HTML attribute that holds it."""
+    text = 2 * len(str(result.get("message") or "")) + sum(len(str(x)) + 1 for x in result.get("evidence") or ())
+    return ROW_BYTES + 2 * text
+
+
 VERDICT_ROWS_MAX = 1000
+# and by bytes (a row names its blocking checks or why it was not reached): these sections stay this size whatever
+# the fleet and whatever its messages (issue 60)
+VERDICT_ROWS_BYTES = 500_000
+NODE_LIST_BYTES = 600_000
+
+
+def within_bytes(rows: list[str], limit: int) -> list[str]:
+    """The first rows whose HTML adds up to at most `limit` characters (the first row always)."""
+    size = 0
+    for i, row in enumerate(rows):
+        size += len(row)
+        if size > limit and i > 0:
+            return rows[:i]
+    return rows
 
 
 class FleetSummary:
     """What the fleet view shows, gathered node by node (a merge streams 50,000 nodes through it): verdict
-    counts per profile and group, per failing check the nodes per group and the first FAILING_SHOWN failing
-    results by node name, the first FINDINGS_KEPT findings (what blocks first), and the first NODE_LIST_MAX nodes of
-    the node list in attention order."""
+    counts per profile and group, per failing check the nodes per group and its messages folded, the first
+    FINDINGS_KEPT findings (what blocks first) and each finding's nodes (FOLDS_TRACKED of them), and the first
+    NODE_LIST_MAX nodes of the node list in attention order."""
 
     def __init__(self, label: str | None, drift: str = "") -> None:
         self.label = label
@@ -63,6 +98,7 @@ class FleetSummary:
         self.causes: Counter[str] = Counter()  # nodes not reached, each once, under its cause
         self.findings = Smallest(FINDINGS_KEPT)  # the failing and waived results the findings show, what blocks first
         self.finding_results = 0
+        self.same: dict[tuple[str, str, str, str], Same] = {}  # one finding on many nodes: findings.fold_key
         self.listed = Smallest(NODE_LIST_MAX)
         self.compact: list[list[str]] = []
 
@@ -92,6 +128,13 @@ class FleetSummary:
             if r["outcome"] in FAILING or r["outcome"] == "waived":
                 self.finding_results += 1
                 self.findings.add(finding_key(r, n["verdict"]), r)
+                key = fold_key(r)
+                same = self.same.get(key)
+                if same is None and len(self.same) < FOLDS_TRACKED:
+                    same = self.same[key] = Same()
+                    same.first = (finding_key(r, n["verdict"]), r)
+                if same is not None:
+                    same.add(n["name"])
             if r["outcome"] in FAILING:
                 failing = self.failing.setdefault(r["check"], _Failing(r["severity"]))
                 failing.add(n["name"], group, r)
@@ -109,6 +152,14 @@ class FleetSummary:
     @property
     def nodes(self) -> int:
         return sum(self.total.values())
+
+    def folded_findings(self) -> list[dict[str, Any]]:
+        """The findings a fleet page shows, what blocks first: the first result of each finding, however many nodes
+        repeat it (so that no finding is crowded out by another's repetitions), and the first results kept of the
+        findings past FOLDS_TRACKED."""
+        firsts = [same.first for same in self.same.values() if same.first is not None]
+        rest = [(finding_key(r), r) for r in self.findings.kept() if fold_key(r) not in self.same]
+        return [r for _, r in sorted([*firsts, *rest], key=lambda kr: kr[0])]
 
 
 class Smallest:
@@ -129,14 +180,41 @@ class Smallest:
         return [item for _, _, item in sorted(self.entries)[: self.limit]]
 
 
+class Same:
+    """One finding on many nodes: on how many (the results of one node come together), and the first NAMES_SHOWN
+    of them by name."""
+
+    __slots__ = ("_last", "first", "names", "nodes")
+
+    def __init__(self) -> None:
+        self.nodes = 0
+        self.names = Smallest(NAMES_SHOWN)
+        self._last = ""
+        self.first: tuple[Any, dict[str, Any]] | None = None  # a finding's: (its rank, its first result)
+
+    def add(self, node: str) -> None:
+        if node != self._last:
+            self._last = node
+            self.nodes += 1
+            self.names.add(node, node)
+
+    def named(self, link: Any) -> str:
+        """The nodes named, each by `link(node)`, and how many more there are."""
+        names = self.names.kept()
+        more = self.nodes - len(names)
+        return ", ".join(link(n) for n in names) + (f" and {more} more" if more > 0 else "")
+
+
 class _Failing:
-    """One check's failing results across the fleet."""
+    """One check's failing results across the fleet, folded by outcome and message."""
 
     def __init__(self, severity: str) -> None:
         self.severity = severity
         self.per_group: Counter[str] = Counter()
         self.nodes = 0
-        self.results = Smallest(FAILING_SHOWN)
+        self.results = 0
+        self.messages: dict[tuple[str, str], Same] = {}
+        self.untracked = 0  # results whose message came after MESSAGES_TRACKED others
         self._last = ""
 
     def add(self, node: str, group: str, r: dict[str, Any]) -> None:
@@ -144,10 +222,31 @@ class _Failing:
             self._last = node
             self.per_group[group] += 1
             self.nodes += 1
-        # the node links to its finding (#NODE/CHECK; a finding the page leaves out lands on the node's row)
-        self.results.add(
-            node, f"<li><a href='#{e(node)}/{e(r['check'])}'><b>{e(node)}</b></a> {e(r['outcome'])}: {e(r['message'][:300])}</li>"
-        )
+        self.results += 1
+        key = (r["outcome"], r["message"][:300])
+        same = self.messages.get(key)
+        if same is None:
+            if len(self.messages) >= MESSAGES_TRACKED:
+                self.untracked += 1
+                return
+            same = self.messages[key] = Same()
+        same.add(node)
+
+    def lines(self, check: str) -> str:
+        """The most frequent messages, each with the nodes it is on (each links to its finding, #NODE/CHECK; a
+        finding the page leaves out lands on the node's row), and what the lines leave out."""
+        top = sorted(self.messages.items(), key=lambda kv: (-kv[1].nodes, kv[0]))
+        out = []
+        for (outcome, message), same in top[:MESSAGES_SHOWN]:
+            nodes = same.named(lambda n: f"<a href='#{e(n)}/{e(check)}'>{e(n)}</a>")
+            out.append(f"<li><b>{same.nodes} node(s)</b> {e(outcome)}: {e(message)} <span class='nodes'>({nodes})</span></li>")
+        shown = sum(s.nodes for _, s in top[:MESSAGES_SHOWN])
+        others = len(top) - MESSAGES_SHOWN + (1 if self.untracked else 0)
+        if self.results > shown:
+            out.append(f"<li>and {self.results - shown} more failing result(s)"
+                       f"{f' with other messages ({others} or more)' if others > 0 else ''}: results.json and junit.xml "
+                       "have every one</li>")  # fmt: skip
+        return "".join(out)
 
 
 def fleet_view(summary: FleetSummary) -> str:
@@ -236,7 +335,7 @@ def _causes(summary: FleetSummary) -> str:
 
 def _check_by_group(summary: FleetSummary) -> str:
     """Rows: checks with failed or errored results; cells: how many nodes of each group; the row
-    expands to the failing (node, subject) results with their messages, the first FAILING_SHOWN by node."""
+    expands to its messages, each with the nodes it is on (_Failing.lines)."""
     if not summary.failing:
         return "<p>No check failed or errored on any node.</p>"
     names = sorted(summary.by_group)
@@ -245,13 +344,11 @@ def _check_by_group(summary: FleetSummary) -> str:
     # what blocks acceptance first (critical, then high), then by the nodes it affects
     for check, f in sorted(summary.failing.items(), key=lambda kv: (SEVERITY_RANK.get(kv[1].severity, 9), -kv[1].nodes, kv[0])):
         cells = "".join(f"<td class='n{' hot' if f.per_group.get(g) else ''}'>{f.per_group.get(g, '')}</td>" for g in names)
-        more = f.results.seen - f.results.limit
-        tail = f"<li>and {more} more failing result(s): results.json and junit.xml have every one</li>" if more > 0 else ""
         spec = REGISTRY.get(check)
         severity = f"<b>{e(f.severity)}: blocks</b>" if f.severity in BLOCKING else e(f.severity)
         rows.append(
             f"<tr><td>{e(check)}</td><td>{severity}</td>{cells}"
-            f"<td><details><summary>{f.nodes} node(s)</summary><ul>{''.join(f.results.kept())}{tail}</ul></details></td>"
+            f"<td><details><summary>{f.nodes} node(s)</summary><ul>{f.lines(check)}</ul></details></td>"
             f"<td>{e(spec.remediation) if spec else ''}</td></tr>"
         )
     return (
@@ -264,20 +361,21 @@ def _check_by_group(summary: FleetSummary) -> str:
 
 
 def _node_list(summary: FleetSummary) -> str:
-    """The nodes, one row each (non-accepted first, then by name; the first NODE_LIST_MAX), with their failing
-    checks; every node, compact, as data: the search finds any node of the fleet and says when none matches,
+    """The nodes, one row each (non-accepted first, then by name; the first NODE_LIST_MAX, up to NODE_LIST_BYTES), with
+    their failing checks; every node, compact, as data: the search finds any node of the fleet and says when none matches,
     and `#node-NAME` lands on any node, listed or not."""
     listed = summary.listed
+    rows = within_bytes(listed.kept(), NODE_LIST_BYTES)
     shown = f"{summary.nodes} nodes (rejected, unreachable, incomplete, then accepted)"
-    if listed.seen > listed.limit:
-        shown += f"; the first {listed.limit} listed here, results.json lists all {listed.seen}, the search finds any"
+    if listed.seen > len(rows):
+        shown += f"; the first {len(rows)} listed here, results.json lists all {listed.seen}, the search finds any"
     data = json.dumps(summary.compact, separators=(",", ":")).replace("<", "\\u003c")
     return (
         f"<h3>Every node</h3><details id='gnc-every-node'><summary>{shown}; search: name, verdict, group "
         "or check</summary><label>find nodes <input id='gnc-find' type='search' size='40'></label>"
         "<p id='gnc-found' aria-live='polite'></p>"
         "<table class='fleet' id='gnc-nodes'><thead><tr><th>node</th><th>verdict</th><th>profile</th><th>group</th>"
-        f"<th>failed or errored checks / reason</th></tr></thead><tbody>{''.join(listed.kept())}</tbody></table></details>"
+        f"<th>failed or errored checks / reason</th></tr></thead><tbody>{''.join(rows)}</tbody></table></details>"
         f"<script type='application/json' id='gnc-all-nodes'>{data}</script>{_NODE_SCRIPT}"
     )
 

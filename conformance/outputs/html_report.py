@@ -16,11 +16,13 @@ from conformance.checks import REGISTRY
 from conformance.outputs.findings import findings_section
 from conformance.outputs.fleet_view import (
     MATRIX_MAX_NODES,
+    TABLE_BYTES_MAX,
     TABLE_NODES_MAX,
     FleetSummary,
     drift_section,
     e,
     fleet_view,
+    row_bytes,
 )
 from conformance.outputs.page_figures import bandwidth_section, latency_section
 from conformance.outputs.page_matrix import matrix
@@ -95,13 +97,14 @@ def _node_of(item: pytest.Item) -> str | None:
     return callspec.params.get("node") if callspec is not None else None
 
 
-# failing results given rows on a live run's page above MATRIX_MAX_NODES nodes (a node's are all shown or none)
+# failing results given rows on a live run's page above MATRIX_MAX_NODES nodes (a node's are all shown or none);
+# fleet_view.TABLE_BYTES_MAX bounds the bytes they add
 TABLE_RESULTS_MAX = 2000
 
 
 class TableBudget:
     """A page above MATRIX_MAX_NODES nodes gives result rows to the first nodes with failing results only (up to
-    TABLE_NODES_MAX nodes and about TABLE_RESULTS_MAX results), as a merge's page is bounded
+    TABLE_NODES_MAX nodes, about TABLE_RESULTS_MAX results and TABLE_BYTES_MAX bytes), as a merge's page is bounded
     (conformance.run.streamed): a live run over 1,082 nodes wrote a 41 MB page of every failing row with its
     evidence. What it leaves out is counted for the page's note."""
 
@@ -114,6 +117,7 @@ class TableBudget:
         self.left_nodes: set[str] = set()
         self.left_results: set[str] = set()
         self.shown: set[str] = set()
+        self.bytes = 0
 
     def admits(self, result: dict[str, Any]) -> bool:
         if not self.bounded:
@@ -122,9 +126,12 @@ class TableBudget:
         if not node:
             return True  # a report of no node's check (a collection or internal error): always shown
         key = f"{node}\0{result.get('test') or result.get('check')}\0{result.get('subject')}"
-        if node in self.admitted or (len(self.admitted) < TABLE_NODES_MAX and len(self.shown) < TABLE_RESULTS_MAX):
+        room = len(self.admitted) < TABLE_NODES_MAX and len(self.shown) < TABLE_RESULTS_MAX and self.bytes < TABLE_BYTES_MAX
+        if node in self.admitted or room:
             self.admitted.add(node)
-            self.shown.add(key)  # a set: the table and pytest's teardown both ask of one result
+            if key not in self.shown:  # a set: the table and pytest's teardown both ask of one result
+                self.shown.add(key)
+                self.bytes += row_bytes(result)
             return True
         self.left_nodes.add(node)
         self.left_results.add(key)
@@ -171,7 +178,7 @@ def pytest_html_results_summary(prefix: list[str], summary: list[str], postfix: 
         # the fleet first, where the page opens; the matrix would be unreadable at this size
         wanted = session.config.getoption("conformance_group_by")
         fleet = run.fleet or FleetSummary.of(summaries, run.results, wanted)
-        findings, _ = findings_section(fleet.findings.kept(), summaries, of=fleet.finding_results)
+        findings, _ = findings_section(fleet.folded_findings(), summaries, of=fleet.finding_results, same=fleet.same)
         sections = [scope_section(run), fleet_view(fleet), verdict_table(run, summaries), findings, waivers_and_diff(run),
                     _left_out(run)]  # fmt: skip
     else:

@@ -8,8 +8,10 @@ from conformance import __version__
 from conformance.config.verdict import attention_key, why_not_accepted
 from conformance.outputs.fleet_view import (
     MATRIX_MAX_NODES,
+    VERDICT_ROWS_BYTES,
     VERDICT_ROWS_MAX,
     e,
+    within_bytes,
 )
 from conformance.outputs.palette import VERDICT_COLOURS
 from conformance.outputs.report_view import ReportView
@@ -50,8 +52,9 @@ def verdict_table(run: ReportView, summaries: list[dict[str, Any]]) -> str:
         )
     scope = f" Showing the {len(rows)} nodes that were not accepted; the fleet overview counts all." if fleet else ""
     more = (run.left_out or {}).get("verdict_rows", 0)
-    if fleet and len(rows) > VERDICT_ROWS_MAX:  # a live run's page, bounded as a merge's is
-        more, rows = more + len(rows) - VERDICT_ROWS_MAX, rows[:VERDICT_ROWS_MAX]
+    if fleet:  # a live run's page, bounded as a merge's is, and either by bytes
+        kept = within_bytes(rows[:VERDICT_ROWS_MAX], VERDICT_ROWS_BYTES)
+        more, rows = more + len(rows) - len(kept), kept
     if more:
         scope = f" Showing the first {len(rows)} of {len(rows) + more} nodes that were not accepted; results.json lists all."
     return (

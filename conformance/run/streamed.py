@@ -23,11 +23,13 @@ from conformance.config.verdict import attention_key
 from conformance.outputs import FAILING, Diff, write_atomically, write_json_document
 from conformance.outputs.fleet_view import (
     MATRIX_MAX_NODES,
+    TABLE_BYTES_MAX,
     TABLE_NODES_MAX,
     VERDICT_ROWS_MAX,
     FleetSummary,
     Smallest,
     drift_section,
+    row_bytes,
 )
 from conformance.outputs.replay import NodeReplayItem, result_id, safe_id
 from conformance.outputs.streaming import JsonItems, JunitSuites, PromSeries
@@ -79,6 +81,7 @@ class Shown:
     doc: dict[str, Any]  # the metadata, the nodes the page lists, the results it draws
     fleet: FleetSummary | None
     table: list[tuple[str, list[dict[str, Any]], int]] = field(default_factory=list)  # (node, failing, results)
+    table_bytes: int = 0  # what the table's rows add to the page, about (fleet_view.row_bytes)
     left_out: dict[str, int] = field(default_factory=dict)
     verdicts: Counter[str] = field(default_factory=Counter)
     outcomes: Counter[str] = field(default_factory=Counter)  # every result's outcome, counted (the page holds few)
@@ -174,8 +177,9 @@ def _keep(shown: Shown, summary: dict[str, Any], rows: list[dict[str, Any]], lis
         listed.add(() if small else attention_key(summary), summary)
     failing = [r for r in rows if r["outcome"] in FAILING]
     if failing:
-        if len(shown.table) < TABLE_NODES_MAX:
+        if len(shown.table) < TABLE_NODES_MAX and shown.table_bytes < TABLE_BYTES_MAX:
             shown.table.append((summary["name"], failing, len(rows)))
+            shown.table_bytes += sum(row_bytes(r) for r in failing)
         else:
             left["table_rows"] = left.get("table_rows", 0) + 1
             left["table_results"] = left.get("table_results", 0) + len(failing)
