@@ -20,6 +20,7 @@ from conformance.config.site_rules import SiteRule
 from conformance.config.verdict import subject_id
 from conformance.errors import ConformanceError, UsageError
 from conformance.outputs import FAILING, diff, junit_chunks, load_results, prometheus_text, write_atomically
+from conformance.outputs.markdown_summary import document_markdown
 from conformance.outputs.replay import NodeReplayItem, ReplayItem, make_items, node_summary_message, result_id
 from conformance.run import starts, streamed
 from conformance.run.check_items import MODES, NodeChecksItem, checks_of, group_by_node, node_of, run_node_checks, use_node_items
@@ -591,7 +592,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if opt("conformance_results"):
         run.write_results(opt("conformance_results"), doc)
         # what the command line prints next, without reading 200 MB of results.json back at fleet scale
-        WRITTEN[str(Path(opt("conformance_results")).resolve())] = {k: doc.get(k) for k in SUMMARY_KEYS}
+        WRITTEN[str(Path(opt("conformance_results")).resolve())] = {k: doc.get(k) for k in SUMMARY_KEYS} | {
+            "markdown": document_markdown(doc)
+        }
     if opt("conformance_junit"):
         _write(opt("conformance_junit"), junit_chunks(doc))
     if opt("conformance_prometheus"):

@@ -17,7 +17,7 @@ from conformance.errors import UsageError
 from conformance.outputs import junit_xml, write_json_document
 from conformance.outputs import streaming as streaming_module
 from conformance.outputs.documents import NotResults, parts_of_file
-from conformance.outputs.fleet_view import MESSAGES_SHOWN, NODE_LIST_MAX
+from conformance.outputs.fleet_view import MATRIX_MAX_NODES, MESSAGES_SHOWN, NODE_LIST_MAX
 from conformance.run.streamed import TABLE_NODES_MAX
 from tests.test_fleet_report import fleet
 from tests.test_replay_equals_live import check_series
@@ -168,3 +168,23 @@ def test_a_streamed_and_an_in_memory_merge_say_the_same_scope_title_and_totals(t
         pages[how] = (re.sub(r"<[^>]+>", "", scope), facts, title)
     assert pages["streamed"] == pages["in-memory"], pages
     assert pages["streamed"][0].startswith("400 node(s):")
+
+
+def test_summary_md_made_in_the_pass_is_the_one_read_from_results_json(tmp_path):
+    """Issue 60: a merge makes summary.md as it writes results.json (a 10,000-node merge no longer reads 600 MB
+    back) and a live run from its document in memory; each is what reading the written results.json gives."""
+    from conformance.outputs.markdown_summary import summary_markdown
+    from tests.check_fleet import fleet_snapshots
+
+    doc = fleet(MATRIX_MAX_NODES + 40)  # streamed, with a fleet view
+    write_json_document(tmp_path / "results.json", doc)
+    p = conformance("merge", str(tmp_path / "results.json"), "--output", str(tmp_path / "merged"))
+    assert p.returncode == 1, p.stderr[-2000:]
+    merged = tmp_path / "merged"
+    assert (merged / "summary.md").read_text() == summary_markdown(merged / "results.json")
+    assert "## Not accepted" in (merged / "summary.md").read_text()
+    folder = fleet_snapshots(tmp_path, 3)
+    live = tmp_path / "live"
+    p = conformance("run", "--snapshot", str(folder), "--output", str(live))
+    assert p.returncode == 1, p.stderr[-2000:]
+    assert (live / "summary.md").read_text() == summary_markdown(live / "results.json")

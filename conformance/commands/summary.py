@@ -103,7 +103,7 @@ def finish(rc: int, out: Path, pushgateway: str | None, verbose: int = 0) -> int
     print(line + ("" if doc.get("complete", True) else "; the run was interrupted: what was not collected is incomplete"))
     from conformance.outputs.markdown_summary import write_summary
 
-    summary = write_summary(results, out)
+    summary = write_summary(results, out, doc.get("markdown"))
     print(
         f"\nreport:     {_shown_path(out / 'report.html')}\nresults:    {_shown_path(results)}"
         f"\njunit:      {_shown_path(out / 'junit.xml')}\nprometheus: {_shown_path(out / 'results.prom')}"

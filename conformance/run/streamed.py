@@ -31,6 +31,7 @@ from conformance.outputs.fleet_view import (
     drift_section,
     row_bytes,
 )
+from conformance.outputs.markdown_summary import Tally, tally_markdown
 from conformance.outputs.replay import NodeReplayItem, result_id, safe_id
 from conformance.outputs.streaming import JsonItems, JunitSuites, PromSeries
 from conformance.run.merging import Ticker
@@ -86,6 +87,7 @@ class Shown:
     verdicts: Counter[str] = field(default_factory=Counter)
     outcomes: Counter[str] = field(default_factory=Counter)  # every result's outcome, counted (the page holds few)
     figures: Counter[str] = field(default_factory=Counter)  # bandwidth and latency figures seen
+    markdown: str | None = None  # summary.md, made in the pass that wrote results.json
 
 
 def stream(run: StreamedRun, spool: NodeSpool, out: Outputs, ticker: Ticker | None = None) -> Shown:
@@ -100,6 +102,7 @@ def stream(run: StreamedRun, spool: NodeSpool, out: Outputs, ticker: Ticker | No
     junit, prom = JunitSuites(), PromSeries()
     diff = Diff(out.baseline) if out.baseline is not None else None
     shown = Shown({}, fleet)
+    tally = Tally()
     # the node summaries the page keeps: a small fleet's every one in its order, else the first in attention order
     listed = Smallest(len(names) if small else VERDICT_ROWS_MAX)
     drawn: list[dict[str, Any]] = []
@@ -118,8 +121,10 @@ def stream(run: StreamedRun, spool: NodeSpool, out: Outputs, ticker: Ticker | No
         summary = run.node_summary(name, every)
         run.forget(name)
         nodes.add_item(summary)
+        tally.add("node", summary)
         for r in rows:
             checked.add_item(r)
+            tally.add("result", r)
         junit.add(summary, every, started)
         prom.add_results(rows)
         prom.add_node(summary)
@@ -138,6 +143,7 @@ def stream(run: StreamedRun, spool: NodeSpool, out: Outputs, ticker: Ticker | No
     for name in judge.order() if judge is not None else []:
         r = judge.result(name)
         drifted.add_item(r)
+        tally.add("result", r)
         prom.add_results([r])
         if diff is not None:
             diff.add_results([r])
@@ -148,6 +154,8 @@ def stream(run: StreamedRun, spool: NodeSpool, out: Outputs, ticker: Ticker | No
     doc["results"] = []
     if out.results:
         write_json_document(out.results, doc, {"nodes": [nodes], "results": [checked, drifted]})
+        tally.add("meta", {k: v for k, v in doc.items() if k not in ("nodes", "results")})
+        shown.markdown = tally_markdown(tally)
     if out.junit:
         write_atomically(out.junit, junit.chunks())
     if out.prometheus:
@@ -211,4 +219,5 @@ def summary_for_cli(shown: Shown) -> dict[str, Any]:
         "waivers": doc.get("waivers"),
         "diff": doc.get("diff"),
         "complete": doc.get("complete", True),
+        "markdown": shown.markdown,
     }
