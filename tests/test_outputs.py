@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 import xmlschema
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from conformance.config.waivers import find, lint, parse_waivers
@@ -182,3 +184,18 @@ def test_junit_is_valid_for_strict_consumers_and_keeps_every_detail():
         ("n1", "A", "failed"), ("n1", "B", "error"), ("n1", "L", "passed"), ("n2", "B", "skipped"), ("n2", "C", "waived"),
     ]  # fmt: skip
     assert details[2]["subject"] == "endpoint=e" and details[0]["evidence"] == "<b>&'\""
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=st.characters(codec=None, min_codepoint=0, max_codepoint=0x10FFFF), max_size=60))
+def test_xml_safe_is_its_pattern_whatever_the_text(text):
+    """The fast path (clean ASCII, checked by bytes.translate) gives what the pattern alone gives (issue 60)."""
+    from conformance.outputs.safe_text import _NOT_XML, xml_safe
+
+    def visible(m):
+        return f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}"
+
+    by_pattern = _NOT_XML.sub(visible, text)
+    assert xml_safe(text) == by_pattern
+    every_ascii = "".join(chr(c) for c in range(128))
+    assert xml_safe(every_ascii) == _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", every_ascii)
