@@ -431,10 +431,12 @@ def _message(excinfo: pytest.ExceptionInfo[BaseException] | None) -> str:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     excinfo = call.excinfo
     replaced = excinfo is not None and isinstance(excinfo.value, (AssertionError, ConformanceError))
-    if excinfo is not None and replaced and hasattr(item, "callspec") and _spec(item):
+    skipped = excinfo is not None and isinstance(excinfo.value, pytest.skip.Exception)
+    if excinfo is not None and (replaced or skipped) and hasattr(item, "callspec") and _spec(item):
         # the report's text becomes the check's own line below: pytest need not format a traceback nobody reads (it
-        # filters it frame by frame, a stat and a path parse each: a third of a replay's time, issue 60)
-        excinfo.traceback = excinfo.traceback[-1:]
+        # filters it frame by frame, a stat and a path parse each: a third of a replay's time, issue 60); a skip
+        # keeps the frame that called pytest.skip, where its report says it was skipped
+        excinfo.traceback = excinfo.traceback[-1:] if replaced else excinfo.traceback[-2:]
     report: pytest.TestReport = yield
     if isinstance(item, ReplayItem):
         return _replayed_report(item, report)
