@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import xdist_groups
+from tests import tiers, xdist_groups
 from tests.installed import Installed, build_distributions, install
 from tests.lab import every_node
 from tests.lab.builder import USERLANDS, Lab, lab_available, userland_available
@@ -28,7 +28,9 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return xdist_groups.workers()
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m chooses by the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tiers.mark(items)
     xdist_groups.publish(config, xdist_groups.assign(items))
 
 

@@ -137,6 +137,7 @@ def item_kinds(tmp_path: Path, snapshots: Path, *args: str) -> dict:
     return json.loads(probe.read_text())
 
 
+@pytest.mark.slow  # fleets of 9 and 10 snapshots, each run by pytest
 def test_auto_uses_node_items_from_the_measured_node_count_on(tmp_path):
     small = fleet_snapshots(tmp_path / "small", NODE_ITEMS_FROM - 1)
     large = fleet_snapshots(tmp_path / "large", NODE_ITEMS_FROM)

@@ -30,6 +30,8 @@ from conformance.errors import ParseError
 from conformance.facts.runtime import RuntimeConfig, containerd_config, parse_containerd_version
 from tests.conftest import require_or_skip
 
+pytestmark = pytest.mark.slow  # the real containerd decides
+
 CONTAINERD = shutil.which("containerd")
 SAMPLES = Path(__file__).parent / "samples"
 GPU_HANDLERS = ["nvidia"]

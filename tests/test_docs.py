@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -29,6 +31,7 @@ def test_readme_is_short_and_every_page_it_names_exists():
     assert {Path(p).name for p in named} | {"index.md"} == pages  # every page is reachable from the README
 
 
+@pytest.mark.slow  # MkDocs builds the whole site
 def test_the_site_builds_strict(tmp_path):
     mkdocs = shutil.which("mkdocs", path=str(Path(sys.executable).parent)) or shutil.which("mkdocs")
     assert mkdocs, "mkdocs is not installed: pip install -e '.[test]' brings mkdocs-material"

@@ -18,6 +18,8 @@ from conformance.collection.collect import collector_script
 from tests.conftest import require_or_skip
 from tests.footprint_node import build_node, measure
 
+pytestmark = pytest.mark.slow  # strace over a node of 5,000 processes
+
 # the system's own programs only (no version manager's shims in front of python3)
 PLAIN = {**os.environ, "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 

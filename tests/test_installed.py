@@ -16,6 +16,8 @@ from tests.installed import ROOT, Installed, build_distributions, package_files,
 from tests.lab.nodes import EXPECTED
 from tests.test_lab_audit import outcomes
 
+pytestmark = pytest.mark.slow  # the built wheel and sdist, installed as users install them (tests/tiers.py)
+
 
 @pytest.fixture(params=["wheel", "sdist"])
 def installed(request: pytest.FixtureRequest) -> Installed:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # old kubernetes client releases, each installed in a venv of its own
+
 ROOT = Path(__file__).resolve().parent.parent
 PROBE = """
 import json, sys

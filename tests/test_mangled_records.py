@@ -16,6 +16,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from tests.test_cli_local import sample_host_root
 
 SEED = 53021
@@ -51,6 +53,7 @@ def _variants(doc: dict, folder: Path, count: int) -> int:
     return len(chosen)
 
 
+@pytest.mark.slow  # every check over hundreds of mangled snapshots
 def test_no_exception_of_the_suite_reaches_a_result(tmp_path):
     host = sample_host_root(tmp_path / "host")
     one = tmp_path / "one"

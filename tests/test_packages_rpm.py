@@ -128,6 +128,7 @@ def _evr_line(line: str) -> str:
     return f"{name} {arch} {'' if epoch == '-' else epoch + ':'}{version}-{release}"
 
 
+@pytest.mark.slow  # rpmbuild and rpm over every case
 def test_version_constraints_hold_as_rpms_dependency_check_decides(tmp_path, built):
     """Each instance alone in a database; a package requiring NAME OP EVR is test-installed against it."""
     rpm, _ = _rpm()

@@ -19,6 +19,8 @@ import pytest
 from tests.conftest import require_or_skip
 from tests.fakeroot import make_host_root
 
+pytestmark = pytest.mark.slow  # headless Chromium
+
 HOSTILE = "<img src=x onerror=document.title='PWNED'>"
 
 

@@ -11,6 +11,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from conformance.outputs.fleet_view import MATRIX_MAX_NODES, NAMES_SHOWN
 from conformance.outputs.html_report import TABLE_RESULTS_MAX
 from conformance.outputs.safe_text import e
@@ -46,6 +48,7 @@ def test_an_unreachable_nodes_identical_errors_fold_into_one_row_after_the_failu
     assert "<a href='#gpu-0007/X-1'" in html
 
 
+@pytest.mark.slow  # a live run over 320 snapshots
 def test_a_live_run_above_the_matrix_size_writes_a_bounded_page(tmp_path):
     """A live run (over snapshots: the live path, one item per node) of MATRIX_MAX_NODES + 20 nodes: pytest-html's
     table holds the failing rows of the first nodes only (about TABLE_RESULTS_MAX), the page says how many it
