@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from datetime import UTC, datetime
 from importlib import resources
+from typing import TYPE_CHECKING
 
 from conformance.collection.bundle import Bundle, parse_wire
 from conformance.collection.cancel import INTERRUPTED, Cancel
@@ -19,9 +20,12 @@ from conformance.collection.redact import redact_bundle
 from conformance.collection.transports.base import ExecResult
 from conformance.collection.transports.local import LocalTransport
 from conformance.collection.transports.openssh import OpenSshTransport
-from conformance.collection.transports.ssh import SshTarget, SshTransport
+from conformance.collection.transports.target import SshTarget
 from conformance.config.inventory import NodeSpec
 from conformance.errors import ParseError, TransportError
+
+if TYPE_CHECKING:
+    from conformance.collection.transports.ssh import SshTransport
 
 MAX_BYTES = 4 * 1024 * 1024
 
@@ -39,7 +43,12 @@ def transport_for(node: NodeSpec) -> LocalTransport | SshTransport | OpenSshTran
     if node.transport == "local":
         return LocalTransport(node.host_root)
     s = node.ssh
-    kind = OpenSshTransport if node.transport == "openssh" else SshTransport
+    if node.transport == "openssh":
+        kind: type[OpenSshTransport | SshTransport] = OpenSshTransport
+    else:
+        from conformance.collection.transports.ssh import SshTransport  # paramiko: only when a node is reached by it
+
+        kind = SshTransport
     return kind(
         SshTarget(
             host=node.address or node.name,
@@ -110,7 +119,7 @@ def _attempt(node: NodeSpec, timeout: float, max_bytes: int, site: str, cancel: 
     executions = 0
     try:
         with cancel.watching(transport.abort):  # Ctrl-C cuts the connection or program under way
-            if isinstance(transport, SshTransport):
+            if not isinstance(transport, LocalTransport | OpenSshTransport):  # paramiko's: connects before running
                 transport.set_deadline(timeout)  # --timeout: connection, authentication and the collector together
                 transport.open()
             executions = 1

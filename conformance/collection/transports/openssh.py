@@ -9,7 +9,7 @@ import shutil
 
 from conformance.collection.transports.base import ExecResult
 from conformance.collection.transports.child import Child
-from conformance.collection.transports.ssh import SshTarget
+from conformance.collection.transports.target import SshTarget
 from conformance.errors import TransportError
 
 

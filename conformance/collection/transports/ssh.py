@@ -11,30 +11,17 @@ import shlex
 import socket
 import threading
 import time
-from dataclasses import dataclass
 
 import paramiko
 
 from conformance.collection.cancel import INTERRUPTED
 from conformance.collection.transports.base import OUTPUT_CAP, ExecResult, over_cap
+from conformance.collection.transports.target import SshTarget
 from conformance.errors import TransportError
 
 # paramiko logs failures of its transport thread itself; this module reports them as TransportError.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 logging.getLogger("paramiko").propagate = False
-
-
-@dataclass
-class SshTarget:
-    host: str
-    port: int = 22
-    user: str = "root"
-    identity_file: str | None = None
-    known_hosts: str | None = None
-    proxy_jump: str | None = None
-    ssh_config: str | None = None
-    insecure_accept_unknown_host_keys: bool = False
-    connect_timeout: float = 10.0
 
 
 class _AcceptUnknownNoSave(paramiko.MissingHostKeyPolicy):
