@@ -50,6 +50,7 @@ def summary_line(p: subprocess.CompletedProcess) -> str:
     return line
 
 
+@pytest.mark.slow  # runs in both item modes end to end
 def test_k_and_select_pick_the_same_checks_in_both_modes(fleet, tmp_path):
     for n, extra in enumerate([["--select", "KUBELET-CPU-*"], ["--", "-k", "sysctl and not somaxconn"]]):
         a, b = both(tmp_path / str(n), "--snapshot", str(fleet), *extra)

@@ -131,6 +131,7 @@ def test_same_snapshot_same_verdicts(host_root, tmp_path):
     assert runs[0] == runs[1] and len(runs[0]) == len(ALL_CHECKS) + len(GPU_CHECKS) + len(POD_CHECKS) + 1
 
 
+@pytest.mark.slow  # the suites under plain pytest, a run of their own
 def test_plain_pytest_works(host_root, tmp_path):
     inv = tmp_path / "inv.yaml"
     inv.write_text(f"nodes:\n  - name: n1\n    transport: local\n    host_root: {host_root}\n")

@@ -250,6 +250,7 @@ def test_the_report_shows_the_drift_and_diff_shows_identity_changes(judged):
     assert f"CHANGED pool-0 driver: {before['nodes'][0]['identity']['driver']} -> 570.86.15" in p.stdout, p.stdout
 
 
+@pytest.mark.slow  # runs, replays and merges of a fleet
 def test_a_replay_judges_the_drift_check_by_each_nodes_recorded_fleet_settings(tmp_path):
     """The profile's fleet settings travel in each node's record: a re-render of a run under a100-training (drift
     is high there) judges a changed node as that run would, not by the default profile's medium; a record

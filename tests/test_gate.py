@@ -167,6 +167,7 @@ def test_without_patch_nodes_the_error_names_the_role_to_bind(cluster):
     assert not any(LABEL in n["metadata"]["labels"] for n in (api.nodes["gpu-ok"],))
 
 
+@pytest.mark.slow  # the command end to end, once per outcome
 def test_the_command_prints_kubectl_patches_and_exits_by_outcome(cluster, tmp_path):
     api, client = cluster
     _, path = client()

@@ -173,6 +173,7 @@ def test_ci_templates_parse_and_the_cronjob_validates():
             assert problems(obj) == [], (name, obj["kind"])
 
 
+@pytest.mark.slow  # merge, report and run end to end
 def test_merge_report_and_run_leave_nothing_in_the_temporary_directory(pod_logs, tmp_path):
     """Nothing the tool creates outlives it: the merge's working document included, after a normal end, an
     error, and SIGTERM in the middle of the report session (a cancelled CI job)."""

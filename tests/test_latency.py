@@ -126,6 +126,7 @@ def audit(tmp_path_factory):
     return p, out, results, seen
 
 
+@pytest.mark.slow  # real endpoints answering slowly, within their timeouts
 def test_outcomes(audit):
     p, _, results, _ = audit
     assert {k: r["outcome"] for k, r in results.items()} == {
@@ -142,6 +143,7 @@ def test_outcomes(audit):
     assert p.returncode == 1  # LATENCY-JITTER is high severity: the node is rejected
 
 
+@pytest.mark.slow  # real endpoints answering slowly, within their timeouts
 def test_numbers_and_definitions(audit):
     _, _, results, seen = audit
     m = results["steady"]["metrics"]
@@ -157,6 +159,7 @@ def test_numbers_and_definitions(audit):
     assert results["errors"]["metrics"]["statuses"] == {"200": 60, "503": 20}
 
 
+@pytest.mark.slow  # real endpoints answering slowly, within their timeouts
 def test_picture_in_report_and_no_secret_anywhere(audit):
     _, out, results, _ = audit
     html = (out / "report.html").read_text()

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.fakeroot import make_host_root
 
 
@@ -17,6 +19,7 @@ def key(doc):
     return sorted((r["node"], r["check"], r["outcome"], r["message"]) for r in doc["results"])
 
 
+@pytest.mark.slow  # run, report and merge end to end
 def test_rerender_and_merge(tmp_path):
     h = make_host_root(tmp_path / "h", ["--config", "/k.yaml"], {"/k.yaml": "kind: KubeletConfiguration\n"})
     inv = tmp_path / "inv.yaml"

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.check_fleet import fleet_snapshots
 from tests.test_cli_local import sample_host_root
 
@@ -24,6 +26,7 @@ def check_series(path: Path) -> list[str]:
     return [line for line in path.read_text().splitlines() if line.startswith("gpu_node_conformance_check_result")]
 
 
+@pytest.mark.slow  # run, report and merge end to end
 def test_report_and_merge_write_what_the_live_run_wrote(tmp_path):
     host = sample_host_root(tmp_path / "host")
     live = tmp_path / "live"
@@ -60,6 +63,7 @@ def untimed_junit(path: Path) -> str:
     return re.sub(r' (time|timestamp)="[^"]*"', "", path.read_text())
 
 
+@pytest.mark.slow  # runs in both item modes end to end
 def test_a_live_run_with_one_item_per_node_writes_what_one_item_per_check_writes(tmp_path):
     fleet = fleet_snapshots(tmp_path, 3)
     outs = {}

@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.test_cli_local import sample_host_root
 
 
@@ -18,6 +20,7 @@ def checks_in(out) -> set[str]:
     return {r["check"] for r in json.loads((out / "results.json").read_text())["results"]}
 
 
+@pytest.mark.slow  # runs and re-renders end to end
 def test_select_picks_the_same_checks_live_and_in_a_rerender(tmp_path):
     root = sample_host_root(tmp_path / "root")
     live = tmp_path / "live"

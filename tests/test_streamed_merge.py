@@ -66,6 +66,7 @@ def outputs(out: Path) -> tuple:
     return meta, (out / "junit.xml").read_bytes(), check_series(out / "results.prom")
 
 
+@pytest.mark.slow  # merges of a fleet end to end, both ways
 def test_a_streamed_merge_writes_what_the_in_memory_merge_writes(tmp_path):
     folder, names = sources(tmp_path, 700)
     got = {}
