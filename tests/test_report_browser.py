@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -60,7 +61,7 @@ def report(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def driver():
+def driver(tmp_path_factory):
     chromium, chromedriver = browser_paths()
     require_or_skip(None if chromium and chromedriver else "no Chromium/chromedriver (Debian: chromium chromium-driver)")
     try:
@@ -83,7 +84,9 @@ def driver():
     ):
         opts.add_argument(arg)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    d = webdriver.Chrome(service=Service(executable_path=chromedriver), options=opts)
+    # Chromium leaves an empty org.chromium.Chromium.* folder in TMPDIR on each start: in this test's own folder
+    env = {**os.environ, "TMPDIR": str(tmp_path_factory.mktemp("chromium-tmp"))}
+    d = webdriver.Chrome(service=Service(executable_path=chromedriver, env=env), options=opts)
     yield d
     d.quit()
 
