@@ -21,11 +21,6 @@ CPU_WORDS = 64  # 64 x 64 bits: up to 4096 CPUs
 NODE_WORDS = 16
 
 
-def load_library():
-    path, pynvml.nvmlLib = find_library("libnvidia-ml.so.1", ROOT)  # noqa: F821 - from driver_library.py
-    return path
-
-
 def text(v):
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
 
@@ -127,14 +122,12 @@ def health(h, g, read):
     read("recovery_action", lambda: recovery_action(h))
 
 
-# NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (nvml.h): the driver's nvmlDeviceGpuRecoveryAction_t for the GPU
-FI_RECOVERY_ACTION = getattr(pynvml, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", 230)
-
-
 def recovery_action(h):
     """What the driver says must still be done (0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and
     reset...). The field's own return code says when this driver or GPU does not report it."""
-    (v,) = pynvml.nvmlDeviceGetFieldValues(h, [FI_RECOVERY_ACTION])
+    # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (nvml.h): the driver's nvmlDeviceGpuRecoveryAction_t for the GPU
+    field = getattr(pynvml, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", 230)
+    (v,) = pynvml.nvmlDeviceGetFieldValues(h, [field])
     if v.nvmlReturn != pynvml.NVML_SUCCESS:
         raise pynvml.NVMLError(v.nvmlReturn)
     return int(v.value.uiVal)
@@ -213,9 +206,16 @@ def clock_reasons(h):
 def main():
     doc = {"probe": 1}
     try:
-        doc["library"] = load_library()
+        path, lib = find_library("libnvidia-ml.so.1", ROOT)  # noqa: F821 - from driver_library.py
+    except RuntimeError as e:  # no library: the bindings are never compiled
+        doc["nvml"] = text(e)
+        print(json.dumps(doc))
+        return 3
+    try:
+        pynvml.nvmlLib = lib
+        doc["library"] = path
         pynvml.nvmlInit()
-    except (RuntimeError, pynvml.NVMLError) as e:
+    except pynvml.NVMLError as e:
         doc["nvml"] = text(e)
         print(json.dumps(doc))
         return 3
