@@ -5,8 +5,8 @@ over a node laid out in a folder (tests/footprint_node.py): a quiet one (50 proc
 large one (5,000 processes, 384 CPUs, 2,000 IRQ folders), both with 8 GPUs. Pod: the exec script of the pod
 checks (conformance.cluster.pods.INSIDE), run beside a process of THREADS threads. Each is printed with the
 processes it creates (strace: fork, vfork and clone that is not a thread), the programs it runs, CPU and wall
-time and the bytes it returns, beside the floor of `sh -c :` through the same path, and with the collector of
-an earlier commit (--before REV) where asked.
+time (the median of --runs runs) and the bytes it returns, beside the floor of `sh -c :` through the same path,
+and with the collector of an earlier commit (--before REV) where asked.
 
     python -m benchmarks.footprint                 # after: this tree
     python -m benchmarks.footprint --before HEAD~3  # and the collector of another commit
@@ -51,7 +51,7 @@ def _old_script(rev: str, tmp: Path) -> bytes:
         subprocess.run(["git", "worktree", "remove", "--force", str(tree)], check=False)
 
 
-def _pod(tmp: Path, threads: int) -> Footprint:
+def _pod(tmp: Path, threads: int, runs: int) -> Footprint:
     """INSIDE (`sh -c INSIDE sh NAMES...`, as the exec runs it) beside a process of `threads` threads. On this
     machine every process shares the shell's cgroup, so all of them count as the container's: a harder case
     than a container, where only its own processes do."""
@@ -62,7 +62,7 @@ def _pod(tmp: Path, threads: int) -> Footprint:
     worker = subprocess.Popen([sys.executable, "-c", code])
     try:
         time.sleep(2)  # the threads start
-        return measure(INSIDE.encode(), ["OMP_NUM_THREADS", "MKL_NUM_THREADS"], tmp / "pod.trace", PLAIN)
+        return measure(INSIDE.encode(), ["OMP_NUM_THREADS", "MKL_NUM_THREADS"], tmp / "pod.trace", PLAIN, runs)
     finally:
         worker.kill()
 
@@ -71,6 +71,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="example: python -m benchmarks.footprint")
     ap.add_argument("--before", help="also measure the collector of this git revision")
     ap.add_argument("--threads", type=int, default=1000, help="threads beside the pod exec (default 1000)")
+    ap.add_argument("--runs", type=int, default=5, help="timed runs of each, the median printed (default 5)")
     args = ap.parse_args()
     if not shutil.which("strace"):
         print("strace is needed (apt-get install strace)", file=sys.stderr)
@@ -80,12 +81,14 @@ def main() -> int:
     if args.before:
         scripts = {"before": _old_script(args.before, tmp), **scripts}
     print(f"{'':<34} {'processes':>9} {'programs':>8} {'CPU s':>8} {'wall s':>8} {'bytes':>10}")
-    print(_row("floor: sh -c :", measure(b":\n", [], tmp / "floor.trace", PLAIN)))
+    print(_row("floor: sh -c :", measure(b":\n", [], tmp / "floor.trace", PLAIN, args.runs)))
     for label, (procs, cpus, irqs, gpus) in NODES.items():
         root = build_node(tmp / label.replace(" ", "-"), procs, cpus, irqs, gpus)
         for which, script in scripts.items():
-            print(_row(f"{label}, collector {which}", measure(script, [str(root), "4194304"], tmp / "node.trace", PLAIN)))
-    print(_row(f"pod exec, {args.threads} threads beside", _pod(tmp, args.threads)))
+            print(
+                _row(f"{label}, collector {which}", measure(script, [str(root), "4194304"], tmp / "node.trace", PLAIN, args.runs))
+            )
+    print(_row(f"pod exec, {args.threads} threads beside", _pod(tmp, args.threads, args.runs)))
     print("goals: " + "; ".join(f"{k} <= {v}" for k, v in GOALS.items()))
     shutil.rmtree(tmp, ignore_errors=True)
     return 0

@@ -69,9 +69,10 @@ class Footprint:
 CLONE = re.compile(r"\b(clone3?|fork|vfork)\(")
 
 
-def measure(script: bytes, argv: list[str], trace: Path, env: dict[str, str] | None = None) -> Footprint:
-    """Run `sh -s -- ARGV` with `script` on stdin twice: under strace, counting what it creates, and alone, timing
-    it (strace's own cost is not the collector's)."""
+def measure(script: bytes, argv: list[str], trace: Path, env: dict[str, str] | None = None, runs: int = 1) -> Footprint:
+    """Run `sh -s -- ARGV` with `script` on stdin under strace, counting what it creates, then `runs` times alone,
+    timing it (strace's own cost is not the collector's): the median run's CPU and wall time (a shared machine's
+    neighbours move one run's figures by a fifth either way)."""
     strace = shutil.which("strace")
     assert strace, "strace is needed to count process creation (apt-get install strace)"
     subprocess.run([strace, "-f", "-qq", "-e", "trace=process", "-o", str(trace), "sh", "-s", "--", *argv],
@@ -83,9 +84,13 @@ def measure(script: bytes, argv: list[str], trace: Path, env: dict[str, str] | N
             processes += 1
         elif " execve(" in line and line.rstrip().endswith("= 0"):  # a PATH search's failed tries are not programs
             programs += 1
-    before, t0 = _children_cpu(), time.monotonic()
-    p = subprocess.run(["sh", "-s", "--", *argv], input=script, capture_output=True, timeout=600, check=False, env=env)
-    return Footprint(processes, programs, _children_cpu() - before, time.monotonic() - t0, len(p.stdout))
+    timed = []
+    for _ in range(runs):
+        before, t0 = _children_cpu(), time.monotonic()
+        p = subprocess.run(["sh", "-s", "--", *argv], input=script, capture_output=True, timeout=600, check=False, env=env)
+        timed.append((_children_cpu() - before, time.monotonic() - t0, len(p.stdout)))
+    cpu, wall, size = sorted(timed)[len(timed) // 2]
+    return Footprint(processes, programs, cpu, wall, size)
 
 
 def _children_cpu() -> float:
