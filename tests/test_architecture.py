@@ -143,6 +143,14 @@ def test_no_modules_import_each_other_in_a_circle():
     assert circles == []
 
 
+def test_the_runs_parts_never_import_what_composes_them():
+    """conformance/run/ holds the run's parts; session.Run, the fixtures and the plugin compose them from above
+    (issue 60 item 4: run/streamed.py imported session.Run). Type-checking imports count too."""
+    above = ("conformance.session", "conformance.fixtures", "conformance.plugin")
+    found = offending(sorted((PKG / "run").rglob("*.py")), above)
+    assert found == {}
+
+
 def test_the_stages_exist_as_packages():
     stages = {p.name for p in PKG.iterdir() if (p / "__init__.py").exists()}
     assert {"config", "collection", "facts", "cluster", "measurements", "checks", "outputs"} <= stages
