@@ -12,6 +12,8 @@ comes before its node in a hand-edited document is kept for that node."""
 from __future__ import annotations
 
 import json
+import marshal
+import struct
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -20,6 +22,11 @@ from typing import IO, Any
 from conformance.outputs.documents import Part
 
 Span = tuple[int, int]  # offset and length in the spool file
+# A spooled value is its length (4 bytes) and its marshal form: the values are parsed JSON (dicts, lists, strings,
+# numbers, booleans, None), which marshal writes and reads back unchanged four to seven times as fast as JSON
+# (issue 60: a 10,000-node merge spent 10 s of its 35 encoding and decoding the spool as JSON lines). The file is
+# this process's own, unlinked: nothing else reads it.
+_LENGTH = struct.Struct("<I")
 
 
 @dataclass
@@ -43,6 +50,7 @@ class NodeSpool:
     def __init__(self) -> None:
         self._file: IO[bytes] = tempfile.TemporaryFile("w+b")  # noqa: SIM115 - unlinked already: gone with the process
         self._end = 0
+        self._at = 0  # the file's position: writes append without a seek while nothing was read between them
         self.entries: dict[str, Entry] = {}
         self.documents = 0
         self.meta = _Meta()
@@ -110,7 +118,7 @@ class NodeSpool:
 
     def record(self, name: str) -> dict[str, Any]:
         entry = self.entries[name]
-        record = json.loads(self._read(entry.record))
+        (record,) = _values(self._read(entry.record))
         if entry.older:
             runs = [(entry.won, entry.source), *((won, source) for won, _, source in entry.older)]
             record["runs"] = [{"source": source or f"document {won[1] + 1}", "finished_at": won[0]} for won, source in runs]
@@ -131,22 +139,24 @@ class NodeSpool:
 
     def _rows(self, spans: list[Span]) -> Iterator[dict[str, Any]]:
         for span in spans:
-            for line in self._read(span).splitlines():
-                yield json.loads(line)
+            yield from _values(self._read(span))
 
     def close(self) -> None:
         self._file.close()
 
     def _write(self, value: Any) -> Span:
-        data = json.dumps(value, separators=(",", ":")).encode("utf-8") + b"\n"
-        self._file.seek(self._end)
+        data = marshal.dumps(value)
+        if self._at != self._end:
+            self._file.seek(self._end)
+        self._file.write(_LENGTH.pack(len(data)))
         self._file.write(data)
-        span = (self._end, len(data))
-        self._end += len(data)
+        span = (self._end, _LENGTH.size + len(data))
+        self._end = self._at = self._end + span[1]
         return span
 
     def _read(self, span: Span) -> bytes:
         self._file.seek(span[0])
+        self._at = span[0] + span[1]
         return self._file.read(span[1])
 
     def _light(self, record: dict[str, Any]) -> dict[str, Any]:
@@ -208,3 +218,14 @@ class _Meta:
 
     def api_access_json(self) -> list[str]:
         return list(dict.fromkeys(x for _, _, x in sorted(self.api_access)))
+
+
+def _values(data: bytes) -> Iterator[Any]:
+    """The values of a span: each its length, then its marshal form."""
+    view = memoryview(data)
+    at = 0
+    while at < len(data):
+        (size,) = _LENGTH.unpack_from(data, at)
+        at += _LENGTH.size
+        yield marshal.loads(view[at : at + size])
+        at += size
