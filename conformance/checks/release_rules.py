@@ -15,26 +15,24 @@ def _said(evidence: Any, lines: list[str]) -> None:
         evidence.add(*lines)
 
 
-def kubelet_span(facts: Any, evidence: Any) -> Span:
-    """The releases the running kubelet may be (every release where nothing says), its sources in the evidence."""
+def _span(facts: Any, evidence: Any, fact: str, what: str) -> Span:
     try:
-        known = facts.kubelet_release
+        known = getattr(facts, fact)
     except FactUnavailable as e:
-        _said(evidence, [f"the kubelet's release: unknown ({e})"])
+        _said(evidence, [f"{what}: unknown ({e})"])
         return Span.any()
     _said(evidence, known.evidence())
     return known.span
+
+
+def kubelet_span(facts: Any, evidence: Any) -> Span:
+    """The releases the running kubelet may be (every release where nothing says), its sources in the evidence."""
+    return _span(facts, evidence, "kubelet_release", "the kubelet's release")
 
 
 def runtime_span(facts: Any, evidence: Any) -> Span:
     """The releases the running container runtime may be, its sources in the evidence."""
-    try:
-        known = facts.runtime_release
-    except FactUnavailable as e:
-        _said(evidence, [f"the container runtime's release: unknown ({e})"])
-        return Span.any()
-    _said(evidence, known.evidence())
-    return known.span
+    return _span(facts, evidence, "runtime_release", "the container runtime's release")
 
 
 def known_as(facts: Any, what: str = "kubelet") -> str:

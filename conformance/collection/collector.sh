@@ -66,25 +66,34 @@ safe_set() {  # $1 a prefix ("" or the host root), $2 newline-separated paths be
       }
     }'
 }
+resolve_in_root() {  # $1 an absolute path on the node: set IR to it with every symlink in it resolved as the node
+  # resolves it, inside the host root $R (an absolute target starts again at $R, `..` stops at it; in a
+  # pod, /host/etc/x -> /etc/y must not read the pod's own /etc/y). Fails after 40 links, as the kernel
+  # does (MAXSYMLINKS, ELOOP), or on a link it cannot read. No process is started (only a link's readlink).
+  _ir_rest=${1#/}; _ir_out=; _ir_n=0
+  while [ -n "$_ir_rest" ]; do
+    _ir_c=${_ir_rest%%/*}
+    case $_ir_rest in */*) _ir_rest=${_ir_rest#*/} ;; *) _ir_rest= ;; esac
+    case $_ir_c in ''|.) continue ;; ..) _ir_out=${_ir_out%/*}; continue ;; esac
+    if [ -L "$R$_ir_out/$_ir_c" ]; then
+      _ir_n=$((_ir_n + 1)); [ "$_ir_n" -le 40 ] || return 1
+      _ir_t=$(readlink -- "$R$_ir_out/$_ir_c") && [ -n "$_ir_t" ] || return 1
+      case $_ir_t in /*) _ir_out= ;; esac
+      _ir_rest=$_ir_t${_ir_rest:+/$_ir_rest}  # a leading / is an empty first name, skipped
+    else
+      _ir_out=$_ir_out/$_ir_c
+    fi
+  done
+  IR=${_ir_out:-/}
+}
 # Each PATH entry is checked as named and with its links resolved (a root-owned link into a tree a user can rename in
 # leads wherever that user makes it lead), and PATH then holds the resolved folders: a program is looked up only
 # through folders whose every component only root could change, so nothing can be swapped after the check (issue 59).
 path_resolve() {  # $1 an absolute folder: PR set to it with every link resolved (the audit's own root), or fails
-  _pr_rest=${1#/}; _pr_out=; _pr_n=0
-  while [ -n "$_pr_rest" ]; do
-    _pr_c=${_pr_rest%%/*}
-    case $_pr_rest in */*) _pr_rest=${_pr_rest#*/} ;; *) _pr_rest= ;; esac
-    case $_pr_c in ''|.) continue ;; ..) _pr_out=${_pr_out%/*}; continue ;; esac
-    if [ -L "$_pr_out/$_pr_c" ]; then
-      _pr_n=$((_pr_n + 1)); [ "$_pr_n" -le 40 ] || return 1
-      _pr_t=$(readlink -- "$_pr_out/$_pr_c") && [ -n "$_pr_t" ] || return 1
-      case $_pr_t in /*) _pr_out= ;; esac
-      _pr_rest=$_pr_t${_pr_rest:+/$_pr_rest}
-    else
-      _pr_out=$_pr_out/$_pr_c
-    fi
-  done
-  PR=${_pr_out:-/}
+  _pr_root=$R; R=
+  resolve_in_root "$1"; _pr_rc=$?
+  R=$_pr_root; PR=$IR
+  return "$_pr_rc"
 }
 cands=; dropped=; pairs=
 IFS=:
@@ -171,26 +180,6 @@ rec() {
   esac
 }
 
-resolve_in_root() {  # $1 an absolute path on the node: set IR to it with every symlink in it resolved as the node
-  # resolves it, inside the host root $R (an absolute target starts again at $R, `..` stops at it; in a
-  # pod, /host/etc/x -> /etc/y must not read the pod's own /etc/y). Fails after 40 links, as the kernel
-  # does (MAXSYMLINKS, ELOOP), or on a link it cannot read. No process is started (only a link's readlink).
-  _ir_rest=${1#/}; _ir_out=; _ir_n=0
-  while [ -n "$_ir_rest" ]; do
-    _ir_c=${_ir_rest%%/*}
-    case $_ir_rest in */*) _ir_rest=${_ir_rest#*/} ;; *) _ir_rest= ;; esac
-    case $_ir_c in ''|.) continue ;; ..) _ir_out=${_ir_out%/*}; continue ;; esac
-    if [ -L "$R$_ir_out/$_ir_c" ]; then
-      _ir_n=$((_ir_n + 1)); [ "$_ir_n" -le 40 ] || return 1
-      _ir_t=$(readlink -- "$R$_ir_out/$_ir_c") && [ -n "$_ir_t" ] || return 1
-      case $_ir_t in /*) _ir_out= ;; esac
-      _ir_rest=$_ir_t${_ir_rest:+/$_ir_rest}  # a leading / is an empty first name, skipped
-    else
-      _ir_out=$_ir_out/$_ir_c
-    fi
-  done
-  IR=${_ir_out:-/}
-}
 in_root() {  # the same, printed (for callers that take it in a command substitution)
   resolve_in_root "$1" || return 1
   printf '%s\n' "$IR"
