@@ -42,7 +42,7 @@ def containerd_lab(tmp_path_factory):
     assert REAL_CONTAINERD is not None
     # The stand-ins answer --version with what the real binary here (Debian's 1.6.20) prints
     real = subprocess.run([REAL_CONTAINERD, "--version"], capture_output=True, text=True, check=True).stdout.strip()
-    lab = Lab(Path(tmp_path_factory.mktemp("containerdlab")), first_subnet=238)
+    lab = Lab(Path(tmp_path_factory.mktemp("containerdlab")), first_subnet=236)  # 236-238: the GPU lab holds 240-243
     spec = next(s for s in specs() if s.name == "containerd2")
     spec.name, spec.containerd = "hung-containerd", "hang"
     lab.add(spec)

@@ -20,6 +20,7 @@ are removed when the lab stops.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import re
@@ -290,6 +291,68 @@ def _drop_stale_links(net: str) -> None:
             _run("ip", "link", "del", name, check=False)
 
 
+# Each lab holds the /24s of its nodes while it runs: an exclusive lock on one file per range, held by the process
+# that built it (the kernel lets go of a killed one's). Two labs that would share a range (two pytest-xdist workers,
+# two modules whose first_subnet ranges meet) take turns instead of deleting each other's links: _drop_stale_links
+# only ever meets a range no live lab holds. Ranges are taken in ascending order; a wait longer than CLAIM_WAIT_S is
+# a lab that holds its range while it waits for another's, and fails naming both.
+CLAIMS = Path("/run/gnc-lab-subnets")
+CLAIM_WAIT_S = 1200
+Claim = tuple[int, Path]  # the lock file's descriptor and path
+
+
+def _claim(nets: list[int], holder: str) -> list[Claim]:
+    claims: list[Claim] = []
+    try:
+        for net in sorted(set(nets)):
+            claims.append(_claim_one(CLAIMS / f"198.18.{net}", holder))
+    except BaseException:
+        _release(claims)
+        raise
+    return claims
+
+
+def _claim_one(path: Path, holder: str) -> Claim:
+    deadline = time.monotonic() + CLAIM_WAIT_S
+    while True:
+        CLAIMS.mkdir(mode=0o700, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        except FileNotFoundError:  # the folder went with the last lab's release: again
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            other = os.pread(fd, 4096, 0).decode(errors="replace").strip()
+            os.close(fd)
+            if time.monotonic() > deadline:
+                why = f"{path.name}.0/24 is still held by another lab ({other}) after {CLAIM_WAIT_S} s"
+                raise RuntimeError(f"{why}: give {holder} a first_subnet no other lab uses") from None
+            time.sleep(0.5)
+            continue
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:  # its holder removed it as we locked it: the lock is on a file nobody else will see
+            os.close(fd)
+            continue
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{holder}, pid {os.getpid()}".encode(), 0)
+        return fd, path
+
+
+def _release(claims: list[Claim]) -> None:
+    """Each lock file removed while still locked (a lab that opens it later finds it gone or replaced, and opens
+    again), then let go; the folder too once empty."""
+    for fd, path in claims:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        os.close(fd)
+    with contextlib.suppress(OSError):
+        CLAIMS.rmdir()
+
+
 def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(list(argv), check=check, capture_output=True, text=True)
 
@@ -304,6 +367,7 @@ class Lab:
         self.host_ca = root / "host_ca" if host_ca else None
         self.id = uuid.uuid4().hex[:6]
         self.nodes: list[LabNode] = []
+        self._claims: list[Claim] = []  # the lock files of the ranges this lab holds while it runs
         self.cg_root = _cgroup2_root()
         assert self.cg_root is not None
         self.cg_dir = self.cg_root / f"gnc-lab-{self.id}"
@@ -622,6 +686,7 @@ class Lab:
         return "\n".join(lines) + "\n"
 
     def start(self) -> None:
+        self._claims = _claim([int(n.address.split(".")[2]) for n in self.nodes], str(self.root))
         self.cg_dir.mkdir()
         for node in self.nodes:
             self._write_tree(node)
@@ -714,6 +779,13 @@ class Lab:
         return res
 
     def stop(self) -> None:
+        try:
+            self._stop_nodes()
+        finally:
+            _release(self._claims)
+            self._claims = []
+
+    def _stop_nodes(self) -> None:
         for node in self.nodes:
             if node.proc and node.proc.poll() is None:
                 os.killpg(node.proc.pid, 9)

@@ -81,7 +81,7 @@ def node_name(base: str, userland: Userland) -> str:
 def build(root: Path) -> tuple[Lab, list[str]]:
     """The lab (not started) and the names of its base nodes."""
     nodes = bases(root / "standins")
-    lab = Lab(root / "lab", first_subnet=100)  # 198.18.100-187: beside the other labs (1-8, 210-243)
+    lab = Lab(root / "lab", first_subnet=100)  # 198.18.100-187: beside the other labs (1-8, 199-250)
     for userland in USERLANDS:
         for spec in nodes:
             lab.add(replace(spec, name=node_name(spec.name, userland), userland=userland))
