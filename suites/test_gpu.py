@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 
 from conformance.checks import check, conclude
@@ -25,6 +28,20 @@ def gpu_machine(facts) -> str | None:
 def _fail_or_error(failures: list[str], errors: list[str]) -> None:
     """Failures decide; with only errors (facts missing), the outcome is error."""
     conclude(failures, errors)
+
+
+def _measured(visible_gpus: Any, h2d: Any, evidence: Any, errors: list[str]) -> Iterator[tuple[Any, Any]]:
+    """Each visible GPU the bandwidth probe measured, with its figures. One left alone on purpose (busy, MIG) is
+    said in the evidence; one planned and not reported (a device mask, a failed UUID read) is an error: never a
+    silent pass of the checks that read the probe."""
+    for g in visible_gpus.gpus:
+        m = h2d.gpus.get(g.uuid)
+        if m is not None:
+            yield g, m
+        elif g.uuid in h2d.skipped:
+            evidence.add(f"{g.label}: not measured: {h2d.skipped[g.uuid]}")
+        else:
+            errors.append(f"{g.label}: not measured: {h2d.missing.get(g.uuid, 'not reported by the probe')}")
 
 
 @check(
@@ -233,12 +250,9 @@ def test_gpu_pcie_link(node, visible_gpus, facts, profile, link_after, evidence)
 def test_gpu_pcie_replay(node, visible_gpus, h2d, profile, evidence):
     limit = profile.get("gpu.pcie_replay_limit")
     evidence.source = "NVML replay counter around the H2D probe"
-    failures, errors = [], []
-    for g in visible_gpus.gpus:
-        m = h2d.gpus.get(g.uuid)
-        if m is None:
-            evidence.add(f"{g.label}: not measured ({h2d.skipped.get(g.uuid, 'not reported by the probe')})")
-            continue
+    failures: list[str] = []
+    errors: list[str] = []
+    for g, m in _measured(visible_gpus, h2d, evidence, errors):
         before, after = m.nvml_before.get("replay"), m.nvml_after.get("replay")
         if before is None or after is None:
             errors.append(f"{g.label}: replay counter not readable ({m.nvml_before.get('error') or m.nvml_before})")
@@ -326,15 +340,10 @@ def test_gpu_h2d_local_bandwidth(node, visible_gpus, h2d, profile, evidence):
     gp = profile.get("gpu")
     margin = float(gp["h2d_margin"])
     evidence.source = "H2D probe (CUDA events, median of samples, decimal GB/s)"
-    failures, errors, metrics = [], [], {}
-    for g in visible_gpus.gpus:
-        m = h2d.gpus.get(g.uuid)
-        if m is None:
-            if g.uuid in h2d.skipped:  # not touched on purpose (busy, MIG): a skip with its reason
-                evidence.add(f"{g.label}: not measured: {h2d.skipped[g.uuid]}")
-            else:  # planned and not reported (a device mask, a failed UUID read): never a silent pass
-                errors.append(f"{g.label}: not measured: {h2d.missing.get(g.uuid, 'not reported by the probe')}")
-            continue
+    failures: list[str] = []
+    errors: list[str] = []
+    metrics: dict[str, Any] = {}
+    for g, m in _measured(visible_gpus, h2d, evidence, errors):
         gen, why = expected_generation(g, gp)
         floor = floor_for(gen, gp)
         link = f"Gen{gen}"
@@ -383,22 +392,20 @@ def test_gpu_h2d_numa_matrix(node, visible_gpus, h2d, profile, evidence):
     evidence.source = "H2D probe, one binding per NUMA node"
     nodes = sorted({r.node for m in h2d.gpus.values() for r in m.rows})
     matrix: dict[str, object] = {"nodes": nodes, "gpus": [], "gbps": [], "local": [], "notes": []}
-    failures, errors = [], []
-    for g in visible_gpus.gpus:
-        m = h2d.gpus.get(g.uuid)
-        if m is None:
-            continue
+    failures: list[str] = []
+    errors: list[str] = []
+    for g, m in _measured(visible_gpus, h2d, evidence, errors):
         figures = {r.node: r.gbps for r in m.rows if r.gbps is not None and not r.error}
         try:
-            local = local_node(g)
+            local: int | None = local_node(g)
         except FactUnavailable as e:
-            errors.append(str(e))
+            errors.append(str(e))  # which node is local decides which figure must be the best: unjudged
             local = None
         matrix["gpus"].append(f"GPU{g.index}")  # type: ignore[attr-defined]
         matrix["gbps"].append([figures.get(n) for n in nodes])  # type: ignore[attr-defined]
         matrix["local"].append(local)  # type: ignore[attr-defined]
         cells = ", ".join(f"node{n} {figures[n]:.2f}" if n in figures else f"node{n} -" for n in nodes)
-        evidence.add(f"{g.label} (local node {local}): {cells} GB/s")
+        evidence.add(f"{g.label} (local node {'unknown' if local is None else local}): {cells} GB/s")
         for r in m.rows:
             problem = r.error or r.placement_problem()
             if problem:

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from conformance.collection.probes import payload
+from conformance.errors import FactUnavailable
 from conformance.measurements.gpu_measure import assemble_probe_lines, parse_probe_output
 from tests.gpu_standins import CONFIG, build_standins, driver_files, gpu_line, standins_available, write_root
 
@@ -318,3 +319,33 @@ def test_a_process_that_appears_after_collection_stops_the_measurement(tmp_path,
     )
     assert m.skipped == {UUID0: "busy: 1 compute process(es) running now (pids 777)"} and UUID1 in m.gpus
     assert not m.missing and m.error is None
+
+
+@pytest.mark.parametrize("check", ["test_gpu_h2d_local_bandwidth", "test_gpu_pcie_replay", "test_gpu_h2d_numa_matrix"])
+def test_every_check_of_the_probe_errs_on_a_gpu_it_planned_and_did_not_report(check):
+    """GPU0 measured and clean, GPU1 planned and not reported by the probe: GPU-H2D-LOCAL-BW, GPU-PCIE-REPLAY and
+    GPU-H2D-NUMA-MATRIX each say error naming GPU1 (the last two passed it over in silence); a GPU left alone on
+    purpose (busy) is said in the evidence and decides nothing."""
+    import suites.test_gpu as checks
+    from conformance.checks import Evidence
+    from conformance.config.profile import load_profile
+    from conformance.facts.gpu import Gpu, GpuFacts, PciFunction
+    from conformance.measurements.gpu_measure import H2DGpu, H2DMeasurement, H2DRow
+
+    pci = PciFunction(bus_id="0000:18:00.0", numa_node=0, link_gen=4, link_width=16, max_link_gen=4, max_link_width=16)
+    gpus = [Gpu(i, u, f"00000000:{b}:00.0", pcie_gen=4, pcie_width=16, pcie_max_gen=4, pcie_max_width=16, pci=pci)
+            for i, (u, b) in enumerate(((UUID0, "18"), (UUID1, "9a")))]  # fmt: skip
+    rows = [H2DRow(node=n, gbps=g, samples=[g], binding={"mem_policy": "bind"}, pages_on={str(n): 64})
+            for n, g in ((0, 25.0), (1, 24.0))]  # fmt: skip
+    measured = H2DGpu(uuid=UUID0, bus_id=gpus[0].bus_id, rows=rows, nvml_before={"replay": 0}, nvml_after={"replay": 0})
+    fn = getattr(checks, check)
+    for missing, skipped, outcome in (({UUID1: "planned but not reported"}, {}, "error"), ({}, {UUID1: "busy"}, "passed")):
+        h2d = H2DMeasurement(node="n", gpus={UUID0: measured}, missing=missing, skipped=skipped)
+        ev = Evidence()
+        args = ("n", GpuFacts(gpus=gpus, source="NVML"), h2d, load_profile("default"), ev)
+        if outcome == "error":
+            with pytest.raises(FactUnavailable, match=r"GPU1 .*not measured: planned but not reported"):
+                fn(*args)
+        else:
+            fn(*args)
+            assert any("not measured: busy" in line for line in ev.lines), ev.lines

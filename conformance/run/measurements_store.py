@@ -87,11 +87,10 @@ class MeasurementStore:
                 todo[name] = self._plan(name)
             except FactUnavailable as e:
                 out[name] = e
-        done = 0
         with ThreadPoolExecutor(max_workers=max(1, min(self.store.options.parallel, len(todo) or 1))) as pool:
-            for name, m in zip(todo, pool.map(lambda args: measure_node(*args), todo.values()), strict=True):
+            measured = zip(todo, pool.map(lambda args: measure_node(*args), todo.values()), strict=True)
+            for done, (name, m) in enumerate(measured, start=1):
                 out[name] = m
-                done += 1
                 if self._show():
                     end = "\n" if done == len(todo) else ""
                     self.say(f"\rH2D bandwidth: {done}/{len(todo)} nodes measured ({name}: {len(m.gpus)} GPU(s))\033[K{end}")
