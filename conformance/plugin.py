@@ -603,7 +603,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         _write(opt("conformance_prometheus"), [prometheus_text(doc).encode("utf-8")])
 
 
-SUMMARY_KEYS = ("nodes", "waivers", "diff", "complete")
+SUMMARY_KEYS = ("nodes", "waivers", "diff", "complete", "api_access")
 WRITTEN: dict[str, dict[str, Any]] = {}  # results.json path -> its SUMMARY_KEYS, for the CLI in this process
 
 

@@ -106,3 +106,25 @@ def test_nodes_discovery_could_not_find_are_said_first(tmp_path):
     assert scope.index("may be missing from the audit") < scope.index("gnc-totals")
     md = (tmp_path / "out" / "summary.md").read_text()
     assert "**WARNING: GPU nodes that only DRA serves (no NFD label) may be missing from the audit" in md
+
+
+def test_a_fleet_whose_gpu_nodes_may_be_missing_is_never_a_clean_exit(tmp_path):
+    """Every node audited accepted, but the discovery could not list ResourceSlices: the nodes only DRA serves are
+    unknown, and an unknown is never a pass. The command exits 1 and says why; without that line, 0."""
+    doc = _fleet()
+    keep = {n["name"] for n in doc["nodes"] if n["verdict"] == "accepted"}
+    assert keep
+    doc["nodes"] = [n for n in doc["nodes"] if n["name"] in keep]
+    doc["results"] = [r for r in doc["results"] if r["node"] in keep]
+    line = ("WARNING: GPU nodes that only DRA serves (no NFD label) may be missing from the audit: the suite's identity "
+            "lacks the RBAC permission list on resourceslices.resource.k8s.io")  # fmt: skip
+    codes = {}
+    for case, access in (("clear", []), ("in doubt", [line])):
+        doc["api_access"] = access
+        (tmp_path / f"{case}.json").write_text(json.dumps(doc))
+        p = subprocess.run([sys.executable, "-m", "conformance", "report", str(tmp_path / f"{case}.json"), "--output",
+                            str(tmp_path / case)], capture_output=True, text=True, timeout=300)  # fmt: skip
+        codes[case] = (p.returncode, p.stderr)
+    assert codes["clear"][0] == 0, codes["clear"][1][-2000:]
+    assert codes["in doubt"][0] == 1, codes["in doubt"][1][-2000:]
+    assert "may be missing from the audit" in codes["in doubt"][1]

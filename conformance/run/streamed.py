@@ -219,5 +219,6 @@ def summary_for_cli(shown: Shown) -> dict[str, Any]:
         "waivers": doc.get("waivers"),
         "diff": doc.get("diff"),
         "complete": doc.get("complete", True),
+        "api_access": doc.get("api_access"),
         "markdown": shown.markdown,
     }
