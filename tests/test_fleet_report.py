@@ -105,3 +105,21 @@ def test_the_fleet_view_ranks_what_blocks_before_what_is_widespread(tmp_path):
     assert high < low, p.stderr[-2000:]
     assert table[low : table.index("</tr>", low)].count("tune the low thing") == 1
     assert "<b>high: blocks</b>" in table[high : table.index("</tr>", high)]
+
+
+def test_a_checks_folded_lines_count_results_not_nodes():
+    """A check failing with one message on two GPUs of each of 30 nodes: its one line holds all 60 results (30
+    nodes), and nothing is said to be left out; a second message on 5 nodes is its own line."""
+    from conformance.outputs.fleet_view import _Failing
+
+    f = _Failing("high")
+    for i in range(30):
+        node = f"gpu-{i:03d}"
+        for gpu in (0, 1):
+            f.add(node, "pool-a", {"outcome": "failed", "message": "link trained at x8", "subject": {"gpu": gpu}})
+        if i < 5:
+            f.add(node, "pool-a", {"outcome": "error", "message": "replay counter not readable"})
+    html = f.lines("GPU-PCIE-LINK")
+    assert "<b>30 node(s)</b> failed: link trained at x8" in html
+    assert "<b>5 node(s)</b> error: replay counter not readable" in html
+    assert "more failing result(s)" not in html, html

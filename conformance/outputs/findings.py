@@ -14,6 +14,7 @@ from typing import Any
 from conformance.checks import REGISTRY
 from conformance.config.check_contract import BLOCKING, SEVERITY_RANK
 from conformance.config.verdict import ATTENTION_ORDER
+from conformance.outputs.page_budget import within_bytes
 from conformance.outputs.safe_text import e
 
 FINDINGS = ("failed", "error", "waived")
@@ -65,11 +66,11 @@ def fold_key(r: dict[str, Any]) -> tuple[str, str, str, str]:
 def _across_nodes(results: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """A fleet page's rows: the findings given (ranked, what blocks first) with the same finding on other nodes
     folded into the row of its first (the row then names them all)."""
-    rows: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
+    firsts: dict[tuple[str, str, str, str], dict[str, Any]] = {}
     for r in results:
         if r["outcome"] in FINDINGS:
-            rows.setdefault(fold_key(r), []).append(r)
-    return [[group[0]] for group in rows.values()]
+            firsts.setdefault(fold_key(r), r)
+    return [[r] for r in firsts.values()]
 
 
 def _entries(results: list[dict[str, Any]], verdicts: dict[str, str]) -> list[list[dict[str, Any]]]:
@@ -112,14 +113,8 @@ def findings_section(
             "<p>No check failed, errored or was waived.</p></section>",
             used,
         )
-    rows: list[str] = []
-    size = 0
-    for group in entries[:ROWS_MAX]:
-        row = _row(group, used, same.get(fold_key(group[0])) if same is not None else None)
-        size += len(row)
-        rows.append(row)
-        if size > ROWS_BYTES:
-            break
+    drawn = (_row(group, used, same.get(fold_key(group[0])) if same is not None else None) for group in entries[:ROWS_MAX])
+    rows = within_bytes(drawn, ROWS_BYTES)  # drawn one by one: no permalink of a row left out is marked used
     more = len(entries) - len(rows)
     shown = f"{total} result(s) in {len(entries)} row(s)" + (
         f"; the first {len(rows)} rows here, results.json has the other {more}" if more else ""

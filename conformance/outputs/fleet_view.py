@@ -19,6 +19,7 @@ from conformance.config.fleet import IDENTITY_ATTRIBUTES, group_label, group_of,
 from conformance.config.verdict import attention_key, cause, not_reached
 from conformance.outputs import FAILING
 from conformance.outputs.findings import finding_key, fold_key
+from conformance.outputs.page_budget import within_bytes
 from conformance.outputs.palette import VERDICT_COLOURS
 from conformance.outputs.safe_text import e
 
@@ -70,16 +71,6 @@ VERDICT_ROWS_MAX = 1000
 # the fleet and whatever its messages (issue 60)
 VERDICT_ROWS_BYTES = 500_000
 NODE_LIST_BYTES = 600_000
-
-
-def within_bytes(rows: list[str], limit: int) -> list[str]:
-    """The first rows whose HTML adds up to at most `limit` characters (the first row always)."""
-    size = 0
-    for i, row in enumerate(rows):
-        size += len(row)
-        if size > limit and i > 0:
-            return rows[:i]
-    return rows
 
 
 class FleetSummary:
@@ -184,15 +175,17 @@ class Same:
     """One finding on many nodes: on how many (the results of one node come together), and the first NAMES_SHOWN
     of them by name."""
 
-    __slots__ = ("_last", "first", "names", "nodes")
+    __slots__ = ("_last", "first", "names", "nodes", "results")
 
     def __init__(self) -> None:
         self.nodes = 0
+        self.results = 0  # a node may have it more than once (one per GPU, per container)
         self.names = Smallest(NAMES_SHOWN)
         self._last = ""
         self.first: tuple[Any, dict[str, Any]] | None = None  # a finding's: (its rank, its first result)
 
     def add(self, node: str) -> None:
+        self.results += 1
         if node != self._last:
             self._last = node
             self.nodes += 1
@@ -240,7 +233,7 @@ class _Failing:
         for (outcome, message), same in top[:MESSAGES_SHOWN]:
             nodes = same.named(lambda n: f"<a href='#{e(n)}/{e(check)}'>{e(n)}</a>")
             out.append(f"<li><b>{same.nodes} node(s)</b> {e(outcome)}: {e(message)} <span class='nodes'>({nodes})</span></li>")
-        shown = sum(s.nodes for _, s in top[:MESSAGES_SHOWN])
+        shown = sum(s.results for _, s in top[:MESSAGES_SHOWN])
         others = len(top) - MESSAGES_SHOWN + (1 if self.untracked else 0)
         if self.results > shown:
             out.append(f"<li>and {self.results - shown} more failing result(s)"

@@ -11,8 +11,8 @@ from conformance.outputs.fleet_view import (
     VERDICT_ROWS_BYTES,
     VERDICT_ROWS_MAX,
     e,
-    within_bytes,
 )
+from conformance.outputs.page_budget import within_bytes
 from conformance.outputs.palette import VERDICT_COLOURS
 from conformance.outputs.report_view import ReportView
 
